@@ -1,0 +1,5 @@
+"""Allows ``python -m gputopo``."""
+
+from gputopo.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,63 @@
+"""The ``gputopo`` command line: one argparse tree, each command's work done elsewhere.
+
+Why this shape: the command names and flags are the outside contract (CONTRACT.md), so they
+are declared here in one place; each area registers its own subcommands through a
+``register(subparsers)`` function in its ``commands`` module and imports its heavy
+dependencies (FastAPI, the Kubernetes client) only when its command runs.
+
+Bad input raises :class:`gputopo.errors.InputError`; it is printed as one line and the
+process exits 2. Nothing else is caught: a bug shows its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from gputopo.errors import InputError
+
+#: Modules that contribute subcommands, each with ``register(subparsers) -> None``.
+COMMAND_MODULES: tuple[str, ...] = (
+    "webhook.commands",
+    "gputopo.topology.commands",
+    "gputopo.placement.commands",
+    "generator.commands",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full parser; every registered subcommand sets ``func`` on its namespace."""
+    parser = argparse.ArgumentParser(
+        prog="gputopo",
+        description="GPU-topology-aware placement of Kubeflow training jobs.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:  # a real missing dependency, not a module still to come
+                raise
+            continue
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        result = args.func(args)
+    except InputError as exc:
+        print(f"gputopo: error: {exc.line()}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return int(result or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

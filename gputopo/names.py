@@ -1,0 +1,65 @@
+"""Every Kubernetes name gputopo reads or writes, in one place.
+
+Why: the outside contract (../shared/CONTRACT.md) fixes these names for users, Arena and the
+ACK-style device plumbing. Code elsewhere imports them from here and never spells a label
+or annotation by hand.
+"""
+
+from __future__ import annotations
+
+# --- opt-in and activation -------------------------------------------------------------
+INJECT_LABEL = "gputopo.io/inject"
+INJECT_VALUE = "enabled"
+NODE_ACTIVATION_LABEL = "ack.node.gpu.schedule"
+NODE_ACTIVATION_VALUE = "topology"
+
+# --- node data -------------------------------------------------------------------------
+TOPOLOGY_ANNOTATION = "gputopo.io/topology"
+ACK_REPORT_NAMESPACE = "kube-system"
+ACK_REPORT_SUFFIX = "-gputopo-report"  # ConfigMap kube-system/<node>-gputopo-report
+ACK_REPORT_KEYS = ("devices", "linkType", "bandwidth")
+ZONE_LABEL = "topology.kubernetes.io/zone"
+RACK_LABEL = "gputopo.io/rack"
+NETWORK_GBPS_ANNOTATION = "gputopo.io/network-gbps"
+#: Gbit/s per node when a node says nothing: 25GbE, the TKE seed's CVM network and a common
+#: cloud default. Conservative on purpose: over-estimating the network hides bad placements.
+DEFAULT_NETWORK_GBPS = 25.0
+
+# --- resources -------------------------------------------------------------------------
+SOURCE_GPU_RESOURCE = "nvidia.com/gpu"
+TOPOLOGY_GPU_RESOURCE = "aliyun.com/gpu"
+
+# --- gang labels -----------------------------------------------------------------------
+GANG_LABEL = "gpu-topology"
+GANG_REPLICA_LABEL = "gpu-topology-replica"
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+
+# --- placement output ------------------------------------------------------------------
+GPU_GROUP_ANNOTATION = "topology.kubernetes.io/gpu-group"
+GPU_VISIBLE_ANNOTATION = "topology.kubernetes.io/gpu-visible"
+PLACEMENT_ANNOTATION = "gputopo.io/placement"
+SCHEDULER_NAME = "gpu-topology-scheduler"
+NVIDIA_VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
+CUDA_VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
+
+# --- what the Kubeflow operators put on the pods they create ---------------------------
+# training-operator (kubeflow.org/v1 PyTorchJob, TFJob, MPIJob) and mpi-operator v2beta1.
+OPERATOR_NAME_LABEL = "training.kubeflow.org/operator-name"
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+REPLICA_TYPE_LABEL = "training.kubeflow.org/replica-type"
+REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
+# Older, unprefixed labels (training-operator < 1.4, tf-operator, pytorch-operator,
+# mpi-operator v1alpha2/v1).
+LEGACY_JOB_NAME_LABELS = ("job-name", "pytorch-job-name", "tf-job-name", "mpi-job-name")
+LEGACY_REPLICA_TYPE_LABELS = ("replica-type", "pytorch-replica-type", "tf-replica-type")
+LEGACY_REPLICA_INDEX_LABELS = ("replica-index", "pytorch-replica-index", "tf-replica-index")
+LEGACY_JOB_ROLE_LABELS = ("job-role", "mpi-job-role")
+
+KUBEFLOW_GROUP = "kubeflow.org"
+TRAINING_JOB_KINDS = ("PyTorchJob", "TFJob", "MPIJob")
+
+# --- gputopo's own objects -------------------------------------------------------------
+GPUTOPO_NAMESPACE = "gputopo-system"
+WEBHOOK_NAME = "gputopo-webhook"
+WEBHOOK_SERVICE = "gputopo-webhook"

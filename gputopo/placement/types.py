@@ -1,0 +1,82 @@
+"""What the gang solver takes and gives: plain values, no Kubernetes, no I/O.
+
+Why separate from the solver: the cluster view (``gputopo.cluster``) builds these from API
+objects, the webhook turns a :class:`Placement` into pod mutations, the benchmarks build
+them synthetically; none of them should depend on how the solver searches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gputopo.names import DEFAULT_NETWORK_GBPS
+from gputopo.topology.model import Topology
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """One activated node as the solver sees it.
+
+    ``used`` holds driver indices of GPUs that are taken (bound pods and reservations);
+    ``network_gbps`` is the node's network in Gbit/s (annotation ``gputopo.io/network-gbps``).
+    """
+
+    name: str
+    topology: Topology
+    used: frozenset[int] = frozenset()
+    zone: str | None = None
+    rack: str | None = None
+    network_gbps: float = DEFAULT_NETWORK_GBPS
+
+    @property
+    def free(self) -> tuple[int, ...]:
+        """Driver indices of free GPUs, ascending."""
+        return tuple(i for i in self.topology.indices if i not in self.used)
+
+
+@dataclass(frozen=True)
+class GangRequest:
+    """A training job's GPU demand: ``replicas`` pods of ``gpus_per_replica`` GPUs each."""
+
+    replicas: int
+    gpus_per_replica: int
+
+    @property
+    def total_gpus(self) -> int:
+        return self.replicas * self.gpus_per_replica
+
+
+@dataclass(frozen=True)
+class ReplicaSlot:
+    """Where one replica goes: a node and the driver indices of its GPUs."""
+
+    replica: int
+    node: str
+    gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The solver's answer: every replica's slot, or infeasible with a reason.
+
+    ``bus_bandwidth_gbps`` is the predicted all-reduce bus bandwidth of the whole gang
+    (GB/s); ``reason`` explains the choice (or why there is none) in a sentence.
+    """
+
+    feasible: bool
+    slots: tuple[ReplicaSlot, ...] = ()
+    bus_bandwidth_gbps: float = 0.0
+    reason: str = ""
+    details: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``gputopo place -o json`` shape (CONTRACT.md)."""
+        return {
+            "feasible": self.feasible,
+            "placements": [
+                {"replica": s.replica, "node": s.node, "gpus": list(s.gpus)} for s in self.slots
+            ],
+            "busBandwidthGBps": round(self.bus_bandwidth_gbps, 3),
+            "reason": self.reason,
+        }
