@@ -21,6 +21,7 @@ from gputopo.errors import InputError
 #: Modules that contribute subcommands, each with ``register(subparsers) -> None``.
 COMMAND_MODULES: tuple[str, ...] = (
     "webhook.commands",
+    "webhook.server_commands",
     "gputopo.topology.commands",
     "gputopo.placement.commands",
     "generator.commands",

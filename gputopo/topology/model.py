@@ -90,7 +90,7 @@ class Topology:
     @cached_property
     def bandwidth_matrix(self) -> tuple[tuple[float, ...], ...]:
         """Per-direction GB/s by position; measured where present and positive."""
-        from gputopo.topology.bandwidth import link_bandwidth, infer_generation
+        from gputopo.topology.bandwidth import infer_generation, link_bandwidth
 
         gen = self.generation or infer_generation(self)
         rows = []

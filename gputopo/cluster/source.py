@@ -1,0 +1,30 @@
+"""What the admission pipeline may ask of the cluster, as one small read interface.
+
+Why a Protocol: the same pipeline runs in the server (backed by a live list+watch view of
+the API server) and in ``gputopo mutate`` (backed by the objects of the input files). Both
+implement :class:`ClusterReader`; the pipeline never knows which.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from gputopo.placement.types import NodeState
+
+
+class ClusterReader(Protocol):
+    """Read access to the objects admission decisions depend on."""
+
+    def namespace(self, name: str) -> dict[str, Any] | None:
+        """The Namespace object, or None if unknown."""
+        ...
+
+    def object(
+        self, *, api_version: str, kind: str, namespace: str | None, name: str
+    ) -> dict[str, Any] | None:
+        """Any stored object by apiVersion/kind/namespace/name (training jobs, batch Jobs)."""
+        ...
+
+    def node_states(self) -> list[NodeState]:
+        """Activated nodes with their topology and GPUs in use, for the solver."""
+        ...

@@ -1,0 +1,46 @@
+"""Prometheus metrics of the webhook, declared once so every step counts the same way.
+
+Why module-level collectors: prometheus-client keeps them in its default registry, which
+``/metrics`` serves; tests read them back through that endpoint, as Prometheus would.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+REQUESTS = Counter(
+    "gputopo_admission_requests_total",
+    "AdmissionReview requests by outcome (mutated, unchanged, skipped, denied, bad_request).",
+    ["outcome"],
+)
+LATENCY = Histogram(
+    "gputopo_admission_duration_seconds",
+    "Time to answer one AdmissionReview, from body read to response built.",
+    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+)
+MUTATIONS = Counter(
+    "gputopo_mutations_total",
+    "Mutations applied (mode=enforce) or that would have been applied (mode=audit), by kind.",
+    ["kind", "policy", "mode"],
+)
+POLICY_RELOADS = Counter(
+    "gputopo_policy_reloads_total", "Policy set reloads that succeeded."
+)
+POLICY_RELOAD_FAILURES = Counter(
+    "gputopo_policy_reload_failures_total",
+    "Policy reloads rejected by validation; the last good set stays in force.",
+)
+POLICIES_LOADED = Gauge("gputopo_policies_loaded", "Policies in force.")
+NODE_DATA_ERRORS = Counter(
+    "gputopo_node_data_errors_total",
+    "Nodes left out of placement because their topology data could not be read.",
+    ["reason"],
+)
+PLACEMENTS = Counter(
+    "gputopo_gang_placements_total",
+    "Gang placement decisions by result (placed, reused, unplaced, denied).",
+    ["result"],
+)
+CERT_RELOADS = Counter(
+    "gputopo_certificate_reloads_total", "Serving certificate reloads, by result.", ["result"]
+)
