@@ -1,0 +1,116 @@
+"""Kubernetes objects → solver inputs: what a Node and the Pods bound to it say about GPUs.
+
+Why here and only here: the file-backed snapshot and the live API view must agree exactly
+on which nodes are activated, which GPUs are taken and how bad node data is treated, so
+both call these functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gputopo import names
+from gputopo.errors import TopologyError
+from gputopo.placement.types import NodeState
+from gputopo.topology.model import Topology
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``metadata`` of an object, or an empty mapping when absent or malformed."""
+    m = obj.get("metadata")
+    return m if isinstance(m, Mapping) else {}
+
+
+def labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    """Labels of an object; never raises on malformed input."""
+    lab = meta(obj).get("labels")
+    return lab if isinstance(lab, Mapping) else {}
+
+
+def annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    """Annotations of an object; never raises on malformed input."""
+    ann = meta(obj).get("annotations")
+    return ann if isinstance(ann, Mapping) else {}
+
+
+def is_activated(node: Mapping[str, Any]) -> bool:
+    """True when the node opted in to topology placement (``ack.node.gpu.schedule=topology``)."""
+    return labels(node).get(names.NODE_ACTIVATION_LABEL) == names.NODE_ACTIVATION_VALUE
+
+
+def parse_gpu_list(value: object) -> tuple[int, ...]:
+    """``"4,5"`` → ``(4, 5)``; raises ValueError on anything else."""
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"not a GPU index list: {value!r}")
+    out = tuple(int(part) for part in value.split(","))
+    if any(i < 0 for i in out):
+        raise ValueError(f"negative GPU index in {value!r}")
+    return out
+
+
+def gpus_held_by_pod(pod: Mapping[str, Any]) -> tuple[str, tuple[int, ...]] | None:
+    """(node name, GPU indices) a live bound pod holds, from its gpu-group annotation."""
+    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    node = spec.get("nodeName")
+    status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
+    if not node or status.get("phase") in TERMINAL_PHASES:
+        return None
+    raw = annotations(pod).get(names.GPU_GROUP_ANNOTATION)
+    if raw is None:
+        return None
+    try:
+        return str(node), parse_gpu_list(raw)
+    except ValueError:
+        return None
+
+
+def node_topology(
+    node: Mapping[str, Any], ack_report: Mapping[str, Any] | None = None
+) -> Topology:
+    """The node's topology: its annotation, else its ACK report ConfigMap; TopologyError if none."""
+    raw = annotations(node).get(names.TOPOLOGY_ANNOTATION)
+    if raw is not None:
+        return Topology.from_annotation(raw)
+    if ack_report is not None:
+        from gputopo.topology.ack_report import topology_from_report  # arrives with issue 3
+
+        return topology_from_report(ack_report)
+    raise TopologyError(
+        f"no {names.TOPOLOGY_ANNOTATION} annotation and no "
+        f"{names.ACK_REPORT_NAMESPACE}/<node>{names.ACK_REPORT_SUFFIX} ConfigMap"
+    )
+
+
+def network_gbps(node: Mapping[str, Any]) -> float:
+    """Node network in Gbit/s from its annotation; the documented default when absent/bad."""
+    raw = annotations(node).get(names.NETWORK_GBPS_ANNOTATION)
+    try:
+        value = float(raw) if raw is not None else names.DEFAULT_NETWORK_GBPS
+    except (TypeError, ValueError):
+        return names.DEFAULT_NETWORK_GBPS
+    return value if value > 0 else names.DEFAULT_NETWORK_GBPS
+
+
+def node_state(
+    node: Mapping[str, Any],
+    used: Iterable[int] = (),
+    ack_report: Mapping[str, Any] | None = None,
+) -> NodeState:
+    """A NodeState for an activated node; TopologyError when its data cannot be used."""
+    name = meta(node).get("name")
+    if not isinstance(name, str) or not name:
+        raise TopologyError("node has no metadata.name")
+    topo = node_topology(node, ack_report)
+    lab = labels(node)
+    known = set(topo.indices)
+    return NodeState(
+        name=name,
+        topology=topo,
+        used=frozenset(i for i in used if i in known),
+        zone=lab.get(names.ZONE_LABEL),
+        rack=lab.get(names.RACK_LABEL),
+        network_gbps=network_gbps(node),
+    )

@@ -1,0 +1,132 @@
+"""A cluster as a fixed set of objects: what ``mutate``, ``place`` and the demo run on.
+
+Why: the offline commands must take the same decisions as the server, so they read the
+same kinds of objects through the same :class:`~gputopo.cluster.source.ClusterReader`
+interface; a cluster file is just what the API server would have returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gputopo import names
+from gputopo.cluster import objects as ob
+from gputopo.errors import InputError, TopologyError
+from gputopo.placement.types import NodeState
+from gputopo.yamlio import load_documents
+
+Key = tuple[str, str, str, str]  # (apiVersion group, kind, namespace, name)
+
+
+def object_key(api_version: str, kind: str, namespace: str | None, name: str) -> Key:
+    """Index key; the version is dropped so v1 and v2beta1 of a kind meet (matchPolicy
+    Equivalent) — a job is found whatever version its owner reference names."""
+    group = api_version.split("/")[0] if "/" in api_version else ""
+    return (group, kind, namespace or "", name)
+
+
+@dataclass
+class ClusterSnapshot:
+    """Objects indexed for lookup; implements ClusterReader."""
+
+    objects: list[dict[str, Any]] = field(default_factory=list)
+    source: str = "<objects>"
+    warnings: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self._index: dict[Key, dict[str, Any]] = {}
+        for obj in self.objects:
+            self.add(obj)
+
+    # --- building -----------------------------------------------------------------------
+    @classmethod
+    def from_objects(
+        cls, objs: Iterable[Mapping[str, Any]], *, source: str = "<objects>"
+    ) -> ClusterSnapshot:
+        return cls(objects=[dict(o) for o in objs], source=source)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ClusterSnapshot:
+        """Load a multi-document YAML cluster file; InputError naming the file if bad."""
+        docs = load_documents(path)
+        for k, doc in enumerate(docs):
+            check_object(doc, file=str(path), position=k)
+        items: list[dict[str, Any]] = []
+        for doc in docs:  # a `kubectl get -o yaml` List is flattened
+            if doc.get("kind", "").endswith("List") and isinstance(doc.get("items"), list):
+                items.extend(i for i in doc["items"] if isinstance(i, dict))
+            else:
+                items.append(doc)
+        return cls(objects=items, source=str(path))
+
+    def add(self, obj: dict[str, Any]) -> None:
+        """Add or replace one object (later documents win, as a later write would)."""
+        m = ob.meta(obj)
+        key = object_key(
+            str(obj.get("apiVersion", "")), str(obj.get("kind", "")),
+            m.get("namespace"), str(m.get("name", "")),
+        )
+        if key in self._index:
+            self.objects = [o for o in self.objects if o is not self._index[key]]
+            self.objects.append(obj)
+        elif obj not in self.objects:
+            self.objects.append(obj)
+        self._index[key] = obj
+
+    # --- ClusterReader ------------------------------------------------------------------
+    def namespace(self, name: str) -> dict[str, Any] | None:
+        return self._index.get(object_key("v1", "Namespace", None, name))
+
+    def object(
+        self, *, api_version: str, kind: str, namespace: str | None, name: str
+    ) -> dict[str, Any] | None:
+        return self._index.get(object_key(api_version, kind, namespace, name))
+
+    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+        """All objects of one kind, in file order."""
+        return [o for o in self.objects if o.get("kind") == kind]
+
+    def node_states(self) -> list[NodeState]:
+        """Activated nodes with usable topology; others are left out with a warning."""
+        used: dict[str, set[int]] = {}
+        for pod in self.of_kind("Pod"):
+            held = ob.gpus_held_by_pod(pod)
+            if held is not None:
+                used.setdefault(held[0], set()).update(held[1])
+        reports = {
+            ob.meta(cm).get("name"): cm
+            for cm in self.of_kind("ConfigMap")
+            if ob.meta(cm).get("namespace") == names.ACK_REPORT_NAMESPACE
+        }
+        states: list[NodeState] = []
+        self.warnings = []
+        for node in self.of_kind("Node"):
+            if not ob.is_activated(node):
+                continue
+            name = str(ob.meta(node).get("name", ""))
+            report = reports.get(f"{name}{names.ACK_REPORT_SUFFIX}")
+            try:
+                states.append(ob.node_state(node, used.get(name, ()), report))
+            except TopologyError as exc:
+                self.warnings.append(f"node {name}: left out of placement: {exc.reason}")
+        return states
+
+
+def check_object(doc: object, *, file: str, position: int) -> None:
+    """Every document of a cluster or input file must look like a Kubernetes object."""
+    where = f"document {position + 1}"
+    if not isinstance(doc, dict):
+        raise InputError("not a Kubernetes object (expected a mapping)", file=file, obj=where)
+    kind = doc.get("kind")
+    if not isinstance(kind, str) or not kind:
+        raise InputError("missing 'kind'", file=file, obj=where)
+    if not isinstance(doc.get("apiVersion"), str):
+        raise InputError("missing 'apiVersion'", file=file, obj=f"{where} ({kind})")
+    if kind.endswith("List"):
+        return
+    m = doc.get("metadata")
+    if not isinstance(m, dict) or not isinstance(m.get("name"), str) or not m.get("name"):
+        raise InputError("missing metadata.name", file=file, obj=f"{where} ({kind})")
