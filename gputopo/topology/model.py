@@ -49,6 +49,7 @@ class Topology:
     measured: tuple[tuple[float, ...], ...] | None = None
     generation: str | None = None
     _position: dict[int, int] = field(init=False, repr=False, compare=False, hash=False)
+    _hash: int = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         n = len(self.gpus)
@@ -72,6 +73,13 @@ class Topology:
         ):
             raise TopologyError(f"bandwidthGBps must be a {n}x{n} matrix for {n} GPUs")
         object.__setattr__(self, "_position", position)
+        # Hashed once: the cost model caches on (topology, GPU set) in the solver's hot loop.
+        object.__setattr__(
+            self, "_hash", hash((self.gpus, self.links, self.measured, self.generation))
+        )
+
+    def __hash__(self) -> int:
+        return self._hash
 
     # --- queries ------------------------------------------------------------------------
     @property
