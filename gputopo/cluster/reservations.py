@@ -1,0 +1,385 @@
+"""Gang reservations: GPUs promised to a training job between its first pod and its last.
+
+Why: a gang is placed once, when its first GPU pod is admitted, but its pods arrive one by
+one (and may be recreated). Until they are all bound, the GPUs chosen for them exist only
+as a promise. This module keeps that promise so that
+
+* every replica of the gang gets its slot, and a replica recreated with the same
+  (job uid, replica type, replica index) gets the same slot again;
+* a pod of another job cannot take the slot (the key holds the job's uid, which a pod
+  cannot fake by copying labels);
+* no GPU is ever promised twice, whatever number of webhook replicas run: ``reserve`` claims
+  all GPUs of a placement atomically or raises :class:`ReservationConflict`, and the caller
+  re-solves against fresh :meth:`ReservationStore.held_gpus`.
+
+Two stores implement :class:`ReservationStore`: :class:`InMemoryReservationStore` (one
+process: ``gputopo mutate``, the demo, file-backed ``serve``) and
+``KubernetesReservationStore`` (in :mod:`gputopo.cluster.k8s_reservations`: ConfigMaps in
+``gputopo-system`` with optimistic concurrency). See docs/reservations.md.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from gputopo.errors import GputopoError
+from gputopo.placement.types import Placement, ReplicaSlot
+
+#: Seconds a reservation waits for its remaining pods before it is released. Long enough
+#: for an operator to create all pods of a big gang and for image pulls of the first ones
+#: not to matter (pods are admitted before they are scheduled); short enough that a job
+#: that never comes does not block GPUs for long.
+DEFAULT_TTL_SECONDS = 600.0
+
+
+class ReservationConflict(GputopoError):
+    """Some GPU of the placement is already held by another gang: re-solve with fresh state.
+
+    ``gpus`` maps node → GPU indices found held by someone else (may be partial).
+    """
+
+    def __init__(self, message: str, gpus: Mapping[str, Iterable[int]] | None = None) -> None:
+        super().__init__(message)
+        self.gpus = {n: frozenset(g) for n, g in (gpus or {}).items()}
+
+
+class ReservationUnavailable(GputopoError):
+    """The store cannot be reached (API server down, too many conflicts in a row)."""
+
+
+@dataclass(frozen=True, order=True)
+class GangKey:
+    """Which job a reservation belongs to. ``uid`` is the job object's metadata.uid.
+
+    Why the uid: a job deleted and recreated under the same name is a new gang, and a pod
+    that copies another job's labels still does not carry that job's uid in its owner
+    references.
+    """
+
+    namespace: str
+    kind: str
+    name: str
+    uid: str
+
+    def __post_init__(self) -> None:
+        for f in ("namespace", "kind", "name", "uid"):
+            if not isinstance(getattr(self, f), str) or not getattr(self, f):
+                raise ValueError(f"GangKey.{f} must be a non-empty string")
+
+    def to_json(self) -> dict[str, str]:
+        return {"namespace": self.namespace, "kind": self.kind, "name": self.name,
+                "uid": self.uid}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> GangKey:
+        return cls(str(data["namespace"]), str(data["kind"]), str(data["name"]),
+                   str(data["uid"]))
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name} ({self.uid})"
+
+
+@dataclass(frozen=True, order=True)
+class ReplicaKey:
+    """One replica of a gang: (replica type, replica index), e.g. ("worker", 3).
+
+    The type is lower-cased: training-operator labels say ``worker``, job specs ``Worker``.
+    """
+
+    replica_type: str
+    index: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.replica_type, str) or not self.replica_type:
+            raise ValueError("ReplicaKey.replica_type must be a non-empty string")
+        if not isinstance(self.index, int) or self.index < 0:
+            raise ValueError("ReplicaKey.index must be a non-negative int")
+        object.__setattr__(self, "replica_type", self.replica_type.lower())
+
+    def wire(self) -> str:
+        """``worker/3``: the form stored in ConfigMaps and shown in messages."""
+        return f"{self.replica_type}/{self.index}"
+
+    @classmethod
+    def from_wire(cls, text: str) -> ReplicaKey:
+        rtype, _, idx = text.rpartition("/")
+        return cls(rtype, int(idx))
+
+
+@dataclass(frozen=True)
+class GangReservation:
+    """The GPUs promised to one gang and which replica got which slot.
+
+    ``slots`` are the solver's slots (``ReplicaSlot.replica`` numbers them 0..n-1);
+    ``assigned`` maps a replica to the number of the slot it was given. ``expires_at``
+    (epoch seconds) only matters while some slot is unassigned: a fully admitted gang lives
+    until its job is deleted or finishes. ``version`` is the store's opaque revision.
+    """
+
+    key: GangKey
+    slots: tuple[ReplicaSlot, ...]
+    assigned: Mapping[ReplicaKey, int] = field(default_factory=dict)
+    created_at: float = 0.0
+    expires_at: float = 0.0
+    bus_bandwidth_gbps: float = 0.0
+    reason: str = ""
+    token: str = ""
+    version: str = ""
+
+    # --- what the placement step reads ---------------------------------------------------
+    def slot(self, number: int) -> ReplicaSlot:
+        for s in self.slots:
+            if s.replica == number:
+                return s
+        raise KeyError(number)
+
+    def slot_for(self, replica: ReplicaKey) -> ReplicaSlot | None:
+        """The slot already given to ``replica``, or None."""
+        n = self.assigned.get(replica)
+        return None if n is None else self.slot(n)
+
+    @property
+    def assignments(self) -> dict[ReplicaKey, ReplicaSlot]:
+        return {r: self.slot(n) for r, n in sorted(self.assigned.items())}
+
+    @property
+    def unassigned(self) -> tuple[ReplicaSlot, ...]:
+        taken = set(self.assigned.values())
+        return tuple(s for s in self.slots if s.replica not in taken)
+
+    @property
+    def complete(self) -> bool:
+        """Every slot has its replica."""
+        return not self.unassigned
+
+    def gpus(self) -> dict[str, frozenset[int]]:
+        """node → GPUs this reservation holds."""
+        out: dict[str, set[int]] = {}
+        for s in self.slots:
+            out.setdefault(s.node, set()).update(s.gpus)
+        return {n: frozenset(g) for n, g in out.items()}
+
+    def visible_gpus(self, node: str) -> tuple[int, ...]:
+        """The job's GPUs on ``node``, ascending: the ``gpu-visible`` annotation value."""
+        return tuple(sorted(self.gpus().get(node, frozenset())))
+
+    def expired(self, now: float) -> bool:
+        return not self.complete and now >= self.expires_at
+
+    # --- building and the wire form ------------------------------------------------------
+    @classmethod
+    def from_placement(
+        cls, key: GangKey, placement: Placement, *, now: float, ttl_seconds: float,
+        token: str = "",
+    ) -> GangReservation:
+        if not placement.feasible or not placement.slots:
+            raise ValueError("only a feasible placement with slots can be reserved")
+        numbers = [s.replica for s in placement.slots]
+        if len(set(numbers)) != len(numbers):
+            raise ValueError("placement slots must have distinct replica numbers")
+        seen: set[tuple[str, int]] = set()
+        for s in placement.slots:
+            for g in s.gpus:
+                if (s.node, g) in seen:
+                    raise ValueError(f"placement uses GPU {g} of {s.node} twice")
+                seen.add((s.node, g))
+        return cls(
+            key=key, slots=tuple(sorted(placement.slots, key=lambda s: s.replica)),
+            assigned={}, created_at=now, expires_at=now + ttl_seconds,
+            bus_bandwidth_gbps=placement.bus_bandwidth_gbps, reason=placement.reason,
+            token=token,
+        )
+
+    def with_assignment(self, replica: ReplicaKey, number: int, *, expires_at: float
+                        ) -> GangReservation:
+        return replace(self, assigned={**self.assigned, replica: number},
+                       expires_at=expires_at)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key.to_json(),
+            "slots": [{"replica": s.replica, "node": s.node, "gpus": list(s.gpus)}
+                      for s in self.slots],
+            "assigned": {r.wire(): n for r, n in sorted(self.assigned.items())},
+            "createdAt": self.created_at,
+            "expiresAt": self.expires_at,
+            "busBandwidthGBps": self.bus_bandwidth_gbps,
+            "reason": self.reason,
+            "token": self.token,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], *, version: str = "") -> GangReservation:
+        return cls(
+            key=GangKey.from_json(data["key"]),
+            slots=tuple(ReplicaSlot(int(s["replica"]), str(s["node"]),
+                                    tuple(int(g) for g in s["gpus"])) for s in data["slots"]),
+            assigned={ReplicaKey.from_wire(k): int(v)
+                      for k, v in dict(data.get("assigned", {})).items()},
+            created_at=float(data.get("createdAt", 0.0)),
+            expires_at=float(data.get("expiresAt", 0.0)),
+            bus_bandwidth_gbps=float(data.get("busBandwidthGBps", 0.0)),
+            reason=str(data.get("reason", "")),
+            token=str(data.get("token", "")),
+            version=version,
+        )
+
+
+def pick_slot(res: GangReservation, replica: ReplicaKey) -> int | None:
+    """The slot number ``replica`` gets: its existing one, else the lowest free slot.
+
+    Deterministic so that two webhook replicas racing on one gang compute the same answer.
+    """
+    n = res.assigned.get(replica)
+    if n is not None:
+        return n
+    free = res.unassigned
+    return free[0].replica if free else None
+
+
+class ReservationStore(Protocol):
+    """Where gang reservations live. All methods are safe to call from many threads.
+
+    ``reserve`` is all-or-nothing: it claims every GPU of the placement or none, and raises
+    :class:`ReservationConflict` when any is held by another gang. When ``key`` is already
+    reserved it returns the existing reservation unchanged (whoever reserved first wins;
+    the caller must use the returned slots, not its own placement).
+    """
+
+    def get(self, key: GangKey) -> GangReservation | None: ...
+
+    def reserve(
+        self, key: GangKey, placement: Placement, *, ttl_seconds: float | None = None,
+        now: float | None = None,
+    ) -> GangReservation: ...
+
+    def assign_slot(
+        self, key: GangKey, replica: ReplicaKey, *, now: float | None = None
+    ) -> tuple[GangReservation, ReplicaSlot] | None:
+        """Give ``replica`` its slot (the same one every time). None when the gang has no
+        reservation or every slot already belongs to another replica."""
+        ...
+
+    def release(self, key: GangKey) -> bool:
+        """Drop the reservation; True if there was one."""
+        ...
+
+    def held_gpus(self) -> dict[str, set[int]]:
+        """node → GPU indices promised to any gang (the solver must exclude them)."""
+        ...
+
+    def expire(self, now: float | None = None) -> list[GangKey]:
+        """Release reservations whose pods never all came within the TTL; returns them."""
+        ...
+
+    def list(self) -> list[GangReservation]: ...
+
+
+class InMemoryReservationStore:
+    """A thread-safe in-process store: one lock, dicts. For one process only.
+
+    Why a single lock: operations are microseconds, and a lock makes "check every GPU, then
+    claim them all" trivially atomic.
+    """
+
+    def __init__(self, *, ttl_seconds: float = DEFAULT_TTL_SECONDS,
+                 clock: Any = time.time) -> None:
+        self.ttl_seconds = float(ttl_seconds)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._gangs: dict[GangKey, GangReservation] = {}
+        self._owner: dict[tuple[str, int], GangKey] = {}
+        self._revision = 0
+
+    def _now(self, now: float | None) -> float:
+        return float(self._clock()) if now is None else float(now)
+
+    def _bump(self, res: GangReservation) -> GangReservation:
+        self._revision += 1
+        res = replace(res, version=str(self._revision))
+        self._gangs[res.key] = res
+        return res
+
+    def get(self, key: GangKey) -> GangReservation | None:
+        with self._lock:
+            return self._gangs.get(key)
+
+    def reserve(
+        self, key: GangKey, placement: Placement, *, ttl_seconds: float | None = None,
+        now: float | None = None,
+    ) -> GangReservation:
+        t = self._now(now)
+        ttl = self.ttl_seconds if ttl_seconds is None else float(ttl_seconds)
+        res = GangReservation.from_placement(key, placement, now=t, ttl_seconds=ttl,
+                                             token=f"mem-{id(self):x}")
+        with self._lock:
+            existing = self._gangs.get(key)
+            if existing is not None:
+                return existing
+            clash: dict[str, set[int]] = {}
+            for node, gpus in res.gpus().items():
+                for g in gpus:
+                    owner = self._owner.get((node, g))
+                    if owner is not None and owner != key:
+                        clash.setdefault(node, set()).add(g)
+            if clash:
+                raise ReservationConflict(
+                    f"{key}: GPUs already reserved: "
+                    + "; ".join(f"{n}: {sorted(g)}" for n, g in sorted(clash.items())),
+                    clash,
+                )
+            for node, gpus in res.gpus().items():
+                for g in gpus:
+                    self._owner[(node, g)] = key
+            return self._bump(res)
+
+    def assign_slot(
+        self, key: GangKey, replica: ReplicaKey, *, now: float | None = None
+    ) -> tuple[GangReservation, ReplicaSlot] | None:
+        t = self._now(now)
+        with self._lock:
+            res = self._gangs.get(key)
+            if res is None:
+                return None
+            n = pick_slot(res, replica)
+            if n is None:
+                return None
+            if replica not in res.assigned:
+                ttl = max(self.ttl_seconds, res.expires_at - res.created_at)
+                res = self._bump(res.with_assignment(replica, n, expires_at=t + ttl))
+            return res, res.slot(n)
+
+    def release(self, key: GangKey) -> bool:
+        with self._lock:
+            return self._release_locked(key)
+
+    def _release_locked(self, key: GangKey) -> bool:
+        res = self._gangs.pop(key, None)
+        if res is None:
+            return False
+        for node, gpus in res.gpus().items():
+            for g in gpus:
+                if self._owner.get((node, g)) == key:
+                    del self._owner[(node, g)]
+        return True
+
+    def held_gpus(self) -> dict[str, set[int]]:
+        with self._lock:
+            out: dict[str, set[int]] = {}
+            for node, g in self._owner:
+                out.setdefault(node, set()).add(g)
+            return out
+
+    def expire(self, now: float | None = None) -> list[GangKey]:
+        t = self._now(now)
+        with self._lock:
+            gone = [k for k, r in self._gangs.items() if r.expired(t)]
+            return [k for k in gone if self._release_locked(k)]
+
+    def list(self) -> list[GangReservation]:
+        with self._lock:
+            return sorted(self._gangs.values(), key=lambda r: r.key)
