@@ -63,3 +63,10 @@ TRAINING_JOB_KINDS = ("PyTorchJob", "TFJob", "MPIJob")
 GPUTOPO_NAMESPACE = "gputopo-system"
 WEBHOOK_NAME = "gputopo-webhook"
 WEBHOOK_SERVICE = "gputopo-webhook"
+# Objects written by the generator (manifests/): the webhook's serving-certificate Secret
+# (kubernetes.io/tls, mounted as --cert-dir), the policies ConfigMap (mounted as
+# --policies), the topology scheduler and the node topology reporter.
+WEBHOOK_TLS_SECRET = "gputopo-webhook-tls"
+POLICIES_CONFIGMAP = "gputopo-policies"
+SCHEDULER_CONFIGMAP = "gpu-topology-scheduler-config"
+REPORTER_NAME = "gputopo-topology-reporter"
