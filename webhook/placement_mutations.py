@@ -1,0 +1,256 @@
+"""What a replica's slot does to its pod: node pin, GPU index annotations, env, record.
+
+Why a module of its own: the placement step decides *where* a replica goes; this module only
+writes that decision into a pod, the same way every time, so that re-admitting a placed pod
+changes nothing (an empty patch) and a user's own settings are merged into, never clobbered.
+Every function mutates the pod dict in place and returns the warnings it has for the user.
+
+Rules (docs/placement.md):
+- node pin: a REQUIRED node affinity requirement ``matchFields metadata.name In [node]``
+  (what the DaemonSet controller writes) is added to EVERY existing nodeSelectorTerm, since
+  terms are ORed: a pin in only one term would let the scheduler pick another term's nodes.
+  No terms → one new term.
+- ``topology.kubernetes.io/gpu-group`` / ``gpu-visible``: always ours. They decide which
+  GPUs the device plumbing hands out, so a value already on the pod (copied or forged) is
+  replaced, with a warning.
+- ``NVIDIA_VISIBLE_DEVICES`` / ``CUDA_VISIBLE_DEVICES`` in GPU containers: a user's explicit
+  different value wins, with a warning.
+- ``schedulerName``: set when absent or ``default-scheduler``; another scheduler the user
+  chose is kept, with a warning.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from gputopo import names
+
+#: The ``matchFields`` key the DaemonSet controller pins pods with (a field, not a label:
+#: it cannot be faked by relabelling a node).
+NODE_NAME_FIELD = "metadata.name"
+DEFAULT_SCHEDULER = "default-scheduler"
+#: Resource names that mean "this container wants GPUs", whatever the rename policy did.
+GPU_RESOURCES = frozenset({names.SOURCE_GPU_RESOURCE, names.TOPOLOGY_GPU_RESOURCE})
+
+
+# --- reading the pod -------------------------------------------------------------------
+def _quantity_positive(value: object) -> bool:
+    """A resource quantity > 0 (GPU quantities are integers; anything unreadable counts)."""
+    text = str(value).strip()
+    try:
+        return float(text) > 0
+    except ValueError:
+        return text not in ("", "0")
+
+
+def requests_gpu(container: dict[str, Any], gpu_resources: Iterable[str] = GPU_RESOURCES) -> bool:
+    """True when the container asks for a GPU resource in its limits or requests."""
+    wanted = set(gpu_resources)
+    resources = container.get("resources")
+    if not isinstance(resources, dict):
+        return False
+    for section in ("limits", "requests"):
+        amounts = resources.get(section)
+        if not isinstance(amounts, dict):
+            continue
+        for key, value in amounts.items():
+            if (key in wanted or str(key).endswith("/gpu")) and _quantity_positive(value):
+                return True
+    return False
+
+
+def gpu_containers(
+    pod: dict[str, Any], gpu_resources: Iterable[str] = GPU_RESOURCES
+) -> list[dict[str, Any]]:
+    """The containers (and init containers) of a pod that request GPUs, in spec order."""
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return []
+    out: list[dict[str, Any]] = []
+    for field in ("initContainers", "containers"):
+        items = spec.get(field)
+        if isinstance(items, list):
+            out.extend(c for c in items if isinstance(c, dict) and requests_gpu(c, gpu_resources))
+    return out
+
+
+def pod_gpu_count(pod: dict[str, Any], gpu_resources: Iterable[str] = GPU_RESOURCES) -> int:
+    """GPUs the pod's regular containers ask for (limits win over requests, as for GPUs)."""
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    total = 0
+    wanted = set(gpu_resources)
+    for c in spec.get("containers") or []:
+        if not isinstance(c, dict) or not isinstance(c.get("resources"), dict):
+            continue
+        for section in ("limits", "requests"):
+            amounts = c["resources"].get(section)
+            if not isinstance(amounts, dict):
+                continue
+            found = [
+                v for k, v in amounts.items() if k in wanted or str(k).endswith("/gpu")
+            ]
+            if found:
+                try:
+                    total += max(int(str(v)) for v in found)
+                except ValueError:
+                    total += 1
+                break
+    return total
+
+
+# --- writing the pod -------------------------------------------------------------------
+def gpu_list(gpus: Sequence[int]) -> str:
+    """``(4, 5)`` → ``"4,5"``: the annotation form Arena and the device plumbing read."""
+    return ",".join(str(i) for i in gpus)
+
+
+def cuda_positions(gpu_group: Sequence[int], gpu_visible: Sequence[int]) -> str:
+    """Positions of this pod's GPUs within the job's visible GPUs on the node.
+
+    With ``NVIDIA_VISIBLE_DEVICES=4,5,6,7`` the container sees four devices numbered 0..3,
+    so GPUs 6,7 are ``CUDA_VISIBLE_DEVICES=2,3``.
+    """
+    order = list(gpu_visible)
+    return ",".join(str(order.index(g)) for g in gpu_group)
+
+
+def pin_to_node(pod: dict[str, Any], node: str) -> list[str]:
+    """Add the required ``metadata.name In [node]`` requirement to every nodeSelectorTerm."""
+    warnings: list[str] = []
+    spec = pod.setdefault("spec", {})
+    affinity = spec.get("affinity")
+    if not isinstance(affinity, dict):
+        affinity = spec["affinity"] = {}
+    node_aff = affinity.get("nodeAffinity")
+    if not isinstance(node_aff, dict):
+        node_aff = affinity["nodeAffinity"] = {}
+    required = node_aff.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if not isinstance(required, dict):
+        required = node_aff["requiredDuringSchedulingIgnoredDuringExecution"] = {}
+    terms = required.get("nodeSelectorTerms")
+    if not isinstance(terms, list) or not terms:
+        terms = required["nodeSelectorTerms"] = [{}]
+    pin = {"key": NODE_NAME_FIELD, "operator": "In", "values": [node]}
+    for k, term in enumerate(terms):
+        if not isinstance(term, dict):
+            continue
+        fields = term.get("matchFields")
+        if not isinstance(fields, list):
+            fields = term["matchFields"] = []
+        if pin in fields:
+            continue
+        others = [
+            f for f in fields
+            if isinstance(f, dict) and f.get("key") == NODE_NAME_FIELD
+        ]
+        if others:
+            warnings.append(
+                f"placement: nodeSelectorTerms[{k}] already constrains {NODE_NAME_FIELD} "
+                f"({others}); the pin to {node} is added and both must hold"
+            )
+        fields.append(dict(pin, values=[node]))
+    return warnings
+
+
+def set_env(container: dict[str, Any], name: str, value: str) -> str | None:
+    """Set ``name=value`` unless the container already sets it differently (user wins).
+
+    Returns a warning when the user's value was kept.
+    """
+    env = container.get("env")
+    if not isinstance(env, list):
+        env = container["env"] = []
+    for item in env:
+        if isinstance(item, dict) and item.get("name") == name:
+            if item.get("value") == value and "valueFrom" not in item:
+                return None
+            shown = item.get("value") if "valueFrom" not in item else "(valueFrom)"
+            return (
+                f"placement: container {container.get('name', '?')}: kept the pod's "
+                f"{name}={shown}; the placement would set {name}={value}"
+            )
+    env.append({"name": name, "value": value})
+    return None
+
+
+def set_annotation(pod: dict[str, Any], key: str, value: str, *, guarded: bool) -> str | None:
+    """Set an annotation; for ``guarded`` ones say when a different value was replaced."""
+    meta = pod.setdefault("metadata", {})
+    ann = meta.get("annotations")
+    if not isinstance(ann, dict):
+        ann = meta["annotations"] = {}
+    old = ann.get(key)
+    ann[key] = value
+    if guarded and old is not None and old != value:
+        return f"placement: replaced the pod's {key}={old!r} with {value!r}"
+    return None
+
+
+def set_scheduler(pod: dict[str, Any]) -> str | None:
+    """Hand the pod to the topology scheduler unless the user chose another one."""
+    spec = pod.setdefault("spec", {})
+    current = spec.get("schedulerName")
+    if current in (None, "", DEFAULT_SCHEDULER, names.SCHEDULER_NAME):
+        spec["schedulerName"] = names.SCHEDULER_NAME
+        return None
+    return (
+        f"placement: kept schedulerName {current!r}; gputopo placements are made for "
+        f"{names.SCHEDULER_NAME!r}"
+    )
+
+
+def record_json(record: dict[str, Any]) -> str:
+    """The ``gputopo.io/placement`` value: compact, key-sorted JSON, so it is stable."""
+    return json.dumps(record, sort_keys=True, separators=(",", ":"))
+
+
+def apply_slot(
+    pod: dict[str, Any],
+    *,
+    node: str,
+    gpu_group: Sequence[int],
+    gpu_visible: Sequence[int],
+    record: dict[str, Any],
+    gpu_resources: Iterable[str] = GPU_RESOURCES,
+) -> list[str]:
+    """Write one replica's slot into its pod; returns warnings for the user."""
+    warnings = pin_to_node(pod, node)
+    visible = gpu_list(gpu_visible)
+    for key, value in (
+        (names.GPU_GROUP_ANNOTATION, gpu_list(gpu_group)),
+        (names.GPU_VISIBLE_ANNOTATION, visible),
+    ):
+        w = set_annotation(pod, key, value, guarded=True)
+        if w:
+            warnings.append(w)
+    set_annotation(pod, names.PLACEMENT_ANNOTATION, record_json(record), guarded=False)
+    cuda = cuda_positions(gpu_group, gpu_visible)
+    for container in gpu_containers(pod, gpu_resources):
+        for env_name, value in (
+            (names.NVIDIA_VISIBLE_DEVICES_ENV, visible),
+            (names.CUDA_VISIBLE_DEVICES_ENV, cuda),
+        ):
+            w = set_env(container, env_name, value)
+            if w:
+                warnings.append(w)
+    w = set_scheduler(pod)
+    if w:
+        warnings.append(w)
+    return warnings
+
+
+def apply_unplaced(pod: dict[str, Any], record: dict[str, Any]) -> list[str]:
+    """An unplaced replica carries only the record saying why (no pin, no GPU indices).
+
+    GPU index annotations already on the pod were not handed out by gputopo (a copied or
+    forged claim on someone's GPUs), so they are removed, with a warning.
+    """
+    warnings: list[str] = []
+    set_annotation(pod, names.PLACEMENT_ANNOTATION, record_json(record), guarded=False)
+    ann = pod["metadata"]["annotations"]
+    for key in (names.GPU_GROUP_ANNOTATION, names.GPU_VISIBLE_ANNOTATION):
+        if key in ann:
+            warnings.append(f"placement: removed {key}={ann.pop(key)!r}: no GPUs were reserved")
+    return warnings
