@@ -214,8 +214,13 @@ def apply_slot(
     gpu_visible: Sequence[int],
     record: dict[str, Any],
     gpu_resources: Iterable[str] = GPU_RESOURCES,
+    warn_scheduler: bool = True,
 ) -> list[str]:
-    """Write one replica's slot into its pod; returns warnings for the user."""
+    """Write one replica's slot into its pod; returns warnings for the user.
+
+    ``warn_scheduler=False`` when the policy step already set (or warned about) the pod's
+    schedulerName, so the user is not told twice.
+    """
     warnings = pin_to_node(pod, node)
     visible = gpu_list(gpu_visible)
     for key, value in (
@@ -236,7 +241,7 @@ def apply_slot(
             if w:
                 warnings.append(w)
     w = set_scheduler(pod)
-    if w:
+    if w and warn_scheduler:
         warnings.append(w)
     return warnings
 

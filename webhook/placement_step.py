@@ -39,10 +39,12 @@ from gputopo.cluster.reservations import (
     ReservationConflict,
     ReservationStore,
     ReservationUnavailable,
+    pick_slot,
 )
 from gputopo.placement.types import GangRequest, NodeState, Placement, ReplicaSlot
 from webhook import metrics
 from webhook.placement_mutations import (
+    GPU_RESOURCES,
     apply_slot,
     apply_unplaced,
     gpu_containers,
@@ -163,14 +165,15 @@ class PlacementStep:
     def apply(self, ctx: Any) -> None:
         """Give this pod its slot of the gang (placing the gang first if needed)."""
         job = getattr(ctx, "job", None)
-        if job is None:
+        if job is None or _field(job, "requests_gpu", default=True) is False:
             return
         settings = placement_settings(getattr(ctx, "policy", None))
         if not settings.enabled:
             return
         pod = ctx.pod
-        gpus = int(_field(job, "gpus_per_pod", default=0) or 0) or pod_gpu_count(pod)
-        if gpus <= 0 or not gpu_containers(pod):
+        gpus = int(_field(job, "gpus_per_pod", default=0) or 0) or pod_gpu_count(
+            pod, _gpu_resources(ctx.policy))
+        if gpus <= 0 or not gpu_containers(pod, _gpu_resources(ctx.policy)):
             return  # a launcher or any pod without GPUs: no slot
         what = f"{job.kind} {job.namespace}/{job.name}"
         if (pod.get("spec") or {}).get("nodeName"):
@@ -194,14 +197,14 @@ class PlacementStep:
                                 f"pod admitted unplaced")
             return
         gang = GangRequest(replicas=gang_size, gpus_per_replica=gpus)
-        if ctx.audit:
-            self._audit(ctx, key, replica, gang)
-            return
-        outcome = self._grant(ctx, key, replica, gang)
+        request = getattr(ctx, "request", None)
+        preview = bool(ctx.audit or getattr(request, "dry_run", False))
+        outcome = (self._preview(ctx, key, replica, gang) if preview
+                   else self._grant(ctx, key, replica, gang))
         if isinstance(outcome, Granted):
-            self._write_slot(ctx, key, replica, outcome)
+            self._write_slot(ctx, key, replica, outcome, preview=preview)
         else:
-            self._unplaced(ctx, key, replica, gang, outcome, settings)
+            self._unplaced(ctx, key, replica, gang, outcome, settings, preview=preview)
 
     # --- deciding ------------------------------------------------------------------------
     def _grant(
@@ -261,9 +264,29 @@ class PlacementStep:
             f"in a row (last: {last})"
         )
 
+    def _preview(
+        self, ctx: Any, key: GangKey, replica: ReplicaKey, gang: GangRequest
+    ) -> Granted | Unplaced:
+        """The slot this replica would get, with no side effects (audit mode, dry run)."""
+        try:
+            res = self.store.get(key)
+            if res is None:
+                nodes = exclude_held(ctx.cluster.node_states(), self.store.held_gpus())
+                placement = self.solver(nodes, gang)
+                if not placement.feasible:
+                    return Unplaced(placement.reason or "no feasible placement")
+                res = GangReservation.from_placement(key, placement, now=0.0, ttl_seconds=0.0)
+        except ReservationUnavailable as exc:
+            return Unplaced(f"the reservation store is unavailable: {exc}")
+        number = pick_slot(res, replica)
+        if number is None:
+            return Unplaced(f"all {len(res.slots)} slots reserved for the gang belong to "
+                            f"other replicas")
+        return Granted(reservation=res, slot=res.slot(number), fresh=False)
+
     # --- writing -------------------------------------------------------------------------
     def _write_slot(
-        self, ctx: Any, key: GangKey, replica: ReplicaKey, granted: Granted
+        self, ctx: Any, key: GangKey, replica: ReplicaKey, granted: Granted, *, preview: bool
     ) -> None:
         res, slot = granted.reservation, granted.slot
         visible = res.visible_gpus(slot.node)
@@ -278,33 +301,49 @@ class PlacementStep:
             "busBandwidthGBps": round(res.bus_bandwidth_gbps, 3),
             "reason": res.reason,
         }
+        policy = getattr(ctx, "policy", None)
         ctx.warnings.extend(
             apply_slot(ctx.pod, node=slot.node, gpu_group=slot.gpus, gpu_visible=visible,
-                       record=record)
+                       record=record, gpu_resources=_gpu_resources(policy),
+                       warn_scheduler=_scheduler_unhandled(policy))
         )
-        metrics.PLACEMENTS.labels(result="placed" if granted.fresh else "reused").inc()
-        metrics.MUTATIONS.labels(
-            kind="placement", policy=policy_name(ctx.policy), mode="enforce"
-        ).inc()
+        if ctx.audit:
+            ctx.warnings.append(
+                f"placement (audit): would pin this pod ({replica.wire()}) to node "
+                f"{slot.node}, GPUs {gpu_list(slot.gpus)} of the job's "
+                f"{gpu_list(visible)} there; nothing was reserved"
+            )
+        if not preview:
+            metrics.PLACEMENTS.labels(result="placed" if granted.fresh else "reused").inc()
+        if not getattr(getattr(ctx, "request", None), "dry_run", False):
+            metrics.MUTATIONS.labels(
+                kind="placement", policy=policy_name(policy),
+                mode="audit" if ctx.audit else "enforce",
+            ).inc()
 
     def _unplaced(
         self, ctx: Any, key: GangKey, replica: ReplicaKey, gang: GangRequest,
-        why: Unplaced, settings: PlacementSettings,
+        why: Unplaced, settings: PlacementSettings, *, preview: bool,
     ) -> None:
         what = f"{key.kind} {key.namespace}/{key.name}"
         demand = f"{gang.replicas} pod(s) x {gang.gpus_per_replica} GPU(s)"
         if settings.on_unplaceable == ON_UNPLACEABLE_DENY:
-            metrics.PLACEMENTS.labels(result="denied").inc()
-            ctx.deny(
+            message = (
                 f"gputopo cannot place {what} ({demand}) on GPUs that fit together: "
                 f"{why.reason}. Policy {policy_name(ctx.policy)!r} denies such pods "
                 f"(placement.onUnplaceable: deny); free GPUs, make the job smaller, or "
                 f"set onUnplaceable: admit to run it without topology placement."
             )
+            if ctx.audit:
+                ctx.warnings.append(f"placement (audit): would deny: {message}")
+                return
+            if not preview:
+                metrics.PLACEMENTS.labels(result="denied").inc()
+            ctx.deny(message)
             return
         record = {
             "placed": False,
-            "job": f"{what}",
+            "job": what,
             "jobUid": key.uid,
             "replica": replica.wire(),
             "node": None,
@@ -312,35 +351,25 @@ class PlacementStep:
             "reason": why.reason,
         }
         ctx.warnings.extend(apply_unplaced(ctx.pod, record))
+        prefix = "placement (audit): would leave" if ctx.audit else "placement:"
         ctx.warnings.append(
-            f"placement: {what} ({demand}) left unplaced: {why.reason}; admitted without "
+            f"{prefix} {what} ({demand}) left unplaced: {why.reason}; admitted without "
             f"node or GPU pinning"
         )
-        metrics.PLACEMENTS.labels(result="unplaced").inc()
+        if not preview:
+            metrics.PLACEMENTS.labels(result="unplaced").inc()
 
-    def _audit(self, ctx: Any, key: GangKey, replica: ReplicaKey, gang: GangRequest) -> None:
-        """Say what enforce mode would do; reserve nothing, change nothing."""
-        what = f"{key.kind} {key.namespace}/{key.name}"
-        res = self.store.get(key)
-        slot = res.slot_for(replica) if res is not None else None
-        if res is not None and slot is not None:
-            msg = (f"would pin this pod to node {slot.node}, GPUs {gpu_list(slot.gpus)} "
-                   f"(already reserved for {what})")
-        else:
-            nodes = exclude_held(ctx.cluster.node_states(), self.store.held_gpus())
-            placement = self.solver(nodes, gang)
-            if placement.feasible:
-                where = "; ".join(
-                    f"{s.node} GPUs {gpu_list(s.gpus)}" for s in placement.slots
-                )
-                msg = (f"would reserve {what} ({gang.replicas} x {gang.gpus_per_replica} "
-                       f"GPU) on {where} and pin each replica to its slot")
-            else:
-                msg = f"would leave {what} unplaced: {placement.reason}"
-        ctx.warnings.append(f"placement (audit): {msg}")
-        metrics.MUTATIONS.labels(
-            kind="placement", policy=policy_name(ctx.policy), mode="audit"
-        ).inc()
+
+def _gpu_resources(policy: object) -> frozenset[str]:
+    """GPU resource names of the matched policy (before and after its rename)."""
+    found = getattr(policy, "gpu_resources", None)
+    return frozenset(found) if found else GPU_RESOURCES
+
+
+def _scheduler_unhandled(policy: object) -> bool:
+    """False when the policy's own mutations already set schedulerName (and warned)."""
+    mutations = getattr(policy, "mutations", None)
+    return getattr(mutations, "scheduler_name", None) is None
 
 
 def make_placement_step(store: ReservationStore | None = None) -> PlacementStep:
