@@ -1,0 +1,159 @@
+"""Everything an operator applies to run gputopo, as plain YAML files and a kustomization.
+
+Why plain files: operators review what they apply; ``kubectl apply -k DIR`` (or ``kubectl
+apply -f DIR``) needs no Helm, and ``manifests/`` in the repository is byte-for-byte what
+this module writes (a test regenerates and compares), so a reviewer can diff a change.
+
+Output is deterministic: one file per concern, objects in a fixed order, keys in insertion
+order, policies sorted by file name. Only the ``self-signed`` certificate mode differs from
+run to run (fresh keys), which is why the repository uses the cert-manager mode.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from generator import (
+    policy_objects,
+    reporter_objects,
+    scheduler_objects,
+    tls_objects,
+    webhook_objects,
+)
+from generator.scheduler_config import ProfileOptions, build_config
+from gputopo import yamlio
+from gputopo.errors import InputError
+from gputopo.names import GPUTOPO_NAMESPACE
+
+#: The image built from the repository's Dockerfile; ``--image`` or ``kustomize edit set
+#: image gputopo=REGISTRY/gputopo:TAG`` points it at the operator's registry.
+DEFAULT_IMAGE = "gputopo:0.1.0"
+KUSTOMIZATION = "kustomization.yaml"
+#: The Kubernetes version whose schemas the manifests are validated against in the tests
+#: (kubernetes-validate bundles schemas up to 1.37); it matches the scheduler image.
+KUBERNETES_VERSION = "1.34"
+
+
+@dataclass(frozen=True)
+class ManifestOptions:
+    image: str = DEFAULT_IMAGE
+    scheduler_image: str = scheduler_objects.SCHEDULER_IMAGE
+    webhook_replicas: int = 2
+    scheduler_replicas: int = 1
+    failure_policy: str = webhook_objects.DEFAULT_FAILURE_POLICY
+    certs: str = "cert-manager"
+    policies_dir: Path = field(default_factory=policy_objects.default_policies_dir)
+    reporter_runtime_class: str | None = None
+    profile: ProfileOptions = field(default_factory=ProfileOptions)
+
+
+def check_options(opts: ManifestOptions) -> None:
+    if opts.failure_policy not in webhook_objects.FAILURE_POLICIES:
+        raise InputError(f"must be one of {', '.join(webhook_objects.FAILURE_POLICIES)}",
+                         obj="--failure-policy")
+    if opts.certs not in tls_objects.CERT_MODES:
+        raise InputError(f"must be one of {', '.join(tls_objects.CERT_MODES)}", obj="--certs")
+    if opts.webhook_replicas < 2:
+        raise InputError("the webhook needs at least 2 replicas to survive a node drain",
+                         obj="--replicas")
+    if opts.scheduler_replicas < 1:
+        raise InputError("must be at least 1", obj="--scheduler-replicas")
+    for flag, image in (("--image", opts.image), ("--scheduler-image", opts.scheduler_image)):
+        if not image or any(c.isspace() for c in image):
+            raise InputError(f"{image!r} is not an image reference", obj=flag)
+
+
+def namespace() -> dict[str, Any]:
+    """gputopo's namespace; everything in it meets Pod Security ``restricted``."""
+    levels = {f"pod-security.kubernetes.io/{mode}": "restricted"
+              for mode in ("enforce", "audit", "warn")}
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": GPUTOPO_NAMESPACE,
+            "labels": {"app.kubernetes.io/part-of": "gputopo", **levels},
+        },
+    }
+
+
+def build_files(opts: ManifestOptions) -> dict[str, list[dict[str, Any]]]:
+    """``{file name: objects}`` in apply order (the kustomization lists them in this order)."""
+    check_options(opts)
+    if opts.certs == "cert-manager":
+        tls = tls_objects.cert_manager_objects()
+        mwc = webhook_objects.mutating_webhook_configuration(
+            failure_policy=opts.failure_policy,
+            annotations=tls_objects.cert_manager_annotations(),
+        )
+    else:
+        tls, ca_bundle = tls_objects.self_signed_objects()
+        mwc = webhook_objects.mutating_webhook_configuration(
+            failure_policy=opts.failure_policy, ca_bundle=ca_bundle
+        )
+    return {
+        "namespace.yaml": [namespace()],
+        "webhook-rbac.yaml": webhook_objects.rbac(),
+        "webhook-tls.yaml": tls,
+        "policies.yaml": [policy_objects.config_map(opts.policies_dir)],
+        "webhook.yaml": [
+            webhook_objects.service(),
+            webhook_objects.deployment(image=opts.image, replicas=opts.webhook_replicas),
+            webhook_objects.disruption_budget(),
+        ],
+        "webhook-configuration.yaml": [mwc],
+        "scheduler-rbac.yaml": scheduler_objects.rbac(),
+        "scheduler.yaml": [
+            scheduler_objects.config_map(build_config(opts.profile)),
+            scheduler_objects.deployment(image=opts.scheduler_image,
+                                         replicas=opts.scheduler_replicas),
+        ],
+        "reporter.yaml": [
+            *reporter_objects.rbac(),
+            reporter_objects.daemon_set(image=opts.image,
+                                        runtime_class=opts.reporter_runtime_class),
+        ],
+    }
+
+
+def kustomization(files: list[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": files,
+    }
+
+
+def render(opts: ManifestOptions) -> dict[str, str]:
+    """``{file name: YAML text}``, the kustomization included."""
+    files = build_files(opts)
+    out = {name: _header(name) + yamlio.dump_documents(objs) for name, objs in files.items()}
+    out[KUSTOMIZATION] = _header(KUSTOMIZATION) + yamlio.dump(kustomization(list(files)))
+    return out
+
+
+def _header(name: str) -> str:
+    return (f"# {name}: generated by `gputopo generate manifests` - do not edit by hand;\n"
+            "# change the generator (generator/) or its options and regenerate.\n")
+
+
+def write(opts: ManifestOptions, out_dir: Path) -> list[Path]:
+    """Write every file into ``out_dir`` (created if missing); returns the paths written.
+
+    Stale ``*.yaml`` files from an earlier run with other options are not deleted, but a
+    file with the same name is overwritten.
+    """
+    rendered = render(opts)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError("exists and is not a directory", file=str(out_dir))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in rendered.items():
+        path = out_dir / name
+        path.write_text(text, encoding="utf-8")
+        if name == "webhook-tls.yaml" and opts.certs == "self-signed":
+            path.chmod(0o600)  # holds the serving key
+        written.append(path)
+    return written

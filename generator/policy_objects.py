@@ -1,0 +1,61 @@
+"""The shipped policies as the ConfigMap the webhook mounts as ``--policies``.
+
+Why byte-for-byte: each ``policies/*.yaml`` file becomes one ConfigMap key with its text
+unchanged, so what the webhook loads in the cluster is exactly what ``gputopo policy test``
+checked in the repository. Only the top level is taken: test cases (``policies/tests/``)
+are not policies and stay out.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from generator import k8s
+from gputopo import yamlio
+from gputopo.errors import InputError
+from gputopo.names import GPUTOPO_NAMESPACE, POLICIES_CONFIGMAP, WEBHOOK_NAME
+
+#: A ConfigMap holds at most 1 MiB (etcd's object size limit is a little above).
+MAX_CONFIGMAP_BYTES = 1024 * 1024
+
+
+def default_policies_dir() -> Path:
+    """The repository's ``policies/`` (editable install) or the copy bundled in the wheel."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "policies",
+                      here.parent / "gputopo" / "_bundled" / "policies"):
+        if candidate.is_dir():
+            return candidate
+    return here.parent / "policies"
+
+
+def policy_files(directory: Path) -> dict[str, str]:
+    """``{file name: text}`` of the top-level ``*.yaml``/``*.yml`` files, sorted by name.
+
+    Each file must be YAML the project's loader accepts; a file that is not fails here,
+    naming itself, instead of in the cluster.
+    """
+    if not directory.is_dir():
+        raise InputError("no such directory", file=str(directory), obj="--policies")
+    files: dict[str, str] = {}
+    for path in sorted(directory.iterdir()):
+        if path.is_file() and path.suffix in (".yaml", ".yml"):
+            text = path.read_text(encoding="utf-8")
+            yamlio.load_documents_text(text, source=str(path))
+            files[path.name] = text
+    return files
+
+
+def config_map(directory: Path) -> dict[str, Any]:
+    files = policy_files(directory)
+    size = sum(len(k) + len(v.encode("utf-8")) for k, v in files.items())
+    if size > MAX_CONFIGMAP_BYTES:
+        raise InputError(f"policies total {size} bytes; a ConfigMap holds at most 1 MiB",
+                         file=str(directory))
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": k8s.metadata(POLICIES_CONFIGMAP, WEBHOOK_NAME, namespace=GPUTOPO_NAMESPACE),
+        "data": files,
+    }

@@ -1,0 +1,84 @@
+"""The node topology reporter: a DaemonSet on activated GPU nodes, with its own account.
+
+Why: the webhook places gangs by how each node's GPUs are wired; the reporter reads that
+from NVML on the node (``gputopo topology report --nvml``) and writes the
+``gputopo.io/topology`` annotation on its own Node. It runs only where the activation
+label ``ack.node.gpu.schedule=topology`` is set, needs nothing but get/patch on nodes, and
+requests no GPU: the NVIDIA container runtime exposes the driver library to it through
+``NVIDIA_VISIBLE_DEVICES=all`` with the ``utility`` capability only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from generator import k8s
+from gputopo.names import (
+    GPUTOPO_NAMESPACE,
+    NODE_ACTIVATION_LABEL,
+    NODE_ACTIVATION_VALUE,
+    REPORTER_NAME,
+    SOURCE_GPU_RESOURCE,
+)
+
+COMPONENT = REPORTER_NAME
+
+
+def rbac() -> list[dict[str, Any]]:
+    ns = GPUTOPO_NAMESPACE
+    return [
+        k8s.service_account(REPORTER_NAME, ns, COMPONENT),
+        k8s.role("ClusterRole", REPORTER_NAME,
+                 [k8s.rule([""], ["nodes"], ["get", "patch"])], component=COMPONENT),
+        k8s.binding("ClusterRoleBinding", REPORTER_NAME, role_kind="ClusterRole",
+                    role=REPORTER_NAME, account=REPORTER_NAME, account_namespace=ns,
+                    component=COMPONENT),
+    ]
+
+
+def daemon_set(*, image: str, runtime_class: str | None = None) -> dict[str, Any]:
+    container = {
+        "name": "reporter",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": ["topology", "report", "--nvml"],
+        "env": [
+            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+            {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
+            {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+            {"name": "PYTHONUNBUFFERED", "value": "1"},
+        ],
+        "resources": {
+            "requests": {"cpu": "10m", "memory": "64Mi"},
+            "limits": {"cpu": "200m", "memory": "256Mi"},
+        },
+        "securityContext": k8s.container_security_context(),
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    pod_spec: dict[str, Any] = {
+        "serviceAccountName": REPORTER_NAME,
+        "securityContext": k8s.pod_security_context(),
+        "nodeSelector": {NODE_ACTIVATION_LABEL: NODE_ACTIVATION_VALUE},
+        # GPU nodes are often tainted so that only GPU pods land there.
+        "tolerations": [{"key": SOURCE_GPU_RESOURCE, "operator": "Exists",
+                         "effect": "NoSchedule"}],
+        "containers": [container],
+        "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}}],
+    }
+    if runtime_class:
+        pod_spec = {"runtimeClassName": runtime_class, **pod_spec}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": k8s.metadata(REPORTER_NAME, COMPONENT, namespace=GPUTOPO_NAMESPACE),
+        "spec": {
+            "selector": {"matchLabels": k8s.selector(COMPONENT)},
+            "updateStrategy": {"type": "RollingUpdate",
+                               "rollingUpdate": {"maxUnavailable": "10%"}},
+            "template": {
+                "metadata": {"labels": k8s.labels(COMPONENT)},
+                "spec": pod_spec,
+            },
+        },
+    }
