@@ -1,0 +1,12 @@
+"""TEST DOUBLE of the Kubernetes REST API (loopback HTTP), for gputopo's tests and drills.
+
+Start it in-process with :class:`KubeApiDouble` (``.start()``, ``.url``) or as a separate
+process with ``python -m k8s_double`` (prints ``{"port": N}`` on its first line); point
+the official client at it with :func:`api_client`.
+"""
+
+from k8s_double.client import api_client, configuration
+from k8s_double.server import RESOURCES, ApiError, KubeApiDouble, Resource
+
+__all__ = ["RESOURCES", "ApiError", "KubeApiDouble", "Resource", "api_client",
+           "configuration"]

@@ -1,0 +1,17 @@
+"""The official ``kubernetes`` client, configured for a test double at a loopback URL."""
+
+from __future__ import annotations
+
+from kubernetes import client
+
+
+def configuration(url: str) -> client.Configuration:
+    """A Configuration pointing at ``url`` (plain HTTP on loopback: the double has no TLS)."""
+    cfg = client.Configuration()
+    cfg.host = url
+    cfg.verify_ssl = False
+    return cfg
+
+
+def api_client(url: str) -> client.ApiClient:
+    return client.ApiClient(configuration(url))
