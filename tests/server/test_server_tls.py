@@ -1,0 +1,178 @@
+"""TLS of the running server: no plaintext, TLS 1.2 floor, certificates rotated in place."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from cryptography import x509
+from serverkit import (
+    TEST_RELOAD_INTERVAL,
+    RunningServer,
+    StandInAdmitter,
+    make_pair,
+    project_secret,
+    start_server,
+)
+
+from gputopo.errors import InputError
+from webhook.tls import CertificateReloader
+
+
+def presented_serial(port: int) -> int:
+    """Serial of the certificate a NEW handshake with the server presents."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE  # we only read the certificate here
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+def serial_of(pem: bytes) -> int:
+    return x509.load_pem_x509_certificate(pem).serial_number
+
+
+def reloads(client: httpx.Client, result: str) -> float:
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith(f'gputopo_certificate_reloads_total{{result="{result}"}}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def wait_for(condition: Callable[[], bool], *, seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(TEST_RELOAD_INTERVAL / 2)
+    return condition()
+
+
+def tls_client(ca_pem: bytes, base_url: str) -> httpx.Client:
+    context = ssl.create_default_context(cadata=ca_pem.decode())
+    return httpx.Client(base_url=base_url, verify=context, timeout=5)
+
+
+def test_plaintext_http_gets_no_answer(standin_server: RunningServer) -> None:
+    with pytest.raises(httpx.TransportError), httpx.Client(timeout=5) as plain:
+        plain.get(f"http://127.0.0.1:{standin_server.port}/healthz")
+    with socket.create_connection(("127.0.0.1", standin_server.port), timeout=5) as raw:
+        raw.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        try:
+            answer = raw.recv(1024)
+        except ConnectionResetError:
+            answer = b""
+    assert not answer.startswith(b"HTTP/")
+
+
+def _handshake(port: int, ca_file: Path, version: ssl.TLSVersion) -> str:
+    context = ssl.create_default_context(cafile=str(ca_file))
+    context.set_ciphers("DEFAULT:@SECLEVEL=0")  # let the CLIENT offer old protocols at all
+    context.minimum_version = version
+    context.maximum_version = version
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        return str(tls.version())
+
+
+def test_tls_1_2_and_1_3_are_served(standin_server: RunningServer) -> None:
+    port, ca = standin_server.port, standin_server.ca_file
+    assert _handshake(port, ca, ssl.TLSVersion.TLSv1_2) == "TLSv1.2"
+    assert _handshake(port, ca, ssl.TLSVersion.TLSv1_3) == "TLSv1.3"
+
+
+@pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1:DeprecationWarning")
+@pytest.mark.parametrize(
+    "version", [ssl.TLSVersion.TLSv1, ssl.TLSVersion.TLSv1_1], ids=["tls1.0", "tls1.1"]
+)
+def test_tls_below_1_2_is_refused(standin_server: RunningServer, version: ssl.TLSVersion) -> None:
+    with pytest.raises(ssl.SSLError) as refused:
+        _handshake(standin_server.port, standin_server.ca_file, version)
+    assert "PROTOCOL" in str(refused.value).upper()
+
+
+@pytest.fixture()
+def rotating_server(tmp_path: Path) -> Iterator[tuple[RunningServer, Path]]:
+    """A server of its own: rotation changes its CA, which the shared server must keep."""
+    secret = tmp_path / "secret"
+    first = make_pair(tmp_path / "first")
+    project_secret(secret, first)
+    running = start_server(StandInAdmitter(), secret, tmp_path / "first" / "ca.crt")
+    yield running, tmp_path
+    running.stop()
+
+
+def test_rotated_certificate_is_served_without_restart(
+    rotating_server: tuple[RunningServer, Path],
+) -> None:
+    running, work = rotating_server
+    secret = running.cert_dir
+    first = {name: (secret / name).read_bytes() for name in ("ca.crt", "tls.crt", "tls.key")}
+    assert presented_serial(running.port) == serial_of(first["tls.crt"])
+
+    with tls_client(first["ca.crt"], running.base_url) as old_client:
+        assert old_client.get("/healthz").status_code == 200  # connection now open
+        successes = reloads(old_client, "success")
+
+        second = make_pair(work / "second")
+        project_secret(secret, second)
+        assert wait_for(lambda: presented_serial(running.port) == serial_of(second["tls.crt"]))
+
+        # The open keep-alive connection goes on; new handshakes need the new CA.
+        assert old_client.get("/healthz").status_code == 200
+        assert reloads(old_client, "success") == successes + 1
+    with tls_client(second["ca.crt"], running.base_url) as new_client:
+        assert new_client.get("/healthz").status_code == 200
+    with pytest.raises(httpx.ConnectError), tls_client(first["ca.crt"], running.base_url) as c:
+        c.get("/healthz")
+
+
+def test_broken_pair_is_rejected_and_the_old_one_kept(
+    rotating_server: tuple[RunningServer, Path],
+) -> None:
+    running, work = rotating_server
+    secret = running.cert_dir
+    good = {name: (secret / name).read_bytes() for name in ("ca.crt", "tls.crt", "tls.key")}
+    other = make_pair(work / "other")
+    with tls_client(good["ca.crt"], running.base_url) as client:
+        failures = reloads(client, "failure")
+
+        # A certificate with somebody else's key: OpenSSL would take the certificate and
+        # refuse the key, leaving a broken context if loaded in place.
+        project_secret(secret, {**good, "tls.crt": other["tls.crt"]})
+        assert wait_for(lambda: reloads(client, "failure") == failures + 1)
+        # Not garbage either.
+        project_secret(secret, {**good, "tls.key": b"-----BEGIN PRIVATE KEY-----\nno\n"})
+        assert wait_for(lambda: reloads(client, "failure") == failures + 2)
+        time.sleep(TEST_RELOAD_INTERVAL * 3)  # a rejected pair is counted once, not per poll
+        assert reloads(client, "failure") == failures + 2
+
+        assert presented_serial(running.port) == serial_of(good["tls.crt"])
+    with tls_client(good["ca.crt"], running.base_url) as fresh:  # new handshake, old pair
+        assert fresh.get("/healthz").status_code == 200
+
+    project_secret(secret, other)  # and a good pair after a bad one is taken
+    assert wait_for(lambda: presented_serial(running.port) == serial_of(other["tls.crt"]))
+
+
+def test_broken_initial_pair_is_an_input_error_naming_the_directory(tmp_path: Path) -> None:
+    one, two = make_pair(tmp_path / "one"), make_pair(tmp_path / "two")
+    secret = tmp_path / "secret"
+    project_secret(secret, {"tls.crt": one["tls.crt"], "tls.key": two["tls.key"]})
+    with pytest.raises(InputError) as error:
+        CertificateReloader(secret)
+    assert str(secret) in str(error.value)
+    with pytest.raises(InputError, match="cannot read"):
+        CertificateReloader(tmp_path / "missing")
