@@ -1,0 +1,192 @@
+"""Which training job a pod belongs to, and how many GPU pods that job has.
+
+Why from the owner reference and the job's spec: labels alone can be copied by anyone (a
+pod that merely carries ``training.kubeflow.org/job-name`` is not a job pod), and the gang
+size must be exact — the scheduler waits for exactly that many pods. The operators set a
+controller ownerReference on every pod they create (training-operator: the job itself;
+mpi-operator v2beta1: the job for workers, a ``batch/v1`` Job for the launcher, which the
+MPIJob owns in turn). The job object is read through the ClusterReader.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gputopo import names
+from gputopo.cluster.source import ClusterReader
+from webhook.policy.schema import OWNER_KINDS
+from webhook.quantity import parse_quantity
+from webhook.steps import JobInfo
+
+BATCH_JOB = ("batch/v1", "Job")
+
+
+@dataclass(frozen=True)
+class OwnerRef:
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+
+
+class JobNotFound(Exception):
+    """The pod is owned by a training job the cluster view does not (yet) hold."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+def controller_ref(obj: Mapping[str, Any]) -> OwnerRef | None:
+    """The ownerReference with ``controller: true``, if any."""
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    refs = meta.get("ownerReferences")
+    for ref in refs if isinstance(refs, list) else []:
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            try:
+                return OwnerRef(str(ref["apiVersion"]), str(ref["kind"]), str(ref["name"]),
+                                str(ref.get("uid") or ""))
+            except KeyError:
+                return None
+    return None
+
+
+def is_job_owner(ref: OwnerRef) -> bool:
+    """True for the owner kinds the pipeline understands (training jobs, batch/v1 Jobs)."""
+    return (ref.api_version, ref.kind) in OWNER_KINDS or (ref.api_version, ref.kind) == BATCH_JOB
+
+
+def container_gpus(container: Mapping[str, Any], gpu_resources: Iterable[str]) -> int:
+    """GPUs one container asks for: its limit (else request) of any GPU resource name."""
+    res = container.get("resources")
+    if not isinstance(res, Mapping):
+        return 0
+    limits = res.get("limits") if isinstance(res.get("limits"), Mapping) else {}
+    requests = res.get("requests") if isinstance(res.get("requests"), Mapping) else {}
+    total = 0
+    for name in set(gpu_resources):
+        raw = limits.get(name, requests.get(name))
+        if raw is None:
+            continue
+        try:
+            value = parse_quantity(raw)
+        except ValueError:
+            continue
+        if value > 0:
+            total += math.ceil(value)
+    return total
+
+
+def pod_gpus(spec: Mapping[str, Any], gpu_resources: Iterable[str]) -> int:
+    """GPUs a pod spec asks for, as the scheduler counts them: max(sum of containers,
+    largest init container)."""
+    names_ = tuple(gpu_resources)
+
+    def each(key: str) -> list[int]:
+        items = spec.get(key)
+        return [container_gpus(c, names_) for c in items if isinstance(c, Mapping)] if (
+            isinstance(items, list)) else []
+
+    return max(sum(each("containers")), max(each("initContainers"), default=0))
+
+
+def _label(labels: Mapping[str, str], primary: str, legacy: tuple[str, ...]) -> str | None:
+    for key in (primary, *legacy):
+        if isinstance(labels.get(key), str) and labels[key]:
+            return labels[key]
+    return None
+
+
+def _replica_type(labels: Mapping[str, str], specs: Mapping[str, Any],
+                  launcher_via_batch: bool) -> str | None:
+    """The replica-spec key of the pod, from the operators' labels (case-insensitive)."""
+    if launcher_via_batch:
+        wanted = "launcher"
+    else:
+        wanted = (_label(labels, names.REPLICA_TYPE_LABEL, names.LEGACY_REPLICA_TYPE_LABELS)
+                  or "")
+        if not wanted:  # mpi-operator v2beta1 marks workers/launcher only with job-role
+            role = _label(labels, names.JOB_ROLE_LABEL, names.LEGACY_JOB_ROLE_LABELS) or ""
+            wanted = role if role in ("launcher", "worker") else ""
+    for key in specs:
+        if isinstance(key, str) and key.lower() == wanted.lower() and wanted:
+            return key
+    return None
+
+
+def _replicas(spec: Mapping[str, Any]) -> int:
+    raw = spec.get("replicas", 1)
+    if raw is None:
+        return 1
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+        raise ValueError(f"replicas must be a non-negative integer, got {raw!r}")
+    return raw
+
+
+def gang_size(specs: Mapping[str, Any], gpu_resources: Iterable[str]) -> int:
+    """Number of GPU-requesting pods of a job: replicas of the specs whose template asks
+    for a GPU. ValueError when the spec is malformed (we never guess a size)."""
+    names_ = tuple(gpu_resources)
+    total = 0
+    for key, rs in specs.items():
+        if not isinstance(rs, Mapping):
+            raise ValueError(f"replica spec {key!r} is not a mapping")
+        template = rs.get("template") if isinstance(rs.get("template"), Mapping) else {}
+        tspec = template.get("spec") if isinstance(template.get("spec"), Mapping) else {}
+        if pod_gpus(tspec, names_) > 0:
+            total += _replicas(rs)
+    return total
+
+
+def resolve_job(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
+                gpu_resources: Iterable[str]) -> JobInfo | None:
+    """The job of a pod, or None when the pod is not a training-job pod.
+
+    Raises :class:`JobNotFound` when the pod names a job owner the cluster does not hold or
+    whose spec cannot be read — the caller must then not guess a gang size.
+    """
+    ref = controller_ref(pod)
+    if ref is None or not is_job_owner(ref):
+        return None
+    via_batch = (ref.api_version, ref.kind) == BATCH_JOB
+    if via_batch:
+        batch = cluster.object(api_version=ref.api_version, kind=ref.kind,
+                               namespace=namespace, name=ref.name)
+        if batch is None:
+            raise JobNotFound(f"owner batch/v1 Job {namespace}/{ref.name} not found")
+        parent = controller_ref(batch)
+        if parent is None or (parent.api_version, parent.kind) not in OWNER_KINDS:
+            return None  # an ordinary batch Job, not an MPIJob launcher
+        ref = parent
+    job = cluster.object(api_version=ref.api_version, kind=ref.kind,
+                         namespace=namespace, name=ref.name)
+    if job is None:
+        raise JobNotFound(f"owner {ref.kind} {namespace}/{ref.name} not found")
+    spec = job.get("spec") if isinstance(job.get("spec"), Mapping) else {}
+    specs = spec.get(OWNER_KINDS[(ref.api_version, ref.kind)])
+    if not isinstance(specs, Mapping):
+        raise JobNotFound(f"{ref.kind} {namespace}/{ref.name} has no replica specs")
+    names_ = tuple(gpu_resources)
+    try:
+        size = gang_size(specs, names_)
+    except ValueError as exc:
+        raise JobNotFound(f"{ref.kind} {namespace}/{ref.name}: {exc}") from None
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
+    labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
+    rtype = _replica_type(labels, specs, via_batch)
+    raw_index = _label(labels, names.REPLICA_INDEX_LABEL, names.LEGACY_REPLICA_INDEX_LABELS)
+    index = int(raw_index) if raw_index is not None and raw_index.isdigit() else None
+    pspec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    gpus = pod_gpus(pspec, names_)
+    jmeta = job.get("metadata") if isinstance(job.get("metadata"), Mapping) else {}
+    jlabels = jmeta.get("labels") if isinstance(jmeta.get("labels"), Mapping) else {}
+    return JobInfo(
+        api_version=ref.api_version, kind=ref.kind, name=ref.name, namespace=namespace,
+        uid=ref.uid or str(jmeta.get("uid") or ""), replica_type=rtype, replica_index=index,
+        role=rtype.lower() if rtype else None, gang_size=size, gpus_per_pod=gpus,
+        requests_gpu=gpus > 0,
+        labels={str(k): str(v) for k, v in jlabels.items()}, spec=dict(spec),
+    )

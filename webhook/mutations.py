@@ -1,0 +1,247 @@
+"""One policy's mutations applied to the working copy of a pod.
+
+Why one function per kind of change: each is reported by name (the ``kind`` label of
+``gputopo_mutations_total``, the audit warnings), so a reader — and an operator looking at
+metrics — can tell which part of a policy did what. Every change follows ``merge.py``'s
+rule: add what is missing, keep what the user wrote, warn on disagreement.
+
+Values the API server fills in by default are not the user's choice and are replaced:
+``dnsPolicy: ClusterFirst``, ``schedulerName: default-scheduler``, and ``false`` for the
+host namespaces (the API server cannot even tell an explicit ``false`` from an absent one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gputopo import names
+from webhook.jobs import container_gpus
+from webhook.merge import contains, merge_missing, normalize_path
+from webhook.policy.schema import Policy, ScaledQuantity
+from webhook.quantity import format_quantity, parse_quantity
+from webhook.steps import JobInfo
+
+DEFAULT_DNS_POLICY = "ClusterFirst"
+DEFAULT_SCHEDULER = "default-scheduler"
+
+
+@dataclass
+class Result:
+    """Kinds of change made (in order, no repeats) and the conflicts met."""
+
+    kinds: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+
+    def did(self, kind: str) -> None:
+        if kind not in self.kinds:
+            self.kinds.append(kind)
+
+
+def _dict_at(parent: dict[str, Any], key: str) -> dict[str, Any]:
+    value = parent.get(key)
+    if not isinstance(value, dict):
+        value = {}
+        parent[key] = value
+    return value
+
+
+def _containers(spec: dict[str, Any], *keys: str) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for key in keys:
+        items = spec.get(key)
+        for c in items if isinstance(items, list) else []:
+            if isinstance(c, dict):
+                out.append((f"{key[:-1]} {c.get('name')!r}", c))
+    return out
+
+
+def rename_resources(spec: dict[str, Any], policy: Policy, r: Result) -> None:
+    rename = policy.mutations.rename_resources
+    for where, c in _containers(spec, "containers", "initContainers"):
+        res = c.get("resources")
+        if not isinstance(res, dict):
+            continue
+        for part in ("requests", "limits"):
+            values = res.get(part)
+            if not isinstance(values, dict):
+                continue
+            for src, dst in rename.items():
+                if src not in values:
+                    continue
+                if dst in values:
+                    r.conflicts.append(f"{where}: {part} has both {src} and {dst}; left as is")
+                    continue
+                # rebuild to keep the key in place: a stable, readable patch
+                items = [(dst if k == src else k, v) for k, v in values.items()]
+                values.clear()
+                values.update(items)
+                r.did("rename-resources")
+
+
+def host_namespaces(spec: dict[str, Any], policy: Policy, r: Result) -> None:
+    m = policy.mutations
+    for key, want in (("hostNetwork", m.host_network), ("hostIPC", m.host_ipc),
+                      ("hostPID", m.host_pid)):
+        if want is None:
+            continue
+        have = spec.get(key)
+        if have is want:
+            continue
+        if want is True and have in (None, False):
+            spec[key] = True
+            r.did("host-namespaces")
+        elif want is False and have is True:
+            r.conflicts.append(f"spec.{key} is true (policy wants false); kept")
+
+
+def dns_policy(spec: dict[str, Any], policy: Policy, r: Result) -> None:
+    want = policy.mutations.dns_policy
+    have = spec.get("dnsPolicy")
+    if want is None or have == want:
+        return
+    if have in (None, "", DEFAULT_DNS_POLICY):
+        spec["dnsPolicy"] = want
+        r.did("dns-policy")
+    else:
+        r.conflicts.append(f"spec.dnsPolicy is {have!r} (policy wants {want!r}); kept")
+
+
+def scheduler_name(spec: dict[str, Any], policy: Policy, r: Result) -> None:
+    want = policy.mutations.scheduler_name
+    have = spec.get("schedulerName")
+    if want is None or have == want:
+        return
+    if have in (None, "", DEFAULT_SCHEDULER):
+        spec["schedulerName"] = want
+        r.did("scheduler-name")
+    else:
+        r.conflicts.append(f"spec.schedulerName is {have!r} (policy wants {want!r}); kept")
+
+
+def gang_labels(pod: dict[str, Any], policy: Policy, job: JobInfo, r: Result) -> None:
+    if not policy.mutations.gang_labels:
+        return
+    if job.gang_size < 1:
+        r.conflicts.append(f"{job.kind} {job.name} has no GPU replicas in its spec; "
+                           "no gang labels added")
+        return
+    labels = _dict_at(_dict_at(pod, "metadata"), "labels")
+    for key, value in ((names.GANG_LABEL, job.name),
+                       (names.GANG_REPLICA_LABEL, str(job.gang_size)),
+                       (names.POD_GROUP_LABEL, job.name)):
+        have = labels.get(key)
+        if have is None:
+            labels[key] = value
+            r.did("gang-labels")
+        elif have != value:
+            r.conflicts.append(f"label {key} is {have!r} (gputopo computed {value!r}); kept")
+
+
+def volumes(spec: dict[str, Any], policy: Policy, r: Result) -> None:
+    if not policy.mutations.volumes:
+        return
+    existing = spec.get("volumes")
+    if not isinstance(existing, list):
+        existing = []
+    by_name = {v.get("name"): v for v in existing if isinstance(v, dict)}
+    for want in policy.mutations.volumes:
+        have = by_name.get(want["name"])
+        if have is None:
+            existing.append(dict(want))
+            by_name[want["name"]] = want
+            spec["volumes"] = existing
+            r.did("volumes")
+        elif not contains(have, want):
+            r.conflicts.append(f"volume {want['name']!r} differs from the policy's; kept")
+
+
+def _gpu_containers(spec: dict[str, Any], policy: Policy) -> list[tuple[str, dict[str, Any]]]:
+    gpus = policy.gpu_resources
+    return [(w, c) for w, c in _containers(spec, "containers") if container_gpus(c, gpus) > 0]
+
+
+def volume_mounts(spec: dict[str, Any], policy: Policy, r: Result) -> None:
+    if not policy.mutations.volume_mounts:
+        return
+    for where, c in _gpu_containers(spec, policy):
+        mounts = c.get("volumeMounts")
+        if not isinstance(mounts, list):
+            mounts = []
+        by_path = {normalize_path(str(m.get("mountPath"))): m for m in mounts
+                   if isinstance(m, dict)}
+        for want in policy.mutations.volume_mounts:
+            have = by_path.get(normalize_path(want["mountPath"]))
+            if have is None:
+                mounts.append(dict(want))
+                by_path[normalize_path(want["mountPath"])] = want
+                c["volumeMounts"] = mounts
+                r.did("volume-mounts")
+            elif have.get("name") != want["name"] or not contains(
+                    {**have, "mountPath": normalize_path(str(have.get("mountPath")))},
+                    {**want, "mountPath": normalize_path(want["mountPath"])}):
+                r.conflicts.append(
+                    f"{where}: mount at {want['mountPath']} differs from the policy's; kept")
+
+
+def security_context(spec: dict[str, Any], policy: Policy, r: Result) -> None:
+    want = policy.mutations.security_context
+    if not want:
+        return
+    for where, c in _gpu_containers(spec, policy):
+        conflicts: list[str] = []
+        sc = c.get("securityContext")
+        if not isinstance(sc, dict):
+            sc = {}
+        if merge_missing(sc, want, "securityContext", conflicts):
+            c["securityContext"] = sc
+            r.did("security-context")
+        r.conflicts.extend(f"{where}: {text}; kept" for text in conflicts)
+
+
+def _add_quantities(c: dict[str, Any], part: str, wanted: dict[str, ScaledQuantity],
+                    gpus: int, where: str, r: Result) -> None:
+    if not wanted:
+        return
+    res = _dict_at(c, "resources")
+    values = _dict_at(res, part)
+    for name, scaled in wanted.items():
+        value = scaled.value(gpus)
+        have = values.get(name)
+        if have is None:
+            values[name] = format_quantity(value)
+            r.did("resources")
+            continue
+        try:
+            same = parse_quantity(have) == value
+        except ValueError:
+            same = False
+        if not same:
+            r.conflicts.append(f"{where}: {part}.{name} is {have!r} (policy computes "
+                               f"{format_quantity(value)!r}); kept")
+
+
+def resources(spec: dict[str, Any], policy: Policy, r: Result) -> None:
+    m = policy.mutations
+    if not (m.requests or m.limits):
+        return
+    for where, c in _gpu_containers(spec, policy):
+        gpus = container_gpus(c, policy.gpu_resources)
+        _add_quantities(c, "requests", m.requests, gpus, where, r)
+        _add_quantities(c, "limits", m.limits, gpus, where, r)
+
+
+def apply_policy(pod: dict[str, Any], policy: Policy, job: JobInfo) -> Result:
+    """Apply ``policy`` to ``pod`` in place; what changed and what conflicted."""
+    r = Result()
+    spec = _dict_at(pod, "spec")
+    rename_resources(spec, policy, r)
+    host_namespaces(spec, policy, r)
+    dns_policy(spec, policy, r)
+    gang_labels(pod, policy, job, r)
+    scheduler_name(spec, policy, r)
+    volumes(spec, policy, r)
+    volume_mounts(spec, policy, r)
+    security_context(spec, policy, r)
+    resources(spec, policy, r)
+    return r

@@ -1,0 +1,159 @@
+"""The admission pipeline: review in → policy match → job identity → mutations → steps →
+patch out. The server and ``gputopo mutate`` both call :meth:`Admitter.handle_body`.
+
+Order and merge rule when several policies match one pod: policies run in ascending
+``spec.priority`` (then name), each on the pod as the previous ones left it. Because every
+mutation only adds what is missing, the first policy to set a field wins; a later policy
+that wants a different value gets a warning, exactly like a user's own value would.
+The first matching policy is the pod's *primary* policy: its ``placement`` settings and
+mode decide the placement step.
+
+Safe defaults, all documented in docs/policies.md:
+- only CREATE of Pods is looked at; everything else is allowed untouched (``skipped``);
+- a namespace without ``gputopo.io/inject=enabled`` is never mutated;
+- a pod without a controller ownerReference to a training job is not a job pod;
+- a pod that requests no GPU (an MPI launcher) gets no mutation and does not count;
+- a job pod whose job cannot be read is admitted unchanged with a warning: the gang size is
+  never guessed.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import jsonpatch
+
+from gputopo.cluster.source import ClusterReader
+from webhook import metrics
+from webhook.jobs import JobNotFound, resolve_job
+from webhook.mutations import apply_policy
+from webhook.policy.match import matches, namespace_opted_in
+from webhook.policy.schema import Policy
+from webhook.policy.store import PolicyStore
+from webhook.review import AdmissionRequest, BadReview, Decision, build_response, parse_review
+from webhook.steps import AdmissionContext, JobInfo, Step
+
+
+def make_patch(original: dict[str, Any], mutated: dict[str, Any]) -> list[dict[str, Any]]:
+    """The RFC 6902 patch from ``original`` to ``mutated`` (empty when equal)."""
+    return list(jsonpatch.make_patch(original, mutated).patch)
+
+
+def _labels(obj: dict[str, Any] | None) -> dict[str, str]:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    labels = meta.get("labels") if isinstance(meta, dict) else None
+    return labels if isinstance(labels, dict) else {}
+
+
+class Admitter:
+    """Decides one AdmissionReview at a time; safe to call from several threads."""
+
+    def __init__(self, *, store: PolicyStore, cluster: ClusterReader,
+                 steps: list[Step] | None = None) -> None:
+        self.store = store
+        self.cluster = cluster
+        self.steps = list(steps or [])
+
+    @property
+    def ready(self) -> bool:
+        """True once a policy set is loaded (``/readyz``)."""
+        return self.store.ready
+
+    def close(self) -> None:
+        """Stop the policy watcher."""
+        self.store.stop()
+
+    # --- wire --------------------------------------------------------------------------
+    def handle_body(self, body: bytes) -> tuple[int, dict[str, Any]]:
+        """HTTP status and JSON body for one request body; never raises on bad input."""
+        try:
+            request = parse_review(body)
+        except BadReview as exc:
+            metrics.REQUESTS.labels(outcome="bad_request").inc()
+            return 400, {"error": exc.line()}
+        decision = self.admit(request)
+        metrics.REQUESTS.labels(outcome=decision.outcome).inc()
+        return 200, build_response(request.uid, decision)
+
+    # --- decision ----------------------------------------------------------------------
+    def admit(self, request: AdmissionRequest) -> Decision:
+        """The decision for one parsed request."""
+        if not request.is_pod_create or request.object is None:
+            return Decision(outcome="skipped")
+        if not self.ready:
+            return Decision(outcome="skipped",
+                            warnings=["gputopo: no policies loaded yet; pod admitted unchanged"])
+        pod = request.object
+        meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+        ns_name = request.namespace or str(meta.get("namespace") or "default")
+        namespace = self.cluster.namespace(ns_name)
+        ns_labels = _labels(namespace)
+        if not namespace_opted_in(ns_labels):
+            return Decision(outcome="skipped")
+        policies = self.store.policies()
+        if not policies:
+            return Decision(outcome="skipped")
+        gpu_resources = frozenset().union(*(p.gpu_resources for p in policies))
+        try:
+            job = resolve_job(pod, ns_name, self.cluster, gpu_resources)
+        except JobNotFound as exc:
+            return Decision(outcome="unchanged", warnings=[
+                f"gputopo: {exc.message}; gang size unknown, pod admitted unchanged"])
+        if job is None or not job.requests_gpu:
+            return Decision(outcome="skipped")
+        matched = [p for p in policies
+                   if matches(p, namespace_labels=ns_labels, job=job, pod_labels=_labels(pod))]
+        if not matched:
+            return Decision(outcome="skipped")
+        return self._mutate(request, pod, namespace, job, matched)
+
+    def _mutate(self, request: AdmissionRequest, pod: dict[str, Any],
+                namespace: dict[str, Any] | None, job: JobInfo,
+                matched: list[Policy]) -> Decision:
+        working = copy.deepcopy(pod)
+        warnings: list[str] = []
+        for policy in matched:
+            if policy.mode == "enforce":
+                result = apply_policy(working, policy, job)
+            else:
+                result = apply_policy(copy.deepcopy(working), policy, job)
+                if result.kinds:
+                    warnings.append(f"policy {policy.name} (audit): would apply "
+                                    f"{', '.join(result.kinds)}")
+            for kind in result.kinds:
+                metrics.MUTATIONS.labels(kind=kind, policy=policy.name, mode=policy.mode).inc()
+            warnings.extend(f"policy {policy.name}: {text}" for text in result.conflicts)
+        primary = matched[0]
+        ctx = AdmissionContext(
+            request=request, pod=working, original=pod, namespace=namespace, job=job,
+            policy=primary, cluster=self.cluster, warnings=warnings,
+            audit=primary.mode == "audit",
+        )
+        if primary.placement.enabled and job.gang_size > 0:
+            self._run_steps(ctx)
+        if ctx.denied is not None:
+            return Decision(allowed=False, message=ctx.denied, warnings=ctx.warnings,
+                            outcome="denied")
+        patch = make_patch(pod, working)
+        return Decision(patch=patch, warnings=ctx.warnings,
+                        outcome="mutated" if patch else "unchanged")
+
+    def _run_steps(self, ctx: AdmissionContext) -> None:
+        for step in self.steps:
+            if not ctx.audit:
+                step.apply(ctx)
+            else:
+                before = ctx.pod
+                ctx.pod = copy.deepcopy(before)
+                step.apply(ctx)
+                changed = make_patch(before, ctx.pod)
+                if changed:
+                    paths = sorted({op["path"] for op in changed})
+                    ctx.warnings.append(f"{step.name} (audit): would change {', '.join(paths)}")
+                if ctx.denied is not None:
+                    ctx.warnings.append(f"{step.name} (audit): would deny: {ctx.denied}")
+                    ctx.denied = None
+                ctx.pod = before
+            if ctx.denied is not None:
+                return

@@ -1,0 +1,116 @@
+"""The ``gputopo.io/v1alpha1`` ``TopologyPolicy`` as typed, validated, defaulted values.
+
+Why typed values: the YAML is checked once, when it is loaded (see ``validate.py``); the
+pipeline then works with these frozen objects and never meets a missing key or a wrong type.
+Defaults live here, next to the fields, as scheduler-plugins keeps them next to its args.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Literal
+
+from gputopo import names
+
+API_VERSION = "gputopo.io/v1alpha1"
+KIND = "TopologyPolicy"
+
+Mode = Literal["enforce", "audit"]
+OnUnplaceable = Literal["admit", "deny"]
+
+#: Replica roles a policy may name: the lower-cased replica types of the Kubeflow jobs.
+ROLES = ("master", "worker", "launcher", "chief", "ps", "evaluator")
+
+#: (apiVersion, kind) of every owner the pipeline understands, and where each keeps its
+#: replica specs. The v2beta1 MPIJob launcher pod is owned by a batch/v1 Job that the MPIJob
+#: owns; the pipeline follows that chain.
+OWNER_KINDS: dict[tuple[str, str], str] = {
+    ("kubeflow.org/v1", "PyTorchJob"): "pytorchReplicaSpecs",
+    ("kubeflow.org/v1", "TFJob"): "tfReplicaSpecs",
+    ("kubeflow.org/v1", "MPIJob"): "mpiReplicaSpecs",
+    ("kubeflow.org/v2beta1", "MPIJob"): "mpiReplicaSpecs",
+}
+DEFAULT_PRIORITY = 100
+DEFAULT_RENAME = {names.SOURCE_GPU_RESOURCE: names.TOPOLOGY_GPU_RESOURCE}
+
+
+@dataclass(frozen=True)
+class OwnerKind:
+    api_version: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class Match:
+    """Which pods a policy applies to; every field narrows (AND), never widens.
+
+    The namespace opt-in label ``gputopo.io/inject=enabled`` is always required in addition
+    to ``namespace_labels``: a policy cannot reach a namespace that did not opt in.
+    """
+
+    namespace_labels: dict[str, str] = field(default_factory=dict)
+    owners: tuple[OwnerKind, ...] = tuple(OwnerKind(a, k) for a, k in OWNER_KINDS)
+    roles: tuple[str, ...] = ()  # empty: any role
+    pod_labels: dict[str, str] = field(default_factory=dict)
+    job_labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ScaledQuantity:
+    """``base + perGPU x (GPUs of the container)``: the one arithmetic a policy may ask for."""
+
+    base: Fraction = Fraction(0)
+    per_gpu: Fraction = Fraction(0)
+
+    def value(self, gpus: int) -> Fraction:
+        return self.base + self.per_gpu * gpus
+
+
+@dataclass(frozen=True)
+class Mutations:
+    """What a matching policy does to a GPU-requesting pod of a training job.
+
+    ``None`` / empty means "leave alone". Volume mounts, the container securityContext and
+    resources go to the containers that request a GPU.
+    """
+
+    rename_resources: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_RENAME))
+    host_network: bool | None = None
+    host_ipc: bool | None = None
+    host_pid: bool | None = None
+    dns_policy: str | None = None
+    gang_labels: bool = True
+    scheduler_name: str | None = names.SCHEDULER_NAME
+    volumes: tuple[dict[str, Any], ...] = ()
+    volume_mounts: tuple[dict[str, Any], ...] = ()
+    security_context: dict[str, Any] = field(default_factory=dict)
+    requests: dict[str, ScaledQuantity] = field(default_factory=dict)
+    limits: dict[str, ScaledQuantity] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PlacementSettings:
+    """Read by the placement step: whether to place, and what to do when it cannot."""
+
+    enabled: bool = True
+    on_unplaceable: OnUnplaceable = "admit"
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    source: str
+    mode: Mode = "enforce"
+    priority: int = DEFAULT_PRIORITY
+    match: Match = field(default_factory=Match)
+    mutations: Mutations = field(default_factory=Mutations)
+    placement: PlacementSettings = field(default_factory=PlacementSettings)
+
+    @property
+    def gpu_resources(self) -> frozenset[str]:
+        """Resource names that mean "a GPU" for this policy (before and after renaming)."""
+        return frozenset(
+            {names.SOURCE_GPU_RESOURCE, names.TOPOLOGY_GPU_RESOURCE,
+             *self.mutations.rename_resources, *self.mutations.rename_resources.values()}
+        )

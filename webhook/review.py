@@ -1,0 +1,186 @@
+"""AdmissionReview in, AdmissionReview out: the wire format of ``admission.k8s.io/v1``.
+
+Why a module of its own: everything the API server (or a hostile client) sends passes
+through :func:`parse_review` first. It checks the shape of every field the pipeline later
+reads, so the rest of the webhook can trust its input and never crash on it; anything that
+does not fit raises :class:`BadReview`, which the server answers with HTTP 400.
+
+The response side (:func:`build_response`) echoes ``request.uid`` and carries the RFC 6902
+patch base64-encoded, only when there is something to patch.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gputopo.errors import InputError
+from webhook.podshape import check_pod
+
+API_VERSION = "admission.k8s.io/v1"
+KIND = "AdmissionReview"
+
+Outcome = Literal["mutated", "unchanged", "skipped", "denied"]
+
+
+class BadReview(InputError):
+    """The body is not a well-formed ``admission.k8s.io/v1`` AdmissionReview."""
+
+    def __init__(self, reason: str, *, path: str | None = None) -> None:
+        super().__init__(reason, obj=path)
+
+
+@dataclass(frozen=True)
+class GroupVersionKind:
+    group: str
+    version: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class GroupVersionResource:
+    group: str
+    version: str
+    resource: str
+
+
+@dataclass(frozen=True)
+class AdmissionRequest:
+    """The parts of ``request`` the pipeline uses, typed and checked."""
+
+    uid: str
+    kind: GroupVersionKind
+    resource: GroupVersionResource
+    sub_resource: str
+    operation: str
+    namespace: str
+    name: str
+    object: dict[str, Any] | None
+    dry_run: bool = False
+
+    @property
+    def is_pod_create(self) -> bool:
+        """True only for CREATE of the ``pods`` resource itself (no subresource)."""
+        return (
+            self.operation == "CREATE"
+            and self.kind.group == ""
+            and self.kind.kind == "Pod"
+            and self.resource.group == ""
+            and self.resource.resource == "pods"
+            and not self.sub_resource
+        )
+
+
+@dataclass
+class Decision:
+    """What the pipeline decided for one request; :func:`build_response` renders it."""
+
+    allowed: bool = True
+    patch: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    message: str = ""
+    outcome: Outcome = "skipped"
+
+
+# --- parsing ------------------------------------------------------------------------------
+def _get(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...], path: str,
+         *, required: bool = True) -> Any:
+    if key not in obj or obj[key] is None:
+        if required:
+            raise BadReview(f"missing {path}", path=path)
+        return None
+    value = obj[key]
+    if isinstance(value, bool) and kind is not bool and bool not in (
+        kind if isinstance(kind, tuple) else (kind,)
+    ):
+        raise BadReview(f"{path} has the wrong type (got a boolean)", path=path)
+    if not isinstance(value, kind):
+        want = "a mapping" if kind is dict else getattr(kind, "__name__", str(kind))
+        raise BadReview(f"{path} has the wrong type (expected {want})", path=path)
+    return value
+
+
+def _gvk(raw: Mapping[str, Any], path: str) -> GroupVersionKind:
+    return GroupVersionKind(
+        group=_get(raw, "group", str, f"{path}.group", required=False) or "",
+        version=_get(raw, "version", str, f"{path}.version"),
+        kind=_get(raw, "kind", str, f"{path}.kind"),
+    )
+
+
+def _gvr(raw: Mapping[str, Any], path: str) -> GroupVersionResource:
+    return GroupVersionResource(
+        group=_get(raw, "group", str, f"{path}.group", required=False) or "",
+        version=_get(raw, "version", str, f"{path}.version"),
+        resource=_get(raw, "resource", str, f"{path}.resource"),
+    )
+
+
+def parse_review(body: bytes | str) -> AdmissionRequest:
+    """Parse and check an AdmissionReview body; :class:`BadReview` says what is wrong."""
+    try:
+        doc = json.loads(body)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise BadReview(f"body is not JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise BadReview("body is not a JSON object")
+    api_version = doc.get("apiVersion")
+    if api_version != API_VERSION:
+        raise BadReview(f"apiVersion must be {API_VERSION!r}, got {api_version!r}",
+                        path="apiVersion")
+    if doc.get("kind") != KIND:
+        raise BadReview(f"kind must be {KIND!r}, got {doc.get('kind')!r}", path="kind")
+    req = _get(doc, "request", dict, "request")
+    uid = _get(req, "uid", str, "request.uid")
+    if not uid:
+        raise BadReview("request.uid is empty", path="request.uid")
+    kind = _gvk(_get(req, "kind", dict, "request.kind"), "request.kind")
+    resource = _gvr(_get(req, "resource", dict, "request.resource"), "request.resource")
+    sub_resource = _get(req, "subResource", str, "request.subResource", required=False) or ""
+    operation = _get(req, "operation", str, "request.operation")
+    namespace = _get(req, "namespace", str, "request.namespace", required=False) or ""
+    name = _get(req, "name", str, "request.name", required=False) or ""
+    dry_run = _get(req, "dryRun", bool, "request.dryRun", required=False) or False
+    obj = _get(req, "object", dict, "request.object", required=False)
+    request = AdmissionRequest(
+        uid=uid, kind=kind, resource=resource, sub_resource=sub_resource,
+        operation=operation, namespace=namespace, name=name, object=obj, dry_run=dry_run,
+    )
+    if request.is_pod_create:
+        if obj is None:
+            raise BadReview("missing request.object (the Pod to create)", path="request.object")
+        if obj.get("kind") != "Pod" or obj.get("apiVersion") != "v1":
+            raise BadReview(
+                f"request.object is not a v1 Pod (apiVersion={obj.get('apiVersion')!r}, "
+                f"kind={obj.get('kind')!r})", path="request.object",
+            )
+        problem = check_pod(obj)
+        if problem is not None:
+            where, reason = problem
+            raise BadReview(f"request.object{where}: {reason}", path=f"request.object{where}")
+    elif operation in ("CREATE", "UPDATE") and obj is None:
+        raise BadReview(f"missing request.object for {operation}", path="request.object")
+    return request
+
+
+# --- responding ---------------------------------------------------------------------------
+def encode_patch(patch: list[dict[str, Any]]) -> str:
+    """The base64 of the JSON patch, as ``response.patch`` carries it."""
+    return base64.b64encode(json.dumps(patch, separators=(",", ":")).encode()).decode()
+
+
+def build_response(uid: str, decision: Decision) -> dict[str, Any]:
+    """The AdmissionReview answer for ``uid``; a patch only when allowed and non-empty."""
+    response: dict[str, Any] = {"uid": uid, "allowed": decision.allowed}
+    if decision.allowed and decision.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = encode_patch(decision.patch)
+    if decision.warnings:
+        response["warnings"] = list(decision.warnings)
+    if not decision.allowed:
+        response["status"] = {"code": 403, "reason": "Forbidden",
+                              "message": decision.message or "denied by gputopo"}
+    return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
