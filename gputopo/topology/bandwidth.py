@@ -105,12 +105,12 @@ def link_bandwidth(code: str, generation: str | None) -> float:
     links = nvlink_count(c)
     if links:
         per_link = NVLINK_PER_LINK_GBPS[generation] if generation else DEFAULT_NVLINK_PER_LINK_GBPS
-        return links * per_link
+        return round(links * per_link, 3)
     pcie = PCIE_X16_GBPS[PCIE_GEN_BY_GENERATION[generation]]
     if c in PCIE_PATH_FACTOR:
-        return PCIE_PATH_FACTOR[c] * pcie
+        return round(PCIE_PATH_FACTOR[c] * pcie, 3)
     if c in ("SYS", "SOC"):
-        return min(SYS_PCIE_FACTOR * pcie, INTER_SOCKET_GBPS[generation])
+        return round(min(SYS_PCIE_FACTOR * pcie, INTER_SOCKET_GBPS[generation]), 3)
     raise TopologyError(f"unknown link code {code!r}")
 
 

@@ -1,0 +1,185 @@
+"""``gputopo topology parse | explain | report``: the topology model from the command line.
+
+Why these three: ``parse`` turns what a node prints into what the scheduler reads,
+``explain`` answers "why is my job slow on these GPUs", and ``report`` is the small agent
+that publishes a GPU node's topology on its own Node object. The Kubernetes client is
+imported only when ``report`` really patches a Node.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from gputopo import names
+from gputopo.errors import InputError, TopologyError
+from gputopo.topology.cost import best_ring_subset, explain
+from gputopo.topology.load import read_topology_file
+from gputopo.topology.model import Topology
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``topology`` and its subcommands to the gputopo parser."""
+    top = subparsers.add_parser("topology", help="GPU topology of a node: parse, explain, report")
+    sub = top.add_subparsers(dest="topology_command", metavar="SUBCOMMAND", required=True)
+
+    p = sub.add_parser("parse", help="nvidia-smi topo -m text in, gputopo.io/topology JSON out")
+    p.add_argument("file", metavar="FILE", help="nvidia-smi topo -m output ('-' for stdin)")
+    p.add_argument("--pretty", action="store_true", help="indented JSON")
+    p.set_defaults(func=_parse)
+
+    e = sub.add_parser("explain", help="predicted all-reduce bus bandwidth of a GPU set, and why")
+    e.add_argument(
+        "--topology",
+        required=True,
+        metavar="FILE",
+        help="nvidia-smi topo -m text, annotation JSON or ACK report ConfigMap",
+    )
+    e.add_argument("--gpus", required=True, metavar="LIST", help="GPU indices, e.g. 0,1,2,3")
+    e.add_argument("-o", "--output", choices=("text", "json"), default="text")
+    e.set_defaults(func=_explain)
+
+    r = sub.add_parser("report", help="publish this node's topology on its Node object")
+    src = r.add_mutually_exclusive_group()
+    src.add_argument("--nvidia-smi", metavar="FILE", help="read nvidia-smi topo -m output")
+    src.add_argument("--nvml", action="store_true", help="ask NVML (default)")
+    src.add_argument(
+        "--nvml-recorded", metavar="FILE", help="replay NVML answers recorded on a node (JSON)"
+    )
+    r.add_argument("--node", help="Node name (default: $NODE_NAME)")
+    r.add_argument("--dry-run", action="store_true", help="print the patch, do not send it")
+    r.set_defaults(func=_report)
+
+
+# --- parse ------------------------------------------------------------------------------
+def _parse(args: argparse.Namespace) -> int:
+    topo = read_topology_file(args.file)
+    if args.pretty:
+        print(json.dumps(topo.to_annotation(), indent=2))
+    else:
+        print(topo.to_json())
+    return 0
+
+
+# --- explain ----------------------------------------------------------------------------
+def _explain(args: argparse.Namespace) -> int:
+    topo = read_topology_file(args.topology)
+    gpus = _gpu_list(args.gpus)
+    try:
+        result = explain_with_alternative(topo, gpus)
+    except TopologyError as exc:
+        raise TopologyError(exc.reason, file=args.topology, obj=f"--gpus {args.gpus}") from exc
+    if args.output == "json":
+        print(json.dumps(result, indent=2))
+    else:
+        print(render_explanation(result))
+    return 0
+
+
+def explain_with_alternative(topo: Topology, gpus: list[int]) -> dict[str, Any]:
+    """:func:`explain` plus the best set of the same size on the node."""
+    result = explain(topo, gpus)
+    best, bw = best_ring_subset(topo, len(gpus))
+    result["best"] = {"gpus": list(best), "busBandwidthGBps": round(bw, 3)}
+    return result
+
+
+def render_explanation(r: dict[str, Any]) -> str:
+    """The text form of ``topology explain``."""
+    gpus = ",".join(map(str, r["gpus"]))
+    gen = r["generation"] or "PCIe-only (no NVLink)"
+    kind = "NVSwitch, all-to-all" if r["allToAll"] else gen
+    lines = [
+        f"GPUs {gpus} ({kind}): predicted all-reduce bus bandwidth {r['busBandwidthGBps']:g} GB/s"
+    ]
+    if len(r["gpus"]) == 1:
+        lines.append("one GPU needs no all-reduce; the figure is the node's best link")
+    else:
+        if len(r["gpus"]) == 2:
+            e = r["links"][0]
+            lines.append(f"pair: {e['from']} -{e['link']}- {e['to']}")
+        else:
+            ring = " ".join(f"{e['from']} -{e['link']}->" for e in r["links"])
+            lines.append(f"ring: {ring} {r['ring'][0]}")
+        b = r["bottleneck"]
+        lines.append(
+            f"bottleneck: GPU{b['from']}-GPU{b['to']} {b['link']} "
+            f"({b['bandwidthGBps']:g} GB/s per direction)"
+        )
+    best = r["best"]
+    if best["busBandwidthGBps"] > r["busBandwidthGBps"]:
+        lines.append(
+            f"better: GPUs {','.join(map(str, best['gpus']))} would give "
+            f"{best['busBandwidthGBps']:g} GB/s "
+            f"({best['busBandwidthGBps'] / r['busBandwidthGBps']:.1f}x)"
+        )
+    else:
+        lines.append(f"no {len(r['gpus'])}-GPU set on this node is faster")
+    return "\n".join(lines)
+
+
+def _gpu_list(text: str) -> list[int]:
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts or not all(p.isdigit() for p in parts):
+        raise InputError(f"--gpus {text!r}: expected GPU indices like 0,1,2")
+    return [int(p) for p in parts]
+
+
+# --- report -----------------------------------------------------------------------------
+def _report(args: argparse.Namespace) -> int:
+    node = args.node or os.environ.get("NODE_NAME")
+    if not node:
+        raise InputError("no node name: pass --node or set NODE_NAME (downward API)")
+    topo = node_topology_from_args(args)
+    patch = annotation_patch(topo)
+    if args.dry_run:
+        print(json.dumps({"node": node, "patch": patch}, indent=2))
+        return 0
+    _patch_node(node, patch)
+    print(
+        f"patched node {node}: {names.TOPOLOGY_ANNOTATION} ({len(topo.gpus)} GPUs)", file=sys.stderr
+    )
+    return 0
+
+
+def node_topology_from_args(args: argparse.Namespace) -> Topology:
+    """The topology from --nvidia-smi FILE, recorded NVML data, or live NVML."""
+    if args.nvidia_smi:
+        return read_topology_file(args.nvidia_smi)
+    from gputopo.topology import nvml
+
+    if args.nvml_recorded:
+        try:
+            with open(args.nvml_recorded, encoding="utf-8") as fh:
+                source: nvml.NvmlSource = nvml.RecordedNvml.from_json(fh.read())
+        except OSError as exc:
+            raise InputError(f"cannot read: {exc.strerror}", file=args.nvml_recorded) from exc
+    else:
+        source = nvml.PynvmlSource()  # pragma: no cover - needs a GPU
+    return nvml.topology_from_nvml(source)
+
+
+def annotation_patch(topo: Topology) -> dict[str, Any]:
+    """The strategic-merge patch that sets the node's topology annotation."""
+    return {"metadata": {"annotations": {names.TOPOLOGY_ANNOTATION: topo.to_json()}}}
+
+
+def _patch_node(node: str, patch: dict[str, Any]) -> None:  # pragma: no cover - needs a cluster
+    from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
+        config.load_incluster_config()
+    except ConfigException:
+        try:
+            config.load_kube_config()
+        except (ConfigException, OSError) as exc:
+            raise InputError(f"no in-cluster account and no kubeconfig: {exc}") from exc
+    try:
+        client.CoreV1Api().patch_node(node, patch)
+    except ApiException as exc:
+        raise InputError(f"patch failed: {exc.status} {exc.reason}", obj=f"Node {node}") from exc

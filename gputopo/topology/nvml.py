@@ -1,0 +1,223 @@
+"""Build a node's :class:`Topology` from NVML, through a small interface.
+
+Why an adapter: the reporter runs on GPU nodes, where NVML (``nvidia-ml-py``) answers; tests
+and this machine have no GPU. Everything the topology needs from NVML goes through
+:class:`NvmlSource`, which has a real implementation (:class:`PynvmlSource`) and a recorded
+one (:class:`RecordedNvml`, fed from JSON captured on a node), so the code that turns NVML's
+answers into legend codes is the same in both.
+
+How the legend is rebuilt, as ``nvidia-smi topo -m`` does (and go-gpuallocator):
+
+- NVLink: for every active link of a GPU, NVML gives the PCI bus id at the far end. A bus id
+  of another GPU adds one link to that pair (``NV#`` = the count). A bus id that is no GPU
+  is an NVSwitch: every pair of GPUs that both reach switches is ``NV#`` with the smaller
+  of their switch link counts (DGX A100: 12 links each -> every pair NV12);
+- otherwise the common PCIe ancestor level: SINGLE -> PIX, MULTIPLE -> PXB, HOSTBRIDGE ->
+  PHB, NODE -> NODE, SYSTEM -> SYS (``nvmlDeviceGetTopologyCommonAncestor``);
+- the NVLink generation from the GPU architecture (Pascal nvlink1 ... Blackwell nvlink5).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from gputopo.errors import TopologyError
+from gputopo.topology.model import Gpu, Topology
+
+#: NVML_TOPOLOGY_* common-ancestor levels -> legend codes.
+ANCESTOR_CODE: dict[int, str] = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+#: NVML_DEVICE_ARCH_* -> NVLink generation.
+ARCH_GENERATION: dict[int, str] = {
+    4: "nvlink1",
+    5: "nvlink2",
+    7: "nvlink3",
+    9: "nvlink4",
+    10: "nvlink5",
+}
+
+
+class NvmlSource(Protocol):
+    """The NVML questions the topology needs; indices are NVML device indices."""
+
+    def device_count(self) -> int: ...
+
+    def bus_id(self, index: int) -> str: ...
+
+    def common_ancestor(self, a: int, b: int) -> int: ...
+
+    def nvlink_remotes(self, index: int) -> Sequence[str]: ...
+
+    def numa_node(self, index: int) -> int | None: ...
+
+    def architecture(self, index: int) -> int | None: ...
+
+
+def topology_from_nvml(source: NvmlSource) -> Topology:
+    """The node's topology as NVML describes it."""
+    n = source.device_count()
+    if n < 1:
+        raise TopologyError("NVML reports no GPUs")
+    bus = [_norm(source.bus_id(i)) for i in range(n)]
+    by_bus = {b: i for i, b in enumerate(bus)}
+    direct = [[0] * n for _ in range(n)]
+    switch = [0] * n
+    for i in range(n):
+        for remote in source.nvlink_remotes(i):
+            j = by_bus.get(_norm(remote))
+            if j is None:
+                switch[i] += 1
+            elif j != i:
+                direct[i][j] += 1
+    links: list[list[str]] = []
+    for i in range(n):
+        row = []
+        for j in range(n):
+            if i == j:
+                row.append("X")
+                continue
+            count = max(direct[i][j], direct[j][i]) + min(switch[i], switch[j])
+            if count:
+                row.append(f"NV{count}")
+            else:
+                level = source.common_ancestor(i, j)
+                if level not in ANCESTOR_CODE:
+                    raise TopologyError(f"GPU {i}/{j}: unknown NVML topology level {level}")
+                row.append(ANCESTOR_CODE[level])
+        links.append(row)
+    arch = source.architecture(0)
+    return Topology(
+        gpus=tuple(Gpu(index=i, numa=source.numa_node(i)) for i in range(n)),
+        links=tuple(tuple(r) for r in links),
+        generation=ARCH_GENERATION.get(arch) if arch is not None else None,
+    )
+
+
+def _norm(bus_id: str) -> str:
+    # NVML pads the PCI domain to 8 hex digits in some calls and 4 in others.
+    s = bus_id.strip().lower()
+    domain, _, rest = s.partition(":")
+    return f"{int(domain, 16):04x}:{rest}" if rest else s
+
+
+class RecordedNvml:
+    """NVML answers captured as JSON on a node (see ``record``), replayed without a GPU.
+
+    Shape: ``{"devices": [{"busId": str, "numa": int|null, "arch": int|null,
+    "nvlinkRemotes": [str, ...]}], "commonAncestor": [[int, ...], ...]}``.
+    """
+
+    def __init__(self, data: Mapping[str, Any]) -> None:
+        try:
+            self._devices = list(data["devices"])
+            self._ancestor = [list(r) for r in data["commonAncestor"]]
+        except (KeyError, TypeError) as exc:
+            raise TopologyError(f"recorded NVML data: missing {exc}") from exc
+
+    @classmethod
+    def from_json(cls, text: str) -> RecordedNvml:
+        try:
+            return cls(json.loads(text))
+        except ValueError as exc:
+            raise TopologyError(f"recorded NVML data: not JSON ({exc})") from exc
+
+    def device_count(self) -> int:
+        return len(self._devices)
+
+    def bus_id(self, index: int) -> str:
+        return str(self._devices[index]["busId"])
+
+    def common_ancestor(self, a: int, b: int) -> int:
+        return int(self._ancestor[a][b])
+
+    def nvlink_remotes(self, index: int) -> Sequence[str]:
+        return list(self._devices[index].get("nvlinkRemotes", []))
+
+    def numa_node(self, index: int) -> int | None:
+        return self._devices[index].get("numa")
+
+    def architecture(self, index: int) -> int | None:
+        return self._devices[index].get("arch")
+
+
+def record(source: NvmlSource) -> dict[str, Any]:
+    """Capture a source's answers in :class:`RecordedNvml`'s JSON shape (run on a GPU node)."""
+    n = source.device_count()
+    return {
+        "devices": [
+            {
+                "busId": source.bus_id(i),
+                "numa": source.numa_node(i),
+                "arch": source.architecture(i),
+                "nvlinkRemotes": list(source.nvlink_remotes(i)),
+            }
+            for i in range(n)
+        ],
+        "commonAncestor": [
+            [0 if i == j else source.common_ancestor(i, j) for j in range(n)] for i in range(n)
+        ],
+    }
+
+
+class PynvmlSource:  # pragma: no cover - needs a GPU and its driver
+    """The real NVML through ``nvidia-ml-py`` (import name ``pynvml``)."""
+
+    def __init__(self) -> None:
+        try:
+            import pynvml
+        except ImportError as exc:
+            raise TopologyError("nvidia-ml-py is not installed (pip install nvidia-ml-py)") from exc
+        self._nvml = pynvml
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            raise TopologyError(f"cannot initialise NVML: {exc}") from exc
+        self._handles = [
+            pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())
+        ]
+
+    def device_count(self) -> int:
+        return len(self._handles)
+
+    def bus_id(self, index: int) -> str:
+        return _text(self._nvml.nvmlDeviceGetPciInfo(self._handles[index]).busId)
+
+    def common_ancestor(self, a: int, b: int) -> int:
+        return int(
+            self._nvml.nvmlDeviceGetTopologyCommonAncestor(self._handles[a], self._handles[b])
+        )
+
+    def nvlink_remotes(self, index: int) -> Sequence[str]:
+        nvml, handle, out = self._nvml, self._handles[index], []
+        for link in range(nvml.NVML_NVLINK_MAX_LINKS):
+            try:
+                if nvml.nvmlDeviceGetNvLinkState(handle, link) != nvml.NVML_FEATURE_ENABLED:
+                    continue
+                out.append(_text(nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId))
+            except nvml.NVMLError:
+                continue  # link not present on this GPU
+        return out
+
+    def numa_node(self, index: int) -> int | None:
+        # The host NUMA node(s) nearest the GPU (what nvidia-smi prints as NUMA Affinity);
+        # a GPU near several nodes, or an old driver, gives None.
+        nvml = self._nvml
+        try:
+            words = nvml.nvmlDeviceGetMemoryAffinity(
+                self._handles[index], 4, nvml.NVML_AFFINITY_SCOPE_NODE
+            )
+        except (AttributeError, nvml.NVMLError):
+            return None
+        nodes = [64 * w + b for w, word in enumerate(words) for b in range(64) if word >> b & 1]
+        return nodes[0] if len(nodes) == 1 else None
+
+    def architecture(self, index: int) -> int | None:
+        try:
+            return int(self._nvml.nvmlDeviceGetArchitecture(self._handles[index]))
+        except (AttributeError, self._nvml.NVMLError):
+            return None
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
