@@ -1,0 +1,105 @@
+"""``gputopo mutate`` and ``gputopo policy test``: the pipeline on files, no cluster needed.
+
+Heavy imports (the placement step and its solver) happen only when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from gputopo.errors import InputError
+from gputopo.yamlio import dump_documents
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``mutate`` and ``policy test`` to the ``gputopo`` command line."""
+    mutate = subparsers.add_parser(
+        "mutate",
+        help="dry-run admission of Pods from files",
+        description=(
+            "Admit the Pods of FILE... through the webhook's own pipeline, in file order, and "
+            "print the mutated Pods (or their JSON patches) as multi-document YAML. The files "
+            "may also hold the Pods' Namespaces and owning jobs. Warnings go to stderr."
+        ),
+    )
+    mutate.add_argument("--cluster", metavar="FILE", type=Path,
+                        help="cluster file (default: the embedded demo cluster)")
+    mutate.add_argument("--policies", metavar="DIR", type=Path,
+                        help="policy directory (default: the shipped policies)")
+    mutate.add_argument("--namespace-labels", metavar="k=v,...",
+                        help="labels of namespaces that have no Namespace object in the inputs")
+    mutate.add_argument("-o", "--output", choices=("yaml", "patch"), default="yaml",
+                        help="mutated Pods (yaml, default) or their JSON patches (patch)")
+    mutate.add_argument("files", metavar="FILE", nargs="+", type=Path)
+    mutate.set_defaults(func=_mutate)
+
+    policy = subparsers.add_parser("policy", help="policy tools")
+    policy_sub = policy.add_subparsers(dest="policy_command", metavar="COMMAND", required=True)
+    test = policy_sub.add_parser(
+        "test",
+        help="run policy test cases (gputopo-test.yaml files under DIR)",
+        description="Run every gputopo-test.yaml under DIR; print a pass/fail table; exit 1 "
+                    "when a case fails.",
+    )
+    test.add_argument("dir", metavar="DIR", type=Path)
+    test.set_defaults(func=_policy_test)
+
+
+def placement_step() -> Any | None:
+    """The placement engineer's step when installed, else None (mutations only)."""
+    try:
+        from webhook.placement_step import make_placement_step
+    except ImportError:
+        return None
+    return make_placement_step()
+
+
+def _mutate(args: argparse.Namespace) -> int:
+    from gputopo.cluster.demo import demo_snapshot
+    from gputopo.cluster.snapshot import ClusterSnapshot
+    from webhook.assembly import build_admitter
+    from webhook.dryrun import add_missing_namespaces, admit_all, parse_label_list, read_inputs
+
+    ns_labels = parse_label_list(args.namespace_labels)
+    pods, others = read_inputs(args.files)
+    if not pods:
+        raise InputError("no Pods in the input files", file=", ".join(map(str, args.files)))
+    if args.cluster is not None:
+        cluster = ClusterSnapshot.from_file(args.cluster)
+    else:
+        print("gputopo: no --cluster given: using the embedded demo cluster "
+              "(two 8x V100 DGX-1 nodes)", file=sys.stderr)
+        cluster = demo_snapshot()
+    for obj in others:
+        cluster.add(obj)
+    add_missing_namespaces(cluster, pods, ns_labels)
+    admitter = build_admitter(args.policies, cluster, placement=placement_step(),
+                              reload_interval_s=0)
+    try:
+        outcomes = admit_all(admitter, cluster, pods)
+    finally:
+        admitter.close()
+    docs: list[Any] = []
+    for out in outcomes:
+        for warning in out.warnings:
+            print(f"gputopo: {out.label}: warning: {warning}", file=sys.stderr)
+        if not out.allowed:
+            print(f"gputopo: {out.label}: denied: {out.message}", file=sys.stderr)
+            continue
+        if args.output == "patch":
+            docs.append({"pod": out.label.split(" ", 1)[1], "patch": out.patch})
+        else:
+            docs.append(out.pod)
+    sys.stdout.write(dump_documents(docs))
+    return 0
+
+
+def _policy_test(args: argparse.Namespace) -> int:
+    from webhook.policytest import format_table, run_directory
+
+    results = run_directory(args.dir)
+    sys.stdout.write(format_table(results))
+    return 0 if results and all(r.passed for r in results) else 1

@@ -1,0 +1,139 @@
+"""``gputopo mutate``: offline admission of Pods from files, through the server's own path.
+
+Why through ``Admitter.handle_body``: a dry run that took a shortcut would show what the
+shortcut does, not what the webhook does. Each Pod becomes a real AdmissionReview body;
+the answer's base64 JSON patch is decoded and applied with ``jsonpatch``, exactly as the
+API server would. Pods are admitted in file order and each admitted Pod is added to the
+cluster view, so gang state (reservations, placed siblings) carries to the next one.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+
+from gputopo.cluster.snapshot import ClusterSnapshot, check_object
+from gputopo.errors import InputError
+from gputopo.yamlio import load_documents
+from webhook.pipeline import Admitter
+from webhook.review import API_VERSION, KIND
+
+
+@dataclass
+class InputPod:
+    pod: dict[str, Any]
+    file: str
+    label: str  # "Pod ns/name", for messages
+
+
+@dataclass
+class Outcome:
+    """One admitted pod: the result and what the webhook said."""
+
+    label: str
+    pod: dict[str, Any]
+    patch: list[dict[str, Any]]
+    allowed: bool
+    warnings: list[str] = field(default_factory=list)
+    message: str = ""
+
+
+def _label(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    ns = meta.get("namespace") or "default"
+    return f"{obj.get('kind')} {ns}/{meta.get('name')}"
+
+
+def read_inputs(files: Sequence[Path]) -> tuple[list[InputPod], list[dict[str, Any]]]:
+    """Pods to admit (in order) and the other objects (Namespaces, jobs) of the files."""
+    pods: list[InputPod] = []
+    others: list[dict[str, Any]] = []
+    for path in files:
+        docs = load_documents(path)
+        for k, doc in enumerate(docs):
+            check_object(doc, file=str(path), position=k)
+            items = doc["items"] if doc["kind"].endswith("List") and isinstance(
+                doc.get("items"), list) else [doc]
+            for item in items:
+                if not isinstance(item, dict):
+                    raise InputError("a List item is not an object", file=str(path),
+                                     obj=f"document {k + 1}")
+                if item.get("kind") == "Pod":
+                    pods.append(InputPod(item, str(path), _label(item)))
+                else:
+                    others.append(item)
+    return pods, others
+
+
+def parse_label_list(text: str | None) -> dict[str, str]:
+    """``k=v,k2=v2`` → mapping; InputError naming the flag when malformed."""
+    out: dict[str, str] = {}
+    for part in (text or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"expected k=v pairs separated by commas, got {part!r}",
+                             obj="--namespace-labels")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def add_missing_namespaces(cluster: ClusterSnapshot, pods: Sequence[InputPod],
+                           labels: Mapping[str, str]) -> None:
+    """Namespaces the pods use but no file defines get ``labels`` (--namespace-labels)."""
+    for item in pods:
+        meta = item.pod.get("metadata") if isinstance(item.pod.get("metadata"), dict) else {}
+        ns = str(meta.get("namespace") or "default")
+        if cluster.namespace(ns) is None:
+            cluster.add({"apiVersion": "v1", "kind": "Namespace",
+                         "metadata": {"name": ns, "labels": dict(labels)}})
+
+
+def review_body(pod: Mapping[str, Any], uid: str) -> bytes:
+    """The AdmissionReview the API server would send for creating ``pod``."""
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
+    request = {
+        "uid": uid,
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+        "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+        "name": meta.get("name", ""),
+        "namespace": meta.get("namespace") or "default",
+        "operation": "CREATE",
+        "userInfo": {"username": "gputopo-dry-run"},
+        "object": pod,
+        "oldObject": None,
+        "dryRun": False,
+    }
+    return json.dumps({"apiVersion": API_VERSION, "kind": KIND, "request": request}).encode()
+
+
+def admit_all(admitter: Admitter, cluster: ClusterSnapshot,
+              pods: Sequence[InputPod]) -> list[Outcome]:
+    """Admit each pod in order; the admitted pod joins the cluster view for the next one."""
+    results: list[Outcome] = []
+    for i, item in enumerate(pods):
+        status, body = admitter.handle_body(review_body(item.pod, f"dry-run-{i + 1}"))
+        if status != 200:
+            raise InputError(str(body.get("error", body)), file=item.file, obj=item.label)
+        response = body["response"]
+        patch = json.loads(base64.b64decode(response["patch"])) if "patch" in response else []
+        mutated = jsonpatch.apply_patch(item.pod, patch) if patch else item.pod
+        allowed = bool(response.get("allowed"))
+        if allowed:
+            cluster.add(mutated)
+        results.append(Outcome(
+            label=item.label, pod=mutated, patch=patch, allowed=allowed,
+            warnings=list(response.get("warnings", [])),
+            message=str(response.get("status", {}).get("message", "")),
+        ))
+    return results
