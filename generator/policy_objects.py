@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from generator import k8s
+from generator.literal import Literal
 from gputopo import yamlio
 from gputopo.errors import InputError
 from gputopo.names import GPUTOPO_NAMESPACE, POLICIES_CONFIGMAP, WEBHOOK_NAME
@@ -57,5 +58,5 @@ def config_map(directory: Path) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": k8s.metadata(POLICIES_CONFIGMAP, WEBHOOK_NAME, namespace=GPUTOPO_NAMESPACE),
-        "data": files,
+        "data": {name: Literal(text) for name, text in files.items()},
     }

@@ -6,6 +6,11 @@ from NVML on the node (``gputopo topology report --nvml``) and writes the
 label ``ack.node.gpu.schedule=topology`` is set, needs nothing but get/patch on nodes, and
 requests no GPU: the NVIDIA container runtime exposes the driver library to it through
 ``NVIDIA_VISIBLE_DEVICES=all`` with the ``utility`` capability only.
+
+``topology report`` reports once and exits, and a node's GPU wiring only changes with the
+hardware (a reboot, which restarts the pod). So the report runs as the pod's init
+container, and the pause container keeps the pod (and the DaemonSet's view of it) alive;
+``kubectl rollout restart daemonset/gputopo-topology-reporter`` re-reports every node.
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ from gputopo.names import (
 )
 
 COMPONENT = REPORTER_NAME
+#: Holds the pod after the report: the Kubernetes pause image (kubeadm's default sandbox
+#: image since Kubernetes 1.31), 700 KiB, runs as non-root 65535.
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 
 
 def rbac() -> list[dict[str, Any]]:
@@ -37,8 +45,8 @@ def rbac() -> list[dict[str, Any]]:
 
 
 def daemon_set(*, image: str, runtime_class: str | None = None) -> dict[str, Any]:
-    container = {
-        "name": "reporter",
+    report = {
+        "name": "report",
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "args": ["topology", "report", "--nvml"],
@@ -63,7 +71,17 @@ def daemon_set(*, image: str, runtime_class: str | None = None) -> dict[str, Any
         # GPU nodes are often tainted so that only GPU pods land there.
         "tolerations": [{"key": SOURCE_GPU_RESOURCE, "operator": "Exists",
                          "effect": "NoSchedule"}],
-        "containers": [container],
+        "initContainers": [report],
+        "containers": [{
+            "name": "pause",
+            "image": PAUSE_IMAGE,
+            "imagePullPolicy": "IfNotPresent",
+            "resources": {
+                "requests": {"cpu": "1m", "memory": "8Mi"},
+                "limits": {"cpu": "10m", "memory": "16Mi"},
+            },
+            "securityContext": k8s.container_security_context(),
+        }],
         "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}}],
     }
     if runtime_class:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from generator import k8s
+from generator.literal import Literal
 from gputopo import yamlio
 from gputopo.names import GPUTOPO_NAMESPACE, SCHEDULER_CONFIGMAP, SCHEDULER_NAME
 
@@ -68,7 +69,7 @@ def config_map(scheduler_config: dict[str, Any]) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": k8s.metadata(SCHEDULER_CONFIGMAP, COMPONENT, namespace=GPUTOPO_NAMESPACE),
-        "data": {CONFIG_FILE: yamlio.dump(scheduler_config)},
+        "data": {CONFIG_FILE: Literal(yamlio.dump(scheduler_config))},
     }
 
 

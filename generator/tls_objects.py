@@ -54,7 +54,7 @@ def cert_manager_objects() -> list[dict[str, Any]]:
                 "duration": "8760h",
                 "renewBefore": "720h",
                 "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
-                "usages": ["server auth", "digital signature", "key encipherment"],
+                "usages": ["server auth", "digital signature"],
                 "issuerRef": {"name": ISSUER, "kind": "Issuer", "group": "cert-manager.io"},
             },
         },
