@@ -241,8 +241,11 @@ class PlacementStep:
     ) -> tuple[GangReservation, bool] | Unplaced:
         """Solve the whole gang and reserve it; re-solve on conflict, a bounded number of times."""
         last = ""
-        for attempt in range(1, self.max_attempts + 1):
+        try:  # abandoned gangs free their GPUs before we look for free ones
             self.store.expire()
+        except ReservationUnavailable as exc:
+            log.warning("placement: expiring reservations failed (next gang retries): %s", exc)
+        for attempt in range(1, self.max_attempts + 1):
             nodes = exclude_held(ctx.cluster.node_states(), self.store.held_gpus())
             placement = self.solver(nodes, gang)
             if not placement.feasible:

@@ -2,11 +2,13 @@
 
 Everything goes through ``gputopo mutate`` (``gputopo.cli.main``) with the packaged demo
 cluster — the seeds' two DGX-1 V100 nodes — as the cluster file: real YAML in, real YAML or
-JSON patches out. Nothing of our own is mocked.
+JSON patches out. Nothing of our own is mocked. The multi-process tests run real webhook
+processes (``placement_worker.py``) against the Kubernetes API TEST DOUBLE.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,3 +67,22 @@ def mutate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Mutate:
         return MutateResult(rc=rc, docs=[d for d in docs if d is not None], stderr=out.err)
 
     return run
+
+
+TESTS = Path(__file__).resolve().parents[1]
+if str(TESTS) not in sys.path:  # the Kubernetes API test double is a package under tests/
+    sys.path.insert(0, str(TESTS))
+
+
+@pytest.fixture
+def kube():
+    """The Kubernetes API TEST DOUBLE on a free loopback port, with gputopo's namespace."""
+    from k8s_double import KubeApiDouble
+
+    api = KubeApiDouble(bookmark_interval=0.2).start()
+    api.apply({"apiVersion": "v1", "kind": "Namespace",
+               "metadata": {"name": names.GPUTOPO_NAMESPACE}})
+    try:
+        yield api
+    finally:
+        api.stop()
