@@ -90,7 +90,7 @@ def explain_with_alternative(topo: Topology, gpus: list[int]) -> dict[str, Any]:
 def render_explanation(r: dict[str, Any]) -> str:
     """The text form of ``topology explain``."""
     gpus = ",".join(map(str, r["gpus"]))
-    gen = r["generation"] or "PCIe-only (no NVLink)"
+    gen = r["generation"] or "PCIe only, no NVLink"
     kind = "NVSwitch, all-to-all" if r["allToAll"] else gen
     lines = [
         f"GPUs {gpus} ({kind}): predicted all-reduce bus bandwidth {r['busBandwidthGBps']:g} GB/s"

@@ -45,7 +45,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import combinations
+from itertools import combinations, permutations
 from typing import Any
 
 from gputopo.errors import TopologyError
@@ -306,13 +306,36 @@ def step_time_s(
 
 
 # --- explanation ------------------------------------------------------------------------
+#: Up to this many GPUs, explain() searches every ring order for the most readable one.
+_READABLE_MAX = 8
+
+
+def _readable_order(topology: Topology, order: list[int]) -> list[int]:
+    """Among rings with the best bottleneck, the one whose slow links are fewest and fastest.
+
+    Only for explanations (the bus bandwidth is the same): a ring that crosses the slow link
+    once reads better than one that crosses it twice. Exhaustive, so small sets only.
+    """
+    if not 3 < len(order) <= _READABLE_MAX:
+        return order
+    first, rest = min(order), sorted(set(order) - {min(order)})
+
+    def profile(ring: tuple[int, ...]) -> list[float]:
+        return sorted(
+            _weight(topology, a, b) for a, b in zip(ring, ring[1:] + ring[:1], strict=True)
+        )
+
+    best = max(((first, *perm) for perm in permutations(rest)), key=lambda ring: profile(ring))
+    return list(best)
+
+
 def explain(topology: Topology, gpus: Sequence[int]) -> dict[str, Any]:
     """Why a GPU set gets its bus bandwidth: ring order, every ring link, the bottleneck.
 
     Plain JSON-able data for ``gputopo topology explain``.
     """
     ring = _ring(topology, _key(topology, gpus))
-    order = list(ring.order)
+    order = _readable_order(topology, list(ring.order))
     edges = []
     if len(order) > 1:
         pairs = list(zip(order, order[1:] + order[:1], strict=True))
@@ -329,7 +352,10 @@ def explain(topology: Topology, gpus: Sequence[int]) -> dict[str, Any]:
             )
     bottleneck = None
     if ring.bottleneck is not None:
-        a, b = ring.bottleneck
+        a, b = min(
+            zip(order, order[1:] + order[:1], strict=True),
+            key=lambda e: _weight(topology, e[0], e[1]),
+        )
         bottleneck = {
             "from": a,
             "to": b,
