@@ -279,6 +279,11 @@ class PlacementStep:
                 if not placement.feasible:
                     return Unplaced(placement.reason or "no feasible placement")
                 res = GangReservation.from_placement(key, placement, now=0.0, ttl_seconds=0.0)
+                # Nothing is assigned in a preview, so "lowest free slot" would show slot 0
+                # to every replica; the replica index is what enforce mode ends up with when
+                # the operator creates the pods in order.
+                slot = res.slots[replica.index % len(res.slots)]
+                return Granted(reservation=res, slot=slot, fresh=False)
         except ReservationUnavailable as exc:
             return Unplaced(f"the reservation store is unavailable: {exc}")
         number = pick_slot(res, replica)
@@ -382,3 +387,19 @@ def make_placement_step(store: ReservationStore | None = None) -> PlacementStep:
     a live server with API access passes a KubernetesReservationStore.
     """
     return PlacementStep(store)
+
+
+def placement_step_for(cluster: object) -> PlacementStep:
+    """The placement step ``gputopo serve`` uses for ``cluster``.
+
+    A live cluster view exposes its ``api_client`` (the official client it watches with):
+    then reservations live in the API (KubernetesReservationStore), shared by every webhook
+    replica and surviving restarts. A fixed cluster (a file, the demo) gets an in-memory
+    store: one process, nothing to share.
+    """
+    api = getattr(cluster, "api_client", None)
+    if api is not None:
+        from gputopo.cluster.k8s_reservations import KubernetesReservationStore
+
+        return PlacementStep(KubernetesReservationStore(api))
+    return PlacementStep()
