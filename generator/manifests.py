@@ -11,6 +11,7 @@ run to run (fresh keys), which is why the repository uses the cert-manager mode.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,31 @@ def check_options(opts: ManifestOptions) -> None:
     for flag, image in (("--image", opts.image), ("--scheduler-image", opts.scheduler_image)):
         if not image or any(c.isspace() for c in image):
             raise InputError(f"{image!r} is not an image reference", obj=flag)
+    _check_api_version_for_image(opts.profile.api_version, opts.scheduler_image)
+
+
+#: kubescheduler.config.k8s.io/v1 is served from Kubernetes 1.25; v1beta3 was removed in 1.29.
+_API_MINORS = {"kubescheduler.config.k8s.io/v1": (25, None),
+               "kubescheduler.config.k8s.io/v1beta3": (23, 28)}
+
+
+def _check_api_version_for_image(api_version: str, image: str) -> None:
+    """Refuse a config API the pinned scheduler-plugins release cannot load.
+
+    scheduler-plugins ``v0.N.x`` is built with Kubernetes ``1.N`` (upstream's compatibility
+    matrix), so the tag tells which config versions it decodes. Other tags are not judged.
+    """
+    match = re.search(r":v0\.(\d+)\.\d+", image)
+    if not match or api_version not in _API_MINORS:
+        return
+    minor = int(match.group(1))
+    low, high = _API_MINORS[api_version]
+    if minor < low or (high is not None and minor > high):
+        version = api_version.rsplit("/", 1)[1]
+        raise InputError(
+            f"{image} (Kubernetes 1.{minor}) cannot load a {version} KubeSchedulerConfiguration",
+            obj="--api-version",
+        )
 
 
 def namespace() -> dict[str, Any]:

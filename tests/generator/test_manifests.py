@@ -342,6 +342,9 @@ def test_self_signed_mode_writes_a_working_ca_bundle(run_cli, tmp_path):
         (["--scheduler-replicas", "0"], "--scheduler-replicas"),
         (["--image", ""], "--image"),
         (["--gpu-weight", "200"], "--gpu-weight"),
+        (["--api-version", "v1beta3"], "--api-version"),  # the pinned 1.34 scheduler
+        (["--api-version", "v1", "--scheduler-image",
+          "registry.k8s.io/scheduler-plugins/kube-scheduler:v0.24.9"], "--api-version"),
     ],
 )
 def test_bad_manifest_option_exits_2(run_cli, tmp_path, flags, named):
@@ -350,6 +353,17 @@ def test_bad_manifest_option_exits_2(run_cli, tmp_path, flags, named):
     (line,) = err.strip().splitlines()
     assert line.startswith(f"gputopo: error: {named}: ")
     assert not (tmp_path / "o").exists()
+
+
+def test_v1beta3_with_a_scheduler_that_still_loads_it(run_cli, tmp_path):
+    code, _, err = run_cli("generate", "manifests", "--api-version", "v1beta3",
+                           "--scheduler-image",
+                           "registry.k8s.io/scheduler-plugins/kube-scheduler:v0.26.7",
+                           "-o", str(tmp_path / "o"))
+    assert code == 0, err
+    cm = find(objects(tmp_path / "o"), "ConfigMap", f"{SCHEDULER_NAME}-config")
+    (config,) = yamlio.load_documents_text(next(iter(cm["data"].values())))
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1beta3"
 
 
 def test_generate_certs_writes_the_three_files(run_cli, tmp_path):
