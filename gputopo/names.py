@@ -70,3 +70,8 @@ WEBHOOK_TLS_SECRET = "gputopo-webhook-tls"
 POLICIES_CONFIGMAP = "gputopo-policies"
 SCHEDULER_CONFIGMAP = "gpu-topology-scheduler-config"
 REPORTER_NAME = "gputopo-topology-reporter"
+
+# --- reservations (ConfigMaps in GPUTOPO_NAMESPACE; see docs/reservations.md) -------------
+RESERVATION_LABEL = "gputopo.io/reservation"  # value: "gang" or "ledger"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "gputopo"

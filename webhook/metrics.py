@@ -44,3 +44,9 @@ PLACEMENTS = Counter(
 CERT_RELOADS = Counter(
     "gputopo_certificate_reloads_total", "Serving certificate reloads, by result.", ["result"]
 )
+RESERVATION_CONFLICTS = Counter(
+    "gputopo_reservation_conflicts_total",
+    "Reservation store conflicts: api_409 (stale resourceVersion, retried with a fresh read), "
+    "gpu_taken (GPU held by another gang: caller re-solves), lost_claim (claim taken over).",
+    ["kind"],
+)

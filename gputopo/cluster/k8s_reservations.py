@@ -1,0 +1,487 @@
+"""Gang reservations kept in the Kubernetes API, safe for any number of webhook replicas.
+
+Why ConfigMaps with optimistic concurrency: every webhook replica must see every other's
+promises, survive restarts, and never hand out one GPU twice. The API server gives exactly
+one primitive for that: an update carrying ``metadata.resourceVersion`` succeeds only if
+nobody wrote the object since it was read (else 409 Conflict, and we re-read and retry).
+
+Layout (docs/reservations.md has the full argument), all in ``gputopo-system``:
+
+* one **ledger** ConfigMap per node (``gputopo-gpus-<node>-<hash>``): data key = GPU index,
+  value = JSON ``{"gang": uid, "token": t, "state": "claimed"|"committed", "at": epoch}``.
+  A GPU is held by exactly one entry, so two writers racing for it collide on the same
+  object and one of them gets 409. Per node (not one ledger) because 5,000 nodes x 8 GPUs
+  would not fit the 1 MiB object limit and every reservation would contend on one object.
+* one **gang** ConfigMap per job (``gputopo-gang-<job uid>``): the slots, which replica got
+  which slot, TTL, and the ``token`` of the attempt that won. Creating it is the commit
+  point: if two replicas reserve the same gang, one create gets 409 AlreadyExists and rolls
+  back.
+
+``reserve``: claim each node's GPUs in sorted node order (state "claimed", unique token),
+roll back on any conflict; create the gang ConfigMap; mark the claims "committed".
+An entry is dead (free to take) when it is "claimed" and older than the claim grace
+(its writer crashed), or "committed" and its gang ConfigMap is gone or names another
+token (released, or a loser that crashed before rolling back). A slow writer whose claim
+was taken over finds out when it commits (its entry is no longer its own) and aborts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import re
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from gputopo import names
+from gputopo.cluster.reservations import (
+    DEFAULT_TTL_SECONDS,
+    GangKey,
+    GangReservation,
+    ReplicaKey,
+    ReservationConflict,
+    ReservationUnavailable,
+    pick_slot,
+)
+from gputopo.placement.types import Placement, ReplicaSlot
+from webhook.metrics import RESERVATION_CONFLICTS
+
+log = logging.getLogger(__name__)
+
+#: A "claimed" ledger entry older than this belongs to a writer that died mid-reserve.
+DEFAULT_CLAIM_GRACE_SECONDS = 60.0
+MAX_ATTEMPTS = 100  # 409 retries per object before giving up (ReservationUnavailable)
+GANG_PREFIX = "gputopo-gang-"
+LEDGER_PREFIX = "gputopo-gpus-"
+NODE_KEY = "node"
+DATA_KEY = "reservation"
+
+
+def ledger_name(node: str) -> str:
+    """A valid ConfigMap name for ``node``'s ledger: readable prefix + hash (names may clash
+    after sanitising, and node names may be up to 253 characters)."""
+    safe = re.sub(r"[^a-z0-9.-]", "-", node.lower()).strip(".-")[:200]
+    digest = hashlib.sha256(node.encode()).hexdigest()[:10]
+    return f"{LEDGER_PREFIX}{safe}-{digest}"
+
+
+def gang_name(key: GangKey) -> str:
+    """The gang ConfigMap's name: from the job uid alone, so a recreated job is a new gang."""
+    return gang_name_for_uid(key.uid)
+
+
+def gang_name_for_uid(uid: str) -> str:
+    safe = re.sub(r"[^a-z0-9-]", "-", uid.lower()).strip("-")[:200]
+    digest = hashlib.sha256(uid.encode()).hexdigest()[:8]
+    return f"{GANG_PREFIX}{safe}-{digest}"
+
+
+_TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError)
+
+
+class KubernetesReservationStore:
+    """:class:`~gputopo.cluster.reservations.ReservationStore` on ConfigMaps.
+
+    ``stats`` counts what happened (``api_409`` retries, ``gpu_taken`` conflicts, ...), for
+    tests and the drills; the same counts go to the ``gputopo_reservation_conflicts_total``
+    metric.
+    """
+
+    def __init__(
+        self, api_client: client.ApiClient, *, namespace: str = names.GPUTOPO_NAMESPACE,
+        ttl_seconds: float = DEFAULT_TTL_SECONDS,
+        claim_grace_seconds: float = DEFAULT_CLAIM_GRACE_SECONDS,
+        request_timeout: float = 10.0, clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.core = client.CoreV1Api(api_client)
+        self.namespace = namespace
+        self.ttl_seconds = float(ttl_seconds)
+        self.claim_grace_seconds = float(claim_grace_seconds)
+        self.request_timeout = request_timeout
+        self._clock = clock
+        self.stats: Counter[str] = Counter()
+
+    # --- raw API helpers (dicts, not models: cheaper and keeps the wire form) ---------------
+    def _count(self, what: str) -> None:
+        self.stats[what] += 1
+        if what in ("api_409", "gpu_taken", "lost_claim"):
+            RESERVATION_CONFLICTS.labels(what).inc()
+
+    def _read(self, name: str) -> dict[str, Any] | None:
+        try:
+            resp = self.core.read_namespaced_config_map(
+                name, self.namespace, _preload_content=False,
+                _request_timeout=self.request_timeout)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return json.loads(resp.data)
+
+    def _create(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The created object, or None when it already exists (409 AlreadyExists)."""
+        try:
+            resp = self.core.create_namespaced_config_map(
+                self.namespace, body, _preload_content=False,
+                _request_timeout=self.request_timeout)
+        except ApiException as exc:
+            if exc.status == 409:
+                self._count("api_409")
+                return None
+            raise
+        return json.loads(resp.data)
+
+    def _replace(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """The updated object, or None on 409 Conflict (stale resourceVersion)."""
+        try:
+            resp = self.core.replace_namespaced_config_map(
+                obj["metadata"]["name"], self.namespace, obj, _preload_content=False,
+                _request_timeout=self.request_timeout)
+        except ApiException as exc:
+            if exc.status == 409:
+                self._count("api_409")
+                return None
+            raise
+        return json.loads(resp.data)
+
+    def _delete(self, name: str, *, uid: str | None = None) -> bool:
+        body = {"preconditions": {"uid": uid}} if uid else None
+        try:
+            self.core.delete_namespaced_config_map(
+                name, self.namespace, body=body, _preload_content=False,
+                _request_timeout=self.request_timeout)
+        except ApiException as exc:
+            if exc.status in (404, 409):
+                return False
+            raise
+        return True
+
+    def _list(self, kind: str) -> list[dict[str, Any]]:
+        resp = self.core.list_namespaced_config_map(
+            self.namespace, label_selector=f"{names.RESERVATION_LABEL}={kind}",
+            _preload_content=False, _request_timeout=self.request_timeout)
+        return list(json.loads(resp.data).get("items") or [])
+
+    def _labels(self, kind: str) -> dict[str, str]:
+        return {names.RESERVATION_LABEL: kind, names.MANAGED_BY_LABEL: names.MANAGED_BY_VALUE}
+
+    def _now(self, now: float | None) -> float:
+        return float(self._clock()) if now is None else float(now)
+
+    # --- ledger entries -----------------------------------------------------------------------
+    @staticmethod
+    def _entries(cm: dict[str, Any]) -> dict[int, dict[str, Any]]:
+        out: dict[int, dict[str, Any]] = {}
+        for k, v in (cm.get("data") or {}).items():
+            if k == NODE_KEY:
+                continue
+            try:
+                out[int(k)] = json.loads(v)
+            except (ValueError, TypeError):
+                log.warning("ledger %s: unreadable entry %s=%r: treated as held",
+                            cm["metadata"]["name"], k, v)
+                out[int(k) if k.isdigit() else -1] = {"gang": "?", "token": "?",
+                                                      "state": "committed", "at": 0}
+        return out
+
+    def _gang_token(self, uid: str, cache: dict[str, str | None]) -> str | None:
+        if uid not in cache:
+            cm = self._find_gang_by_uid(uid)
+            cache[uid] = self._token_of(cm)
+        return cache[uid]
+
+    @staticmethod
+    def _token_of(cm: dict[str, Any] | None) -> str | None:
+        if cm is None:
+            return None
+        try:
+            return str(json.loads(cm["data"][DATA_KEY]).get("token", ""))
+        except (KeyError, ValueError, TypeError):
+            return None
+
+    def _find_gang_by_uid(self, uid: str) -> dict[str, Any] | None:
+        return self._read(gang_name_for_uid(uid))
+
+    def _dead(self, entry: dict[str, Any], now: float, cache: dict[str, str | None]) -> bool:
+        """True when the entry no longer holds its GPU (see the module docstring)."""
+        if entry.get("state") == "claimed":
+            return now - float(entry.get("at", 0)) > self.claim_grace_seconds
+        if entry.get("gang") == "?":
+            return False
+        return self._gang_token(str(entry.get("gang")), cache) != entry.get("token")
+
+    # --- reserve ----------------------------------------------------------------------------
+    def get(self, key: GangKey) -> GangReservation | None:
+        try:
+            cm = self._read(gang_name(key))
+        except (ApiException, *_TRANSPORT_ERRORS) as exc:
+            raise ReservationUnavailable(f"reading reservation of {key}: {exc}") from exc
+        return self._parse_gang(cm)
+
+    @staticmethod
+    def _parse_gang(cm: dict[str, Any] | None) -> GangReservation | None:
+        if cm is None:
+            return None
+        try:
+            return GangReservation.from_json(json.loads(cm["data"][DATA_KEY]),
+                                             version=cm["metadata"]["resourceVersion"])
+        except (KeyError, ValueError, TypeError) as exc:
+            log.warning("reservation %s unreadable: %s", cm["metadata"].get("name"), exc)
+            return None
+
+    def reserve(
+        self, key: GangKey, placement: Placement, *, ttl_seconds: float | None = None,
+        now: float | None = None,
+    ) -> GangReservation:
+        t = self._now(now)
+        ttl = self.ttl_seconds if ttl_seconds is None else float(ttl_seconds)
+        token = uuid.uuid4().hex
+        res = GangReservation.from_placement(key, placement, now=t, ttl_seconds=ttl,
+                                             token=token)
+        try:
+            existing = self.get(key)
+            if existing is not None:
+                return existing
+            try:
+                return self._reserve(res)
+            except ReservationConflict:
+                # Often the "other gang" is this gang, reserved by another webhook replica
+                # a moment ago: then its reservation is the answer, not a re-solve.
+                existing = self.get(key)
+                if existing is not None:
+                    return existing
+                raise
+        except (ApiException, *_TRANSPORT_ERRORS) as exc:
+            raise ReservationUnavailable(f"reserving GPUs for {key}: {exc}") from exc
+
+    def _reserve(self, res: GangReservation) -> GangReservation:
+        wanted = res.gpus()
+        claimed: list[str] = []
+        created: dict[str, Any] | None = None
+        try:
+            for node in sorted(wanted):
+                self._claim(node, wanted[node], res)
+                claimed.append(node)
+            created = self._create({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": gang_name(res.key), "namespace": self.namespace,
+                             "labels": self._labels("gang")},
+                "data": {DATA_KEY: json.dumps(res.to_json(), sort_keys=True)},
+            })
+            if created is None:  # another webhook replica reserved this gang first
+                self._rollback(claimed, res.token)
+                claimed = []
+                winner = self.get(res.key)
+                if winner is None:
+                    raise ReservationConflict(f"{res.key}: reserved concurrently, then gone")
+                return winner
+            for node in sorted(wanted):
+                self._commit(node, wanted[node], res)
+        except BaseException:
+            if created is not None:
+                self._delete(created["metadata"]["name"], uid=created["metadata"]["uid"])
+            with contextlib.suppress(ApiException, *_TRANSPORT_ERRORS):
+                self._rollback(claimed, res.token)
+            raise
+        self._count("reserved")
+        return GangReservation.from_json(res.to_json(),
+                                         version=created["metadata"]["resourceVersion"])
+
+    def _claim(self, node: str, gpus: frozenset[int], res: GangReservation) -> None:
+        # Ledger timestamps are always wall-clock (never the caller's ``now``): the claim
+        # grace is about real time passing for a writer that may have died.
+        t = float(self._clock())
+        entry = json.dumps({"gang": res.key.uid, "token": res.token, "state": "claimed",
+                            "at": t}, sort_keys=True)
+        name = ledger_name(node)
+        for _ in range(MAX_ATTEMPTS):
+            cm = self._read(name)
+            if cm is None:
+                body = {"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": name, "namespace": self.namespace,
+                                     "labels": self._labels("ledger")},
+                        "data": {NODE_KEY: node, **{str(g): entry for g in sorted(gpus)}}}
+                if self._create(body) is not None:
+                    return
+                continue
+            entries = self._entries(cm)
+            cache: dict[str, str | None] = {}
+            taken = sorted(g for g in gpus if g in entries
+                           and entries[g].get("token") != res.token
+                           and not self._dead(entries[g], t, cache))
+            if taken:
+                self._count("gpu_taken")
+                raise ReservationConflict(
+                    f"{res.key}: GPUs {taken} of node {node} are held by another gang",
+                    {node: taken})
+            data = dict(cm.get("data") or {})
+            data.update({str(g): entry for g in gpus})
+            cm["data"] = data
+            if self._replace(cm) is not None:
+                return
+        raise ReservationUnavailable(f"ledger {name}: gave up after {MAX_ATTEMPTS} conflicts")
+
+    def _commit(self, node: str, gpus: frozenset[int], res: GangReservation) -> None:
+        name = ledger_name(node)
+        for _ in range(MAX_ATTEMPTS):
+            cm = self._read(name)
+            entries = self._entries(cm) if cm is not None else {}
+            lost = sorted(g for g in gpus if entries.get(g, {}).get("token") != res.token)
+            if cm is None or lost:
+                self._count("lost_claim")
+                raise ReservationConflict(
+                    f"{res.key}: claim on GPUs {lost} of node {node} was taken over "
+                    "(this writer was slower than the claim grace)", {node: lost})
+            data = dict(cm.get("data") or {})
+            for g in gpus:
+                e = dict(entries[g], state="committed")
+                data[str(g)] = json.dumps(e, sort_keys=True)
+            cm["data"] = data
+            if self._replace(cm) is not None:
+                return
+        raise ReservationUnavailable(f"ledger {name}: gave up after {MAX_ATTEMPTS} conflicts")
+
+    def _rollback(self, nodes: list[str], token: str) -> None:
+        for node in nodes:
+            self._unclaim(node, token)
+        if nodes:
+            self._count("rollback")
+
+    def _unclaim(self, node: str, token: str) -> None:
+        """Remove this token's entries from the node's ledger (no-op when none are left)."""
+        name = ledger_name(node)
+        for _ in range(MAX_ATTEMPTS):
+            cm = self._read(name)
+            if cm is None:
+                return
+            data = dict(cm.get("data") or {})
+            mine = [k for k, e in self._entries(cm).items() if e.get("token") == token]
+            if not mine:
+                return
+            for g in mine:
+                data.pop(str(g), None)
+            cm["data"] = data
+            if self._replace(cm) is not None:
+                return
+
+    # --- slots, release, expiry -------------------------------------------------------------
+    def assign_slot(
+        self, key: GangKey, replica: ReplicaKey, *, now: float | None = None
+    ) -> tuple[GangReservation, ReplicaSlot] | None:
+        t = self._now(now)
+        try:
+            for _ in range(MAX_ATTEMPTS):
+                cm = self._read(gang_name(key))
+                res = self._parse_gang(cm)
+                if cm is None or res is None:
+                    return None
+                n = pick_slot(res, replica)
+                if n is None:
+                    return None
+                if replica in res.assigned:
+                    return res, res.slot(n)
+                ttl = max(self.ttl_seconds, res.expires_at - res.created_at)
+                new = res.with_assignment(replica, n, expires_at=t + ttl)
+                cm["data"] = {DATA_KEY: json.dumps(new.to_json(), sort_keys=True)}
+                done = self._replace(cm)
+                if done is not None:
+                    new = GangReservation.from_json(new.to_json(),
+                                                    version=done["metadata"]["resourceVersion"])
+                    return new, new.slot(n)
+        except (ApiException, *_TRANSPORT_ERRORS) as exc:
+            raise ReservationUnavailable(f"assigning a slot of {key}: {exc}") from exc
+        raise ReservationUnavailable(f"{key}: gave up after {MAX_ATTEMPTS} conflicts")
+
+    def release(self, key: GangKey) -> bool:
+        """Delete the gang ConfigMap (the commit point: its ledger entries are dead from
+        then on), then clean its ledger entries; a crash in between leaves only dead entries
+        that the next :meth:`expire` sweep removes."""
+        try:
+            cm = self._read(gang_name(key))
+            res = self._parse_gang(cm)
+            if cm is None or not self._delete(cm["metadata"]["name"],
+                                              uid=cm["metadata"]["uid"]):
+                return False
+            if res is not None:
+                for node in sorted(res.gpus()):
+                    self._unclaim(node, res.token)
+        except (ApiException, *_TRANSPORT_ERRORS) as exc:
+            raise ReservationUnavailable(f"releasing {key}: {exc}") from exc
+        self._count("released")
+        return True
+
+    def list(self) -> list[GangReservation]:
+        try:
+            items = self._list("gang")
+        except (ApiException, *_TRANSPORT_ERRORS) as exc:
+            raise ReservationUnavailable(f"listing reservations: {exc}") from exc
+        out = [r for r in (self._parse_gang(cm) for cm in items) if r is not None]
+        return sorted(out, key=lambda r: r.key)
+
+    def held_gpus(self) -> dict[str, set[int]]:
+        """Every GPU with a live-looking ledger entry (conservative: a dead "committed"
+        entry still counts until the next sweep; an abandoned "claimed" one does not)."""
+        t = self._now(None)
+        try:
+            ledgers = self._list("ledger")
+        except (ApiException, *_TRANSPORT_ERRORS) as exc:
+            raise ReservationUnavailable(f"listing GPU ledgers: {exc}") from exc
+        out: dict[str, set[int]] = {}
+        for cm in ledgers:
+            node = (cm.get("data") or {}).get(NODE_KEY)
+            if not node:
+                continue
+            for g, e in self._entries(cm).items():
+                if e.get("state") == "claimed" and \
+                        t - float(e.get("at", 0)) > self.claim_grace_seconds:
+                    continue
+                out.setdefault(node, set()).add(g)
+        return out
+
+    def expire(self, now: float | None = None) -> list[GangKey]:
+        """Release reservations past their TTL, then sweep dead ledger entries."""
+        t = self._now(now)
+        gone: list[GangKey] = []
+        for res in self.list():
+            if res.expired(t) and self.release(res.key):
+                gone.append(res.key)
+        try:
+            self._sweep(float(self._clock()))
+        except (ApiException, *_TRANSPORT_ERRORS) as exc:
+            log.warning("ledger sweep failed (next one retries): %s", exc)
+        return gone
+
+    def _sweep(self, t: float) -> None:
+        # Ledgers first, gangs second: an entry "committed" in this ledger snapshot was
+        # written after its gang ConfigMap was created, so the gang list taken afterwards
+        # holds it unless it was released — no live entry is mistaken for a dead one.
+        ledgers = self._list("ledger")
+        tokens: dict[str, str | None] = {}
+        for cm in self._list("gang"):
+            res = self._parse_gang(cm)
+            if res is not None:
+                tokens[res.key.uid] = res.token
+        for cm in ledgers:
+            entries = self._entries(cm)
+            dead = [g for g, e in entries.items()
+                    if (e.get("state") == "claimed"
+                        and t - float(e.get("at", 0)) > self.claim_grace_seconds)
+                    or (e.get("state") == "committed" and e.get("gang") != "?"
+                        and tokens.get(str(e.get("gang"))) != e.get("token"))]
+            if not dead:
+                continue
+            data = dict(cm.get("data") or {})
+            for g in dead:
+                data.pop(str(g), None)
+            cm["data"] = data
+            if self._replace(cm) is not None:  # 409: someone wrote it; next sweep
+                self.stats["swept"] += len(dead)

@@ -1,0 +1,38 @@
+"""Fixtures for the cluster tests: the Kubernetes API test double and clients for it."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+TESTS = Path(__file__).resolve().parents[1]
+if str(TESTS) not in sys.path:  # the double is a package under tests/
+    sys.path.insert(0, str(TESTS))
+
+from k8s_double import KubeApiDouble, api_client  # noqa: E402
+
+
+@pytest.fixture
+def kube() -> Iterator[KubeApiDouble]:
+    """A fresh API test double on a free loopback port, with the gputopo namespace."""
+    api = KubeApiDouble(bookmark_interval=0.2).start()
+    api.apply({"apiVersion": "v1", "kind": "Namespace",
+               "metadata": {"name": "gputopo-system"}})
+    try:
+        yield api
+    finally:
+        api.stop()
+
+
+@pytest.fixture
+def kube_client(kube: KubeApiDouble) -> Iterator[client.ApiClient]:
+    """The official client pointed at the double."""
+    ac = api_client(kube.url)
+    try:
+        yield ac
+    finally:
+        ac.close()

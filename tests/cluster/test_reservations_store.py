@@ -1,0 +1,298 @@
+"""Gang reservations: the in-memory store and the ConfigMap store through the official
+client against the API test double — concurrency from threads and from two processes,
+restarts, TTL expiry. Double allocations and lost reservations are counted, must be zero."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import urllib.request
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster_helpers import first_fit
+from k8s_double import KubeApiDouble, api_client
+
+from gputopo.cluster.k8s_reservations import KubernetesReservationStore, ledger_name
+from gputopo.cluster.reservations import (
+    GangKey,
+    InMemoryReservationStore,
+    ReplicaKey,
+    ReservationConflict,
+)
+from gputopo.placement.types import Placement, ReplicaSlot
+
+NODES = {"n0": 8, "n1": 8, "n2": 8, "n3": 8}
+HERE = Path(__file__).resolve().parent
+
+
+def key(i: int | str) -> GangKey:
+    return GangKey("default", "PyTorchJob", f"job-{i}", f"uid-{i}")
+
+
+def placement(*slots: tuple[str, tuple[int, ...]]) -> Placement:
+    return Placement(True, tuple(ReplicaSlot(i, n, g) for i, (n, g) in enumerate(slots)),
+                     42.0, "test")
+
+
+def audit(kube: KubeApiDouble) -> dict[str, Any]:
+    """Read what the API server holds and count double allocations / inconsistencies."""
+    cms = [c for c in kube.objects("v1", "ConfigMap")
+           if c["metadata"]["namespace"] == "gputopo-system"]
+    gangs = [json.loads(c["data"]["reservation"]) for c in cms
+             if c["metadata"]["labels"]["gputopo.io/reservation"] == "gang"]
+    owners: Counter[tuple[str, int]] = Counter()
+    for g in gangs:
+        for s in g["slots"]:
+            for gpu in s["gpus"]:
+                owners[(s["node"], gpu)] += 1
+    ledger: dict[tuple[str, int], dict[str, Any]] = {}
+    for c in cms:
+        if c["metadata"]["labels"]["gputopo.io/reservation"] != "ledger":
+            continue
+        for k, v in c["data"].items():
+            if k != "node":
+                ledger[(c["data"]["node"], int(k))] = json.loads(v)
+    unbacked = 0  # a gang GPU whose ledger entry is not that gang's committed entry
+    for g in gangs:
+        for s in g["slots"]:
+            for gpu in s["gpus"]:
+                e = ledger.get((s["node"], gpu))
+                if not e or e["token"] != g["token"] or e["state"] != "committed":
+                    unbacked += 1
+    return {"gangs": {g["key"]["uid"]: g for g in gangs},
+            "double_allocated": sum(1 for n in owners.values() if n > 1),
+            "unbacked": unbacked, "ledger": ledger}
+
+
+# --- in-memory store ------------------------------------------------------------------------
+def test_in_memory_slots_are_stable_per_replica_and_private_per_job() -> None:
+    store = InMemoryReservationStore(ttl_seconds=30)
+    store.reserve(key(1), placement(("n0", (0, 1)), ("n0", (2, 3))), now=0)
+    _, a = store.assign_slot(key(1), ReplicaKey("Worker", 0), now=1)
+    _, b = store.assign_slot(key(1), ReplicaKey("worker", 1), now=1)
+    _, a_again = store.assign_slot(key(1), ReplicaKey("worker", 0), now=2)
+    assert a == a_again and a != b
+    assert store.assign_slot(key(1), ReplicaKey("worker", 2), now=2) is None  # all given
+    # another job (other uid, even with the same name) has no slot here
+    assert store.assign_slot(GangKey("default", "PyTorchJob", "job-1", "other-uid"),
+                             ReplicaKey("worker", 0)) is None
+    with pytest.raises(ReservationConflict) as exc:
+        store.reserve(key(2), placement(("n0", (3, 4))))
+    assert exc.value.gpus == {"n0": frozenset({3})}
+    assert store.held_gpus() == {"n0": {0, 1, 2, 3}}
+
+
+def test_in_memory_ttl_releases_only_gangs_whose_pods_never_came() -> None:
+    store = InMemoryReservationStore(ttl_seconds=10)
+    store.reserve(key("partial"), placement(("n0", (0,)), ("n0", (1,))), now=0)
+    store.reserve(key("full"), placement(("n1", (0,)),), now=0)
+    store.assign_slot(key("full"), ReplicaKey("worker", 0), now=1)
+    assert store.expire(now=5) == []
+    assert store.expire(now=11) == [key("partial")]
+    assert store.held_gpus() == {"n1": {0}}
+
+
+def test_in_memory_concurrent_threads_never_double_allocate() -> None:
+    store = InMemoryReservationStore()
+    results: list[GangKey] = []
+
+    def worker(w: int) -> None:
+        for i in range(10):
+            k = key(f"{w}-{i}")
+            while True:
+                p = first_fit(NODES, store.held_gpus(), 2, 2)
+                if not p.feasible:
+                    return
+                try:
+                    store.reserve(k, p)
+                except ReservationConflict:
+                    continue
+                results.append(k)
+                break
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    held = [(n, g) for r in store.list() for n, gs in r.gpus().items() for g in gs]
+    assert len(held) == len(set(held)) == 32
+    assert sorted(results) == sorted(r.key for r in store.list())
+
+
+# --- ConfigMap store through the official client ------------------------------------------
+def test_k8s_reserve_assign_and_restart_continues_the_gang(kube, kube_client) -> None:
+    store = KubernetesReservationStore(kube_client)
+    res = store.reserve(key(1), placement(("n0", (0, 1)), ("n1", (4, 5))))
+    assert res.version
+    _, s0 = store.assign_slot(key(1), ReplicaKey("worker", 0))
+    # a "restarted webhook": a brand-new store and client see the same reservation
+    restarted = KubernetesReservationStore(api_client(kube.url))
+    again = restarted.get(key(1))
+    assert again is not None and again.assigned == {ReplicaKey("worker", 0): s0.replica}
+    _, s0b = restarted.assign_slot(key(1), ReplicaKey("worker", 0))
+    _, s1 = restarted.assign_slot(key(1), ReplicaKey("worker", 1))
+    assert s0b == s0 and {s0.node, s1.node} == {"n0", "n1"}
+    assert restarted.held_gpus() == {"n0": {0, 1}, "n1": {4, 5}}
+    with pytest.raises(ReservationConflict):
+        restarted.reserve(key(2), placement(("n1", (5, 6))))
+    # the failed attempt left nothing behind
+    assert restarted.held_gpus() == {"n0": {0, 1}, "n1": {4, 5}}
+    a = audit(kube)
+    assert a["double_allocated"] == 0 and a["unbacked"] == 0
+
+
+def test_k8s_ttl_expiry_and_release_free_the_gpus(kube, kube_client) -> None:
+    store = KubernetesReservationStore(kube_client, ttl_seconds=100)
+    store.reserve(key("slow"), placement(("n0", (0,)), ("n0", (1,))), now=1000)
+    store.reserve(key("done"), placement(("n1", (0,)),), now=1000)
+    store.assign_slot(key("done"), ReplicaKey("worker", 0), now=1001)
+    assert store.expire(now=1050) == []
+    assert store.expire(now=1101) == [key("slow")]
+    assert store.get(key("slow")) is None
+    assert store.held_gpus() == {"n1": {0}}
+    assert store.release(key("done")) is True
+    assert store.release(key("done")) is False
+    assert store.held_gpus() == {}
+    # freed GPUs can be reserved again
+    store.reserve(key("next"), placement(("n0", (0, 1)),))
+
+
+def test_k8s_same_gang_from_two_replicas_yields_one_reservation(kube) -> None:
+    stores = [KubernetesReservationStore(api_client(kube.url)) for _ in range(2)]
+    kube.latency = 0.002  # widen the race window
+    out: list[Any] = [None, None]
+    barrier = threading.Barrier(2)
+
+    def go(i: int, p: Placement) -> None:
+        barrier.wait()
+        for _ in range(20):
+            try:
+                out[i] = stores[i].reserve(key("same"), p)
+                return
+            except ReservationConflict:
+                continue
+
+    ts = [threading.Thread(target=go, args=(0, placement(("n0", (0, 1)),))),
+          threading.Thread(target=go, args=(1, placement(("n0", (2, 3)),)))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert out[0] is not None and out[0].to_json() == out[1].to_json()
+    a = audit(kube)
+    assert a["double_allocated"] == 0 and a["unbacked"] == 0
+    assert len(a["ledger"]) == 2  # the loser's claim was rolled back
+
+
+def test_k8s_abandoned_claim_is_taken_after_the_grace(kube, kube_client) -> None:
+    # A webhook died after claiming GPU 0 of n0 and before committing.
+    kube.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": ledger_name("n0"), "namespace": "gputopo-system",
+        "labels": {"gputopo.io/reservation": "ledger"}},
+        "data": {"node": "n0", "0": json.dumps({"gang": "dead", "token": "t",
+                                                 "state": "claimed", "at": 0})}})
+    fresh = KubernetesReservationStore(kube_client, claim_grace_seconds=1e12)
+    with pytest.raises(ReservationConflict):
+        fresh.reserve(key(1), placement(("n0", (0,)),))
+    store = KubernetesReservationStore(kube_client, claim_grace_seconds=60)
+    assert store.held_gpus() == {}
+    store.reserve(key(1), placement(("n0", (0,)),))
+    assert audit(kube)["unbacked"] == 0
+
+
+def test_k8s_threads_on_overlapping_gpus_zero_double_allocations(kube) -> None:
+    kube.latency = 0.001
+    stores = [KubernetesReservationStore(api_client(kube.url)) for _ in range(6)]
+    reported: list[str] = []
+    lock = threading.Lock()
+
+    def worker(w: int) -> None:
+        s = stores[w]
+        for i in range(3):
+            k = key(f"t{w}-{i}")
+            while True:
+                p = first_fit(NODES, s.held_gpus(), 2, 2)
+                if not p.feasible:
+                    return
+                try:
+                    res = s.reserve(k, p)
+                except ReservationConflict:
+                    continue
+                with lock:
+                    reported.append(res.key.uid)
+                break
+
+    ts = [threading.Thread(target=worker, args=(w,)) for w in range(6)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    a = audit(kube)
+    retries = sum(s.stats["api_409"] for s in stores)
+    conflicts = sum(s.stats["gpu_taken"] + s.stats["lost_claim"] for s in stores)
+    print(f"threads: reserved={len(reported)} api_409={retries} gpu_conflicts={conflicts} "
+          f"double_allocated={a['double_allocated']}")
+    assert a["double_allocated"] == 0 and a["unbacked"] == 0
+    assert sorted(reported) == sorted(a["gangs"])  # zero lost, zero phantom
+    assert len(reported) == 8  # 32 GPUs / 4 per gang: the cluster is filled exactly
+    assert retries + conflicts > 0  # the race really happened
+    assert kube.stats["PUT 409"] + kube.stats["POST 409"] == retries
+
+
+def test_k8s_two_processes_zero_double_allocations(tmp_path: Path) -> None:
+    tests_dir = HERE.parent
+    env_path = f"{tests_dir}"
+    api = subprocess.Popen([sys.executable, "-m", "k8s_double"], cwd=tests_dir,
+                           stdout=subprocess.PIPE, text=True,
+                           env={**_env(), "PYTHONPATH": env_path})
+    try:
+        port = json.loads(api.stdout.readline())["port"]  # type: ignore[union-attr]
+        url = f"http://127.0.0.1:{port}"
+        ac = api_client(url)
+        from kubernetes import client
+
+        client.CoreV1Api(ac).create_namespace({"metadata": {"name": "gputopo-system"}})
+        # 1 ms per request widens the race windows; both workers start at the same instant
+        urllib.request.urlopen(urllib.request.Request(
+            f"{url}/_double/latency?seconds=0.001", method="POST"), timeout=5).read()
+        workers = [subprocess.Popen([sys.executable, str(HERE / "reserve_worker.py"), url,
+                                     f"p{w}", "6"], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, text=True, env=_env())
+                   for w in range(2)]
+        for w in workers:
+            assert w.stdout is not None and w.stdout.readline().strip() == "ready"
+        for w in workers:  # go!
+            assert w.stdin is not None
+            w.stdin.write("go\n")
+            w.stdin.flush()
+        outs = [json.loads(w.communicate(timeout=60)[0]) for w in workers]
+        reported = [r["uid"] for o in outs for r in o["reserved"]]
+        gangs = {json.loads(c.data["reservation"])["key"]["uid"]: json.loads(
+            c.data["reservation"]) for c in client.CoreV1Api(ac).list_namespaced_config_map(
+                "gputopo-system", label_selector="gputopo.io/reservation=gang").items}
+        owners: Counter[tuple[str, int]] = Counter(
+            (s["node"], g) for r in gangs.values() for s in r["slots"] for g in s["gpus"])
+        double = sum(1 for n in owners.values() if n > 1)
+        retries = sum(o["stats"].get("api_409", 0) for o in outs)
+        conflicts = sum(o["conflicts"] for o in outs)
+        print(f"processes: reserved={len(reported)} api_409={retries} "
+              f"gpu_conflicts={conflicts} double_allocated={double}")
+        assert double == 0
+        assert sorted(reported) == sorted(gangs)  # nothing lost
+        assert len(reported) == 8 and sum(o["infeasible"] for o in outs) == 4
+        assert retries + conflicts > 0  # the two processes really collided
+    finally:
+        api.terminate()
+        api.wait(10)
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
