@@ -8,14 +8,19 @@ the mistake it is about, so "valid" means something.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from generator.scheduler_schema import validate_config
 from gputopo import yamlio
+from gputopo.cli import main
 from gputopo.names import SCHEDULER_NAME, TOPOLOGY_GPU_RESOURCE
 
 
@@ -245,3 +250,32 @@ def test_upstream_coscheduling_example_shape_is_accepted():
         }],
     }
     assert validate_config(doc) == []
+
+
+# --- every accepted option combination yields a file kube-scheduler accepts ---------------
+
+_weight = st.integers(min_value=-5, max_value=120)
+
+
+@given(gpu=_weight, cpu=_weight, fit=_weight, spread=_weight,
+       wait=st.integers(min_value=-3, max_value=7200))
+def test_options_either_validate_or_exit_2(gpu, cpu, fit, spread, wait):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["generate", "scheduler-config", "--gpu-weight", str(gpu),
+                     "--cpu-weight", str(cpu), "--fit-weight", str(fit),
+                     "--spread-weight", str(spread), "--permit-wait-seconds", str(wait)])
+    valid = (1 <= gpu <= 100 and 1 <= cpu <= 100 and 1 <= fit <= 100 and 0 <= spread <= 100
+             and wait > 0)
+    if not valid:
+        assert code == 2 and out.getvalue() == ""
+        assert len(err.getvalue().strip().splitlines()) == 1
+        return
+    assert code == 0, err.getvalue()
+    (doc,) = yamlio.load_documents_text(out.getvalue())
+    assert validate_config(doc) == []
+    (profile,) = doc["profiles"]
+    assert args_of(profile, "Coscheduling")["permitWaitingTimeSeconds"] == wait
+    weights = {r["name"]: r["weight"]
+               for r in args_of(profile, "NodeResourcesFit")["scoringStrategy"]["resources"]}
+    assert (weights[TOPOLOGY_GPU_RESOURCE], weights["cpu"]) == (gpu, cpu)
