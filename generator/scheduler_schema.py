@@ -134,9 +134,8 @@ REMOVED_PLUGINS = frozenset({"AzureDiskLimits", "CinderLimits", "EBSLimits", "GC
 #: Registered by the scheduler-plugins image (cmd/scheduler/main.go). Extension points are
 #: listed for the plugins gputopo configures; ``None`` means "not checked".
 SCHEDULER_PLUGINS: Mapping[str, frozenset[str] | None] = {
-    "Coscheduling": frozenset(
-        {"preEnqueue", "queueSort", "preFilter", "postFilter", "reserve", "permit", "postBind"}
-    ),
+    # pkg/coscheduling/coscheduling.go: QueueSort, PreFilter, PostFilter, Permit, Reserve
+    "Coscheduling": frozenset({"queueSort", "preFilter", "postFilter", "permit", "reserve"}),
     "CapacityScheduling": None,
     "LoadVariationRiskBalancing": None,
     "LowRiskOverCommitment": None,
