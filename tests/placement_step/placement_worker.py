@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     pods = [d for d in docs if d["kind"] == "Pod"]
     print(json.dumps({"ready": True}), flush=True)
     sys.stdin.readline()  # "go": both processes start admitting at the same moment
+    started = time.perf_counter()
     for i, pod in enumerate(pods):
         status, body = admitter.handle_body(review_body(pod, f"{args.inputs.name}-{i}"))
         response = body["response"]
@@ -63,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
             "job": record.get("job") if record else None,
             "reason": record.get("reason") if record else None,
         }), flush=True)
-    print(json.dumps({"done": True, "store": dict(store.stats)}), flush=True)
+    print(json.dumps({"done": True, "store": dict(store.stats),
+                      "seconds": round(time.perf_counter() - started, 3)}), flush=True)
     admitter.close()
     if args.hang:
         time.sleep(3600)

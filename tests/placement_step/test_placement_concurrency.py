@@ -28,14 +28,15 @@ WORKER = Path(__file__).with_name("placement_worker.py")
 def _start(url: str, inputs: Path, *, hang: bool = False) -> subprocess.Popen[str]:
     cmd = [sys.executable, str(WORKER), "--api", url, *(["--hang"] if hang else []),
            str(inputs)]
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    assert json.loads(line or "{}").get("ready"), proc.stderr.read()
-    return proc
 
 
 def _go(*procs: subprocess.Popen[str]) -> None:
+    """Wait until every worker is ready, then release them all at once."""
+    for p in procs:
+        line = p.stdout.readline()
+        assert json.loads(line or "{}").get("ready"), p.stderr.read()
     for p in procs:
         p.stdin.write("go\n")
         p.stdin.flush()
@@ -92,7 +93,7 @@ def test_two_webhooks_never_hand_out_a_gpu_twice_nor_lose_a_reservation(kube, tm
         stats.update(final["store"])
     print(f"\ntwo webhooks: pods={len(pods)} placed={len(placed)} gangs={len(placed_gangs)} "
           f"GPUs={len(held)} double-allocated={doubles} lost={lost} phantom={phantom} "
-          f"store={dict(stats)}")
+          f"store={dict(stats)} admit-seconds={[final['seconds'] for _, final in outcomes]}")
     assert doubles == 0
     assert lost == 0 and phantom == 0
     for job in placed_gangs:  # a placed gang has all its replicas placed
