@@ -164,3 +164,45 @@ def _pod(
                      "ownerReferences": [owner]},
         "spec": spec,
     }
+
+
+def pytorchjob(name: str, *, workers: int = 1, gpus: int = 1,
+               namespace: str = "default") -> dict[str, Any]:
+    """The ACK PyTorch seed's job: one master and ``workers`` workers, ``gpus`` GPUs each."""
+
+    def template() -> dict[str, Any]:
+        return {"spec": {"containers": [{
+            "name": "pytorch",
+            "image": "registry.cn-hangzhou.aliyuncs.com/kubernetes-image-hub/pytorch-dist-nccl",
+            "resources": {"limits": {names.SOURCE_GPU_RESOURCE: gpus}}}]}}
+
+    return {
+        "apiVersion": V1, "kind": "PyTorchJob",
+        "metadata": {"name": name, "namespace": namespace, "uid": _uid(f"{namespace}/{name}")},
+        "spec": {"pytorchReplicaSpecs": {
+            "Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": template()},
+            "Worker": {"replicas": workers, "restartPolicy": "OnFailure",
+                       "template": template()},
+        }},
+    }
+
+
+def pytorch_pods(job: dict[str, Any]) -> list[dict[str, Any]]:
+    """Master and worker pods as training-operator's PyTorchJob controller creates them."""
+    meta = job["metadata"]
+    name, ns = meta["name"], meta["namespace"]
+    pods = []
+    for rtype, spec in job["spec"]["pytorchReplicaSpecs"].items():
+        for index in range(spec["replicas"]):
+            labels = {
+                names.OPERATOR_NAME_LABEL: "pytorchjob-controller",
+                names.JOB_NAME_LABEL: name,
+                names.REPLICA_TYPE_LABEL: rtype.lower(),
+                names.REPLICA_INDEX_LABEL: str(index),
+            }
+            if rtype == "Master":
+                labels[names.JOB_ROLE_LABEL] = "master"
+            pods.append(_pod(f"{name}-{rtype.lower()}-{index}", ns, labels,
+                             _owner(V1, "PyTorchJob", name, meta["uid"]),
+                             spec["template"]["spec"]))
+    return pods

@@ -1,0 +1,59 @@
+"""Placement beyond MPIJob: a PyTorchJob's master and workers, and dry-run admissions."""
+
+from __future__ import annotations
+
+import base64
+import json
+from itertools import combinations
+
+import jsonpatch
+from placement_checks import gpu_group, pinned_node, record
+from placement_jobs import mpijob, pytorch_pods, pytorchjob, worker_pod
+
+from gputopo.cluster.demo import demo_snapshot
+from webhook.assembly import build_admitter
+from webhook.dryrun import review_body
+from webhook.placement_step import PlacementStep
+
+
+def test_pytorchjob_master_and_workers_form_one_gang(mutate, demo_topologies):
+    job = pytorchjob("pytorch-dist-nccl", workers=3)
+    result = mutate([job, *pytorch_pods(job)])
+    assert result.rc == 0, result.stderr
+    pods = [result.pods[n] for n in ("pytorch-dist-nccl-master-0",
+                                     *(f"pytorch-dist-nccl-worker-{i}" for i in range(3)))]
+    nodes = {pinned_node(p) for p in pods}
+    assert len(nodes) == 1
+    gpus = [gpu_group(p)[0] for p in pods]
+    assert len(set(gpus)) == 4
+    topo = demo_topologies[nodes.pop()]
+    assert all(topo.link(a, b).startswith("NV") for a, b in combinations(gpus, 2))
+    assert {record(p)["replica"] for p in pods} == {"master/0", "worker/0", "worker/1",
+                                                    "worker/2"}
+
+
+def _admit(admitter, pod, *, dry_run: bool):
+    body = json.loads(review_body(pod, "uid-1"))
+    body["request"]["dryRun"] = dry_run
+    status, answer = admitter.handle_body(json.dumps(body).encode())
+    assert status == 200
+    response = answer["response"]
+    patch = json.loads(base64.b64decode(response["patch"])) if "patch" in response else []
+    return jsonpatch.apply_patch(pod, patch)
+
+
+def test_dry_run_admissions_show_the_slot_but_reserve_nothing():
+    cluster = demo_snapshot()
+    first, second = mpijob("dry"), mpijob("real")
+    cluster.add(first)
+    cluster.add(second)
+    admitter = build_admitter(None, cluster, placement=PlacementStep(), reload_interval_s=0)
+    try:
+        dry = [_admit(admitter, worker_pod(first, i), dry_run=True) for i in range(4)]
+        real = [_admit(admitter, worker_pod(second, i), dry_run=False) for i in range(4)]
+    finally:
+        admitter.close()
+    dry_slots = [(pinned_node(p), gpu_group(p)) for p in dry]
+    real_slots = [(pinned_node(p), gpu_group(p)) for p in real]
+    assert len({g for _, g in dry_slots}) == 4, "a dry run still shows distinct slots"
+    assert dry_slots == real_slots, "the dry run reserved nothing: the real job gets those GPUs"
