@@ -1,0 +1,154 @@
+"""Pipeline decisions on operator-style pods: audit, polite merging, job identity, order."""
+
+from __future__ import annotations
+
+import copy
+
+from prometheus_client import REGISTRY
+
+from gputopo import names
+from tests.webhook.conftest import (
+    admit,
+    namespace,
+    operator_pod,
+    pytorch_job,
+    write_policy,
+)
+
+
+def _mutations(kind: str, policy: str, mode: str) -> float:
+    return REGISTRY.get_sample_value(
+        "gputopo_mutations_total", {"kind": kind, "policy": policy, "mode": mode}) or 0.0
+
+
+def _requests(outcome: str) -> float:
+    return REGISTRY.get_sample_value(
+        "gputopo_admission_requests_total", {"outcome": outcome}) or 0.0
+
+
+def test_audit_changes_nothing_warns_and_counts(make_admitter, tmp_path):
+    write_policy(tmp_path, "watch", mode="audit")
+    job = pytorch_job(ns="team")
+    admitter = make_admitter([namespace("team"), job], tmp_path)
+    before = _mutations("host-namespaces", "watch", "audit")
+    unchanged_before = _requests("unchanged")
+    pod = operator_pod(job, "worker", 0)
+    out, resp = admit(admitter, pod)
+    assert out == pod
+    assert "patch" not in resp["response"]
+    warnings = resp["response"]["warnings"]
+    assert any("watch (audit): would apply" in w and "host-namespaces" in w
+               and "gang-labels" in w for w in warnings)
+    assert _mutations("host-namespaces", "watch", "audit") == before + 1
+    assert _requests("unchanged") == unchanged_before + 1
+
+
+def test_user_values_are_kept_with_a_warning(make_admitter, tmp_path):
+    write_policy(tmp_path, "p", extra=(
+        "    dnsPolicy: ClusterFirstWithHostNet\n"
+        "    securityContext: {privileged: true, capabilities: {add: [IPC_LOCK]}}\n"))
+    job = pytorch_job(ns="team")
+    admitter = make_admitter([namespace("team"), job], tmp_path)
+    pod = operator_pod(job, "master", 0)
+    pod["spec"]["dnsPolicy"] = "None"
+    pod["spec"]["containers"][0]["securityContext"] = {"privileged": False, "runAsUser": 1000}
+    pod["spec"]["containers"][0]["env"] = [{"name": "A", "value": "1"}]
+    pod["metadata"]["labels"][names.GANG_LABEL] = "my-own-gang"
+    out, resp = admit(admitter, pod)
+    warnings = " | ".join(resp["response"]["warnings"])
+    assert out["spec"]["dnsPolicy"] == "None" and "dnsPolicy" in warnings
+    sc = out["spec"]["containers"][0]["securityContext"]
+    assert sc == {"privileged": False, "runAsUser": 1000, "capabilities": {"add": ["IPC_LOCK"]}}
+    assert "privileged" in warnings
+    assert out["metadata"]["labels"][names.GANG_LABEL] == "my-own-gang"
+    assert "my-own-gang" in warnings
+    assert out["spec"]["containers"][0]["env"] == [{"name": "A", "value": "1"}]
+    # what did not conflict was still applied
+    assert out["spec"]["hostNetwork"] is True
+    assert out["metadata"]["labels"][names.GANG_REPLICA_LABEL] == "2"
+
+
+def test_job_not_found_leaves_pod_unchanged_with_warning(make_admitter):
+    job = pytorch_job(ns="team")
+    admitter = make_admitter([namespace("team")])  # the job is not in the cluster
+    pod = operator_pod(job, "worker", 0)
+    out, resp = admit(admitter, pod)
+    assert out == pod
+    assert any("not found" in w and "unchanged" in w for w in resp["response"]["warnings"])
+
+
+def test_labels_without_owner_are_not_a_job_pod(make_admitter):
+    job = pytorch_job(ns="team")
+    admitter = make_admitter([namespace("team"), job])
+    pod = operator_pod(job, "worker", 0, owner=False)
+    out, resp = admit(admitter, pod)
+    assert out == pod and "warnings" not in resp["response"]
+
+
+def test_gang_counts_only_gpu_replicas(make_admitter):
+    job = pytorch_job(ns="team", workers=3)
+    job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0].pop(
+        "resources")
+    admitter = make_admitter([namespace("team"), job])
+    master = operator_pod(job, "master", 0, gpus=None)
+    out, _ = admit(admitter, master)
+    assert out == master  # no GPU: no mutation
+    worker, _ = admit(admitter, operator_pod(job, "worker", 2))
+    assert worker["metadata"]["labels"][names.GANG_REPLICA_LABEL] == "3"
+
+
+def test_mpijob_v2beta1_launcher_via_batch_job(make_admitter):
+    """The launcher pod is owned by a batch/v1 Job owned by the MPIJob; with a GPU (some
+    users run rank 0 there) it is a job pod with role launcher."""
+    mpi = {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
+           "metadata": {"name": "m", "namespace": "team", "uid": "u-m"},
+           "spec": {"mpiReplicaSpecs": {
+               r: {"replicas": n, "template": {"spec": {"containers": [
+                   {"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}
+               for r, n in (("Launcher", 1), ("Worker", 2))}}}
+    batch = {"apiVersion": "batch/v1", "kind": "Job",
+             "metadata": {"name": "m-launcher", "namespace": "team", "uid": "u-b",
+                          "ownerReferences": [{"apiVersion": "kubeflow.org/v2beta1",
+                                               "kind": "MPIJob", "name": "m", "uid": "u-m",
+                                               "controller": True}]}}
+    admitter = make_admitter([namespace("team"), mpi, batch])
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "m-launcher-x", "namespace": "team",
+                        "labels": {names.JOB_ROLE_LABEL: "launcher"},
+                        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
+                                             "name": "m-launcher", "uid": "u-b",
+                                             "controller": True}]},
+           "spec": {"containers": [{"name": "c", "resources": {"limits": {
+               "nvidia.com/gpu": 1}}}]}}
+    out, _ = admit(admitter, pod)
+    assert out["metadata"]["labels"][names.GANG_LABEL] == "m"
+    assert out["metadata"]["labels"][names.GANG_REPLICA_LABEL] == "3"
+
+
+def test_first_policy_wins_later_ones_warn(make_admitter, tmp_path):
+    write_policy(tmp_path, "early", extra="    dnsPolicy: ClusterFirstWithHostNet\n")
+    (tmp_path / "late.yaml").write_text(
+        "apiVersion: gputopo.io/v1alpha1\nkind: TopologyPolicy\nmetadata: {name: late}\n"
+        "spec:\n  priority: 500\n  mutations:\n    dnsPolicy: Default\n"
+        "    hostPID: true\n")
+    job = pytorch_job(ns="team")
+    admitter = make_admitter([namespace("team"), job], tmp_path)
+    out, resp = admit(admitter, operator_pod(job, "worker", 0))
+    assert out["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert out["spec"]["hostPID"] is True
+    assert any(w.startswith("policy late:") and "dnsPolicy" in w
+               for w in resp["response"]["warnings"])
+
+
+def test_namespace_labels_of_policy_narrow_never_widen(make_admitter, tmp_path):
+    write_policy(tmp_path, "p")
+    (tmp_path / "p.yaml").write_text((tmp_path / "p.yaml").read_text().replace(
+        "spec:\n", "spec:\n  match: {namespaceLabels: {tier: gpu}}\n"))
+    job = pytorch_job(ns="team")
+    other = copy.deepcopy(job)
+    other["metadata"]["namespace"] = "open"
+    admitter = make_admitter([namespace("team", tier="gpu"), job,
+                              namespace("open", opted_in=False, tier="gpu"), other], tmp_path)
+    assert admit(admitter, operator_pod(job, "worker", 0))[1]["response"].get("patch")
+    pod = operator_pod(other, "worker", 0)
+    assert admit(admitter, pod)[0] == pod

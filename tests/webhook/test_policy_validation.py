@@ -1,0 +1,76 @@
+"""Policy validation returns every error at once, each with the file and field path."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from gputopo.errors import PolicyError
+from webhook.policy.loader import load_policies
+from webhook.policy.validate import validate_document
+
+GOOD = {
+    "apiVersion": "gputopo.io/v1alpha1", "kind": "TopologyPolicy",
+    "metadata": {"name": "p"},
+    "spec": {"mutations": {"resources": {"limits": {
+        "hugepages-1Gi": {"base": "10Gi", "perGPU": "5Gi"}}}}},
+}
+
+
+def test_defaults():
+    policy, errors = validate_document(GOOD, source="f.yaml")
+    assert errors == [] and policy is not None
+    assert policy.mode == "enforce" and policy.priority == 100
+    assert policy.mutations.rename_resources == {"nvidia.com/gpu": "aliyun.com/gpu"}
+    assert policy.mutations.scheduler_name == "gpu-topology-scheduler"
+    assert policy.placement.enabled and policy.placement.on_unplaceable == "admit"
+    assert policy.match.roles == ()
+    assert len(policy.match.owners) == 4
+    assert policy.mutations.limits["hugepages-1Gi"].value(8) == Fraction(50 * 2**30)
+
+
+def test_all_errors_at_once_with_paths():
+    doc = {
+        "apiVersion": "gputopo.io/v1", "kind": "TopologyPolicy",
+        "metadata": {"name": "Not_A_Name"},
+        "spec": {
+            "mode": "loud",
+            "match": {"roles": ["boss"], "owners": [{"apiVersion": "v1", "kind": "Pod"}]},
+            "mutations": {"hostNetwrok": True, "dnsPolicy": "Sometimes",
+                          "volumeMounts": [{"name": "ghost", "mountPath": "/x"}],
+                          "resources": {"limits": {"hugepages-1Gi": {"base": "-1Gi"}}}},
+            "placement": {"onUnplaceable": "panic"},
+        },
+    }
+    policy, errors = validate_document(doc, source="bad.yaml")
+    assert policy is None
+    paths = {e.obj for e in errors}
+    assert {"apiVersion", "metadata.name", "spec.mode", "spec.match.roles[0]",
+            "spec.match.owners[0]", "spec.mutations.hostNetwrok", "spec.mutations.dnsPolicy",
+            "spec.mutations.volumeMounts[0].name",
+            "spec.mutations.resources.limits.hugepages-1Gi.base",
+            "spec.placement.onUnplaceable"} <= paths
+    assert all(e.file == "bad.yaml" and e.reason for e in errors)
+
+
+def test_loader_reports_every_file(tmp_path):
+    (tmp_path / "a.yaml").write_text("apiVersion: x\nkind: TopologyPolicy\nmetadata: {name: a}\n")
+    (tmp_path / "b.yaml").write_text("spec: [unclosed\n")
+    (tmp_path / "c.yaml").write_text(
+        "apiVersion: gputopo.io/v1alpha1\nkind: TopologyPolicy\nmetadata: {name: c}\n---\n"
+        "apiVersion: gputopo.io/v1alpha1\nkind: TopologyPolicy\nmetadata: {name: c}\n")
+    with pytest.raises(PolicyError) as info:
+        load_policies(tmp_path)
+    line = info.value.line()
+    assert "a.yaml: apiVersion" in line
+    assert "b.yaml" in line and "not valid YAML" in line
+    assert "duplicate policy name" in line
+
+
+def test_order_is_priority_then_name(tmp_path):
+    for name, prio in (("zeta", 5), ("alpha", 50), ("beta", 5)):
+        (tmp_path / f"{name}.yaml").write_text(
+            f"apiVersion: gputopo.io/v1alpha1\nkind: TopologyPolicy\nmetadata: {{name: {name}}}\n"
+            f"spec: {{priority: {prio}}}\n")
+    assert [p.name for p in load_policies(tmp_path)] == ["beta", "zeta", "alpha"]

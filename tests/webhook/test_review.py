@@ -1,0 +1,86 @@
+"""AdmissionReview handling through Admitter.handle_body: 400 with a reason for bad input,
+untouched allow for everything that is not a Pod CREATE, uid echoed."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from tests.webhook.conftest import body, namespace, operator_pod, pytorch_job, review
+
+
+@pytest.fixture
+def admitter(make_admitter):
+    job = pytorch_job(ns="team")
+    return make_admitter([namespace("team"), job])
+
+
+def _pod():
+    return operator_pod(pytorch_job(ns="team"), "worker", 0)
+
+
+def _bad(mutate):
+    doc = review(_pod())
+    mutate(doc)
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("raw", "needle"),
+    [
+        (b"{not json", "not JSON"),
+        (b"\xff\xfe", "not JSON"),
+        (b"[]", "not a JSON object"),
+        (body(_bad(lambda d: d.update(apiVersion="admission.k8s.io/v1beta1"))), "apiVersion"),
+        (body(_bad(lambda d: d.update(kind="Review"))), "kind"),
+        (body(_bad(lambda d: d.pop("request"))), "missing request"),
+        (body(_bad(lambda d: d["request"].pop("uid"))), "request.uid"),
+        (body(_bad(lambda d: d["request"].update(uid=7))), "request.uid"),
+        (body(_bad(lambda d: d["request"].pop("object"))), "request.object"),
+        (body(_bad(lambda d: d["request"]["object"].update(kind="Deployment"))), "not a v1 Pod"),
+        (body(_bad(lambda d: d["request"]["object"]["spec"].update(containers={}))),
+         "spec.containers"),
+        (body(_bad(lambda d: d["request"]["object"]["spec"]["containers"][0]["resources"]
+                   ["limits"].update({"nvidia.com/gpu": "lots"}))), "not a quantity"),
+        (body(_bad(lambda d: d["request"]["object"]["metadata"].update(labels={"a": 1}))),
+         "metadata.labels"),
+        (body(_bad(lambda d: d["request"]["object"]["spec"].update(hostNetwork="yes"))),
+         "hostNetwork"),
+        (body(_bad(lambda d: d["request"].update(dryRun="no"))), "dryRun"),
+    ],
+)
+def test_bad_input_is_400_with_reason(admitter, raw, needle):
+    status, answer = admitter.handle_body(raw)
+    assert status == 400
+    assert needle in answer["error"]
+
+
+def test_response_echoes_uid_and_patches_a_pod_create(admitter):
+    status, answer = admitter.handle_body(body(review(_pod(), uid="abc-123")))
+    assert status == 200
+    assert answer["apiVersion"] == "admission.k8s.io/v1"
+    assert answer["kind"] == "AdmissionReview"
+    assert answer["response"]["uid"] == "abc-123"
+    assert answer["response"]["allowed"] is True
+    assert answer["response"]["patchType"] == "JSONPatch"
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"operation": "UPDATE"},
+        {"operation": "DELETE"},
+        {"kind": "Deployment", "resource": "deployments"},
+        {"sub": "status"},
+        {"sub": "ephemeralcontainers"},
+    ],
+)
+def test_everything_but_pod_create_is_allowed_untouched(admitter, kwargs):
+    pod = _pod()
+    obj = None if kwargs.get("operation") == "DELETE" else copy.deepcopy(pod)
+    if kwargs.get("kind") == "Deployment":
+        obj = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}}
+    status, answer = admitter.handle_body(body(review(obj, **kwargs)))
+    assert status == 200
+    assert answer["response"] == {"uid": "req-1", "allowed": True}

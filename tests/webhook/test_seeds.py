@@ -1,0 +1,129 @@
+"""The done-when checks of issue 2, through ``gputopo mutate`` on real YAML files: the seeds'
+jobs, fed as the pods the operators create, come out as the seeds' topology examples."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import jsonpatch
+import pytest
+
+from gputopo import names
+from gputopo.cli import main
+from gputopo.cluster.snapshot import ClusterSnapshot
+from gputopo.yamlio import load_documents, load_documents_text
+from tests.webhook.conftest import POLICIES, SEED_CASES, body, review
+from webhook.assembly import build_admitter
+from webhook.commands import placement_step
+
+
+def _mutate(capsys, *args):
+    code = main(["mutate", *map(str, args)])
+    out = capsys.readouterr()
+    return code, {f"{p['metadata']['namespace']}/{p['metadata']['name']}": p
+                  for p in load_documents_text(out.out)}, out.err
+
+
+def test_ack_pytorch_seed(capsys):
+    code, pods, err = _mutate(capsys, SEED_CASES / "ack-pytorch" / "resources.yaml")
+    assert code == 0
+    assert "embedded demo cluster" in err
+    assert set(pods) == {"team-a/pytorch-dist-nccl-master-0", "team-a/pytorch-dist-nccl-worker-0"}
+    for pod in pods.values():
+        labels = pod["metadata"]["labels"]
+        assert labels[names.GANG_LABEL] == "pytorch-dist-nccl"
+        assert labels[names.GANG_REPLICA_LABEL] == "2"
+        spec = pod["spec"]
+        assert spec["hostIPC"] is spec["hostNetwork"] is spec["hostPID"] is True
+        assert spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+        limits = spec["containers"][0]["resources"]["limits"]
+        assert limits == {names.TOPOLOGY_GPU_RESOURCE: 1}
+
+
+@pytest.mark.parametrize("version", ["v1", "v2beta1"])
+def test_arena_mpijob_four_workers(capsys, version):
+    code, pods, _ = _mutate(capsys, SEED_CASES / f"arena-mpi-{version}" / "resources.yaml")
+    assert code == 0
+    workers = {k: p for k, p in pods.items() if "-worker-" in k}
+    launchers = [p for k, p in pods.items() if "-launcher" in k]
+    assert len(workers) == 4 and len(launchers) == 1
+    for pod in workers.values():
+        assert pod["metadata"]["labels"][names.GANG_REPLICA_LABEL] == "4"
+        assert names.TOPOLOGY_GPU_RESOURCE in pod["spec"]["containers"][0]["resources"]["limits"]
+    launcher = launchers[0]
+    originals = {p["metadata"]["name"]: p for p in load_documents(
+        SEED_CASES / f"arena-mpi-{version}" / "resources.yaml") if p["kind"] == "Pod"}
+    assert launcher == originals[launcher["metadata"]["name"]]
+
+
+def test_pod_in_namespace_without_opt_in_is_unchanged(capsys, tmp_path):
+    src = SEED_CASES / "ack-pytorch" / "resources.yaml"
+    docs = [d for d in load_documents(src) if d["kind"] != "Namespace"]
+    f = tmp_path / "in.yaml"
+    f.write_text(json.dumps(docs[0]) + "\n---\n" + "\n---\n".join(json.dumps(d) for d in docs[1:]))
+    code, pods, _ = _mutate(capsys, "--namespace-labels", "team=a", f)
+    assert code == 0
+    for pod in pods.values():
+        original = next(d for d in docs if d["metadata"]["name"] == pod["metadata"]["name"])
+        assert pod == original
+    # the same pods with the opt-in given on the command line are mutated
+    code, pods, _ = _mutate(capsys, "--namespace-labels", "gputopo.io/inject=enabled", f)
+    assert all(p["metadata"]["labels"].get(names.GANG_LABEL) for p in pods.values())
+
+
+@pytest.mark.parametrize("case", ["ack-pytorch", "arena-mpi-v1", "arena-mpi-v2beta1",
+                                  "tke-taco-harp"])
+def test_readmitting_any_mutated_pod_gives_an_empty_patch(case):
+    """Patches from the server path, applied with jsonpatch, then re-admitted (as the API
+    server's reinvocation does) with placement on: nothing more to change."""
+    docs = load_documents(SEED_CASES / case / "resources.yaml")
+    cluster = ClusterSnapshot.from_objects([d for d in docs if d["kind"] != "Pod"])
+    admitter = build_admitter(POLICIES, cluster, placement=placement_step(),
+                              reload_interval_s=0)
+    try:
+        mutated_any = False
+        for i, pod in enumerate(d for d in docs if d["kind"] == "Pod"):
+            status, answer = admitter.handle_body(body(review(pod, uid=f"u{i}")))
+            assert status == 200
+            r = answer["response"]
+            if "patch" not in r:
+                continue
+            mutated_any = True
+            once = jsonpatch.apply_patch(pod, json.loads(base64.b64decode(r["patch"])))
+            status, again = admitter.handle_body(body(review(once, uid=f"r{i}")))
+            assert status == 200
+            assert "patch" not in again["response"], again
+            cluster.add(once)
+        assert mutated_any
+    finally:
+        admitter.close()
+
+
+def test_patch_output_applies_to_the_inputs(capsys):
+    src = SEED_CASES / "arena-mpi-v1" / "resources.yaml"
+    assert main(["mutate", "-o", "patch", str(src)]) == 0
+    out = load_documents_text(capsys.readouterr().out)
+    inputs = {f"{d['metadata']['namespace']}/{d['metadata']['name']}": d
+              for d in load_documents(src) if d["kind"] == "Pod"}
+    assert {d["pod"] for d in out} == set(inputs)
+    for d in out:
+        result = jsonpatch.apply_patch(inputs[d["pod"]], d["patch"])
+        assert (result != inputs[d["pod"]]) == bool(d["patch"])
+
+
+def test_bad_input_file_exits_2_naming_file_and_object(capsys, tmp_path):
+    f = tmp_path / "bad.yaml"
+    f.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: x}\n"
+                 "spec: {containers: [{name: c, resources: {limits: {nvidia.com/gpu: many}}}]}\n")
+    assert main(["mutate", str(f)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert str(f) in err and "Pod x/p" in err and "not a quantity" in err
+
+
+def test_policy_test_command_passes_on_shipped_policies(capsys):
+    assert main(["policy", "test", str(POLICIES)]) == 0
+    out = capsys.readouterr().out
+    assert "FAIL" not in out
+    for case in ("ack-pytorch", "arena-mpi-v1", "arena-mpi-v2beta1", "tke-taco-harp"):
+        assert case in out
