@@ -1,0 +1,234 @@
+"""What a good gang placement is: the solver's objective, written once and used by everyone.
+
+Why a module of its own: the solver searches cleverly, the brute-force oracle in the tests
+searches stupidly, and both must mean exactly the same thing by "best". So the objective is
+defined here as a plain function of a finished placement, :func:`score`, and the solver's
+search is proved against it (tests/placement/test_oracle.py).
+
+A placement gives each touched node a *share*: the union of the GPUs of the gang's replicas
+on that node. Its :class:`Score` is compared lexicographically, larger is better:
+
+1. ``bus_bandwidth``: the predicted all-reduce bus bandwidth of the whole gang,
+   :func:`gputopo.topology.cost.gang_bus_bandwidth` over the shares with the gang's span
+   (ring inside a node, hierarchical across nodes, rounded to 1e-6 GB/s). A one-GPU gang
+   does not communicate, so this term is 0 for every placement of it and the later terms
+   decide (the cost model's "best link of the node" for one GPU would otherwise pull every
+   single-GPU job onto the most precious NVSwitch nodes).
+2. ``bottleneck_pair``: the slowest link between any two GPUs of one share (the worst share
+   counts; koordinator's quality measure). The ring model alone rates a DGX-1 set like
+   {0,3,4,7} as good as the NVLink quad {0,1,2,3}; NCCL does not, so the set whose every
+   pair is NVLink-connected wins. A share of one GPU has no pairs and does not limit it.
+3. ``locality``: minus the span rank, node (0) < rack (1) < zone (2) < cluster (3): a
+   multi-node gang prefers one rack, then one zone. Nodes without a rack or zone label are
+   never assumed to share one.
+4. ``blocks``: cluster health after the placement. For every block size k in
+   :data:`BLOCK_SIZES` (largest first), the change on the touched nodes of the number of
+   disjoint free *well-connected* k-GPU blocks, compared lexicographically. A k-block is
+   well-connected when its quality (ring bus bandwidth, then slowest pair) equals the best
+   any k GPUs of that node can have, e.g. a DGX-1 NVLink quad, an A100-PCIe NVLink pair,
+   any k GPUs of an NVSwitch node. This is koordinator's "keep the large free blocks"
+   score made exact: losing an 8-block outweighs any number of 4-blocks, and so on. It is
+   what keeps a one-GPU job off an intact NVLink pair when a loose GPU exists.
+5. ``packing``: minus the number of touched nodes that had no GPU in use before: fill
+   nodes already partly used before opening empty ones.
+
+Ties after that are broken by the sorted list of (node name, GPU indices) of the shares,
+smallest first, so the answer is deterministic (not part of :class:`Score`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import combinations
+
+from gputopo.errors import InputError
+from gputopo.placement.types import GangRequest, NodeState
+from gputopo.topology.bandwidth import is_all_to_all
+from gputopo.topology.cost import NodeShare, gang_bus_bandwidth, ring_bus_bandwidth
+from gputopo.topology.model import Topology
+
+#: Block sizes whose free, well-connected count the health term tracks, largest first.
+BLOCK_SIZES: tuple[int, ...] = (64, 32, 16, 8, 4, 2)
+#: Span names from narrowest to widest; the rank is the index.
+SPANS: tuple[str, ...] = ("node", "rack", "zone", "cluster")
+SPAN_RANK: dict[str, int] = {s: r for r, s in enumerate(SPANS)}
+#: Decimal places kept of bandwidths before comparing, so float noise never decides.
+ROUND = 6
+#: Slowest pair of a set without pairs (one GPU): it never limits the gang.
+NO_PAIR = float("inf")
+
+
+@dataclass(frozen=True, order=True)
+class Score:
+    """The objective of one placement, compared field by field (larger is better)."""
+
+    bus_bandwidth: float
+    bottleneck_pair: float
+    locality: int
+    blocks: tuple[int, ...]
+    packing: int
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "busBandwidthGBps": self.bus_bandwidth,
+            "bottleneckPairGBps": None if self.bottleneck_pair == NO_PAIR else self.bottleneck_pair,
+            "span": SPANS[-self.locality],
+            "blocksDelta": dict(zip((str(k) for k in BLOCK_SIZES), self.blocks, strict=True)),
+            "emptyNodesOpened": -self.packing,
+        }
+
+
+# --- per-set quality --------------------------------------------------------------------
+def min_pair_bandwidth(topology: Topology, gpus: Iterable[int]) -> float:
+    """Slowest per-direction link between any two of ``gpus`` (rounded); NO_PAIR for one."""
+    g = sorted(gpus)
+    if len(g) < 2:
+        return NO_PAIR
+    worst = min(
+        min(topology.bandwidth(a, b), topology.bandwidth(b, a)) for a, b in combinations(g, 2)
+    )
+    return round(worst, ROUND)
+
+
+def set_quality(topology: Topology, gpus: Iterable[int]) -> tuple[float, float]:
+    """(ring bus bandwidth, slowest pair) of a GPU set of one node, both rounded."""
+    g = tuple(sorted(gpus))
+    return round(ring_bus_bandwidth(topology, g), ROUND), min_pair_bandwidth(topology, g)
+
+
+@lru_cache(maxsize=4096)
+def best_quality(topology: Topology, size: int) -> tuple[float, float] | None:
+    """The best :func:`set_quality` any ``size`` GPUs of the node have; None if too few."""
+    idx = topology.indices
+    if size > len(idx):
+        return None
+    if is_all_to_all(topology) and topology.measured is None:
+        return set_quality(topology, idx[:size])
+    return max(set_quality(topology, c) for c in combinations(idx, size))
+
+
+@lru_cache(maxsize=4096)
+def _best_blocks(topology: Topology, size: int) -> tuple[int, ...]:
+    """Bitmasks (by position) of every well-connected ``size``-block of the node."""
+    best = best_quality(topology, size)
+    idx = topology.indices
+    out = []
+    for combo in combinations(range(len(idx)), size):
+        if set_quality(topology, [idx[p] for p in combo]) == best:
+            out.append(sum(1 << p for p in combo))
+    return tuple(out)
+
+
+@lru_cache(maxsize=1 << 16)
+def _max_disjoint(topology: Topology, size: int, free_mask: int) -> int:
+    """Most disjoint well-connected ``size``-blocks inside ``free_mask`` (exact, memoised)."""
+    if free_mask.bit_count() < size:
+        return 0
+    low = free_mask & -free_mask
+    # Either the lowest free GPU is in no block, or in one of the blocks that contain it.
+    best = _max_disjoint(topology, size, free_mask & ~low)
+    for block in _best_blocks(topology, size):
+        if block & low and block & free_mask == block:
+            best = max(best, 1 + _max_disjoint(topology, size, free_mask & ~block))
+    return best
+
+
+def position_mask(topology: Topology, gpus: Iterable[int]) -> int:
+    """Bitmask over GPU positions of a set of driver indices."""
+    pos = {g: p for p, g in enumerate(topology.indices)}
+    return sum(1 << pos[g] for g in gpus)
+
+
+@lru_cache(maxsize=1 << 16)
+def free_blocks(topology: Topology, free_mask: int) -> tuple[int, ...]:
+    """Disjoint well-connected free blocks per size in BLOCK_SIZES, for a free-GPU bitmask.
+
+    NVSwitch nodes (all pairs alike, no measured matrix) take the shortcut ``free // k``.
+    """
+    n_free = free_mask.bit_count()
+    if is_all_to_all(topology) and topology.measured is None:
+        return tuple(n_free // k if k <= len(topology.gpus) else 0 for k in BLOCK_SIZES)
+    return tuple(
+        _max_disjoint(topology, k, free_mask) if k <= len(topology.gpus) else 0
+        for k in BLOCK_SIZES
+    )
+
+
+def blocks_delta(topology: Topology, free_before: int, taken: int) -> tuple[int, ...]:
+    """Change in :func:`free_blocks` when the GPUs in bitmask ``taken`` are allocated."""
+    before = free_blocks(topology, free_before)
+    after = free_blocks(topology, free_before & ~taken)
+    return tuple(a - b for a, b in zip(after, before, strict=True))
+
+
+# --- whole placement --------------------------------------------------------------------
+def span_of(nodes: Sequence[NodeState]) -> str:
+    """Widest locality a set of nodes crosses: node, rack, zone or cluster."""
+    if len(nodes) == 1:
+        return "node"
+    racks = {(n.zone, n.rack) for n in nodes}
+    if len(racks) == 1 and nodes[0].rack is not None:
+        return "rack"
+    zones = {n.zone for n in nodes}
+    if len(zones) == 1 and nodes[0].zone is not None:
+        return "zone"
+    return "cluster"
+
+
+def check_shares(
+    nodes: Sequence[NodeState], gang: GangRequest, shares: Mapping[str, Sequence[int]]
+) -> None:
+    """InputError unless ``shares`` is a valid placement of ``gang`` on ``nodes``."""
+    by_name = {n.name: n for n in nodes}
+    total = 0
+    for name, gpus in shares.items():
+        node = by_name.get(name)
+        if node is None:
+            raise InputError(f"share on unknown node {name!r}")
+        g = set(gpus)
+        if len(g) != len(gpus) or not gpus:
+            raise InputError(f"node {name}: share must be a non-empty set of GPUs")
+        if not g <= set(node.free):
+            raise InputError(f"node {name}: GPUs {sorted(g - set(node.free))} are not free")
+        if len(g) % gang.gpus_per_replica:
+            raise InputError(f"node {name}: {len(g)} GPUs is not a multiple of the replica size")
+        total += len(g)
+    if total != gang.total_gpus:
+        raise InputError(f"shares hold {total} GPUs, the gang needs {gang.total_gpus}")
+
+
+def score(
+    nodes: Sequence[NodeState], gang: GangRequest, shares: Mapping[str, Sequence[int]]
+) -> Score:
+    """The objective (module docstring) of placing ``gang`` as ``shares`` (node -> GPUs)."""
+    check_shares(nodes, gang, shares)
+    by_name = {n.name: n for n in nodes}
+    touched = [by_name[name] for name in sorted(shares)]
+    span = span_of(touched)
+    node_shares = [
+        NodeShare(n.topology, tuple(sorted(shares[n.name])), n.network_gbps) for n in touched
+    ]
+    # One GPU does not communicate (module docstring, term 1).
+    bus = 0.0 if gang.total_gpus == 1 else round(gang_bus_bandwidth(node_shares, span=span), ROUND)
+    pair = min(min_pair_bandwidth(n.topology, shares[n.name]) for n in touched)
+    blocks = [0] * len(BLOCK_SIZES)
+    opened = 0
+    for n in touched:
+        free_mask = position_mask(n.topology, n.free)
+        delta = blocks_delta(n.topology, free_mask, position_mask(n.topology, shares[n.name]))
+        blocks = [a + b for a, b in zip(blocks, delta, strict=True)]
+        opened += not n.used
+    return Score(
+        bus_bandwidth=bus,
+        bottleneck_pair=pair,
+        locality=-SPAN_RANK[span],
+        blocks=tuple(blocks),
+        packing=-opened,
+    )
+
+
+def tie_break(shares: Mapping[str, Sequence[int]]) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The deterministic last resort: smaller (node name, GPUs) list wins."""
+    return tuple((name, tuple(sorted(shares[name]))) for name in sorted(shares))
