@@ -17,6 +17,7 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from placement_jobs import mpijob, worker_pod
 
 from gputopo.cluster.k8s_reservations import KubernetesReservationStore
@@ -58,11 +59,28 @@ def _interleaved(jobs: list[dict[str, Any]], workers: int) -> list[dict[str, Any
     return [*jobs, *(worker_pod(j, i) for i in range(workers) for j in jobs)]
 
 
-def test_two_webhooks_never_hand_out_a_gpu_twice_nor_lose_a_reservation(kube, tmp_path):
-    a_jobs = [mpijob(f"a-{k}", workers=2, gpus=2) for k in range(6)]
-    b_jobs = [mpijob(f"b-{k}", workers=2, gpus=2) for k in range(6)]
-    (tmp_path / "a.yaml").write_text(dump_documents(_interleaved(a_jobs, 2)))
-    (tmp_path / "b.yaml").write_text(dump_documents(_interleaved(b_jobs, 2)))
+def _own_gangs() -> tuple[list[dict[str, Any]], list[dict[str, Any]], int, int]:
+    """Each webhook admits its own 6 gangs of 2 x 2 GPUs (48 GPUs asked, 16 exist)."""
+    a = [mpijob(f"a-{k}", workers=2, gpus=2) for k in range(6)]
+    b = [mpijob(f"b-{k}", workers=2, gpus=2) for k in range(6)]
+    return _interleaved(a, 2), _interleaved(b, 2), 2, 4
+
+
+def _shared_gangs() -> tuple[list[dict[str, Any]], list[dict[str, Any]], int, int]:
+    """Both webhooks admit pods of the SAME 6 gangs of 4 x 1 GPU: A workers 0-1, B 2-3."""
+    jobs = [mpijob(f"s-{k}", workers=4, gpus=1) for k in range(6)]
+    a = [*jobs, *(worker_pod(j, i) for i in (0, 1) for j in jobs)]
+    b = [*jobs, *(worker_pod(j, i) for i in (2, 3) for j in jobs)]
+    return a, b, 4, 4
+
+
+@pytest.mark.parametrize("scenario", [_own_gangs, _shared_gangs], ids=["own", "shared"])
+def test_two_webhooks_never_hand_out_a_gpu_twice_nor_lose_a_reservation(
+    kube, tmp_path, scenario
+):
+    a_objs, b_objs, per_gang, expected_gangs = scenario()
+    (tmp_path / "a.yaml").write_text(dump_documents(a_objs))
+    (tmp_path / "b.yaml").write_text(dump_documents(b_objs))
     procs = [_start(kube.url, tmp_path / "a.yaml"), _start(kube.url, tmp_path / "b.yaml")]
     try:
         _go(*procs)
@@ -88,18 +106,20 @@ def test_two_webhooks_never_hand_out_a_gpu_twice_nor_lose_a_reservation(kube, tm
         lost += (r["node"], tuple(r["gpus"])) not in slots
     phantom = sum(1 for job in reservations if job not in {r["job"] for r in placed})
     placed_gangs = {r["job"] for r in placed}
-    stats = Counter()
+    stats: Counter[str] = Counter()
     for _, final in outcomes:
         stats.update(final["store"])
-    print(f"\ntwo webhooks: pods={len(pods)} placed={len(placed)} gangs={len(placed_gangs)} "
-          f"GPUs={len(held)} double-allocated={doubles} lost={lost} phantom={phantom} "
-          f"store={dict(stats)} admit-seconds={[final['seconds'] for _, final in outcomes]}")
+    print(f"\ntwo webhooks ({scenario.__name__}): pods={len(pods)} placed={len(placed)} "
+          f"gangs={len(placed_gangs)} GPUs={len(held)} double-allocated={doubles} lost={lost} "
+          f"phantom={phantom} store={dict(stats)} "
+          f"admit-seconds={[final['seconds'] for _, final in outcomes]}")
     assert doubles == 0
     assert lost == 0 and phantom == 0
-    for job in placed_gangs:  # a placed gang has all its replicas placed
-        assert sum(r["job"] == job for r in placed) == 2
+    for job in placed_gangs:  # a placed gang has all its replicas placed, on one node
+        mine = [r for r in placed if r["job"] == job]
+        assert len(mine) == per_gang and len({r["node"] for r in mine}) == 1
     assert len(held) <= 16
-    assert len(placed_gangs) == 4, "16 GPUs / 4 per gang: the cluster is filled exactly"
+    assert len(placed_gangs) == expected_gangs, "16 GPUs / 4 per gang: filled exactly"
     unplaced = [r for r in pods if not r["placed"]]
     assert all(r["reason"] for r in unplaced)
 
