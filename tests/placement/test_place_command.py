@@ -1,0 +1,123 @@
+"""``gputopo place`` through the real command line, on cluster files written here."""
+
+from __future__ import annotations
+
+import json
+from itertools import combinations
+from pathlib import Path
+
+import pytest
+import yaml
+from solver_helpers import dgx1_v100
+
+from gputopo import names
+from gputopo.cli import main
+
+
+def write_cluster(path: Path, *, bound: dict[str, str] | None = None) -> Path:
+    """Two activated DGX-1 V100 nodes in one rack; ``bound`` = {node: "gpu,list"} pods."""
+    docs = []
+    for name in ("dgx1-a", "dgx1-b"):
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "labels": {
+                        names.NODE_ACTIVATION_LABEL: names.NODE_ACTIVATION_VALUE,
+                        names.ZONE_LABEL: "zone-a",
+                        names.RACK_LABEL: "rack-1",
+                    },
+                    "annotations": {
+                        names.TOPOLOGY_ANNOTATION: dgx1_v100().to_json(),
+                        names.NETWORK_GBPS_ANNOTATION: "25",
+                    },
+                },
+                "status": {"allocatable": {names.TOPOLOGY_GPU_RESOURCE: "8"}},
+            }
+        )
+    for k, (node_name, gpus) in enumerate((bound or {}).items()):
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"running-{k}",
+                    "namespace": "default",
+                    "annotations": {names.GPU_GROUP_ANNOTATION: gpus},
+                },
+                "spec": {"nodeName": node_name, "containers": [{"name": "c", "image": "x"}]},
+                "status": {"phase": "Running"},
+            }
+        )
+    path.write_text(yaml.safe_dump_all(docs), encoding="utf-8")
+    return path
+
+
+def run_json(capsys, *argv: str) -> dict:
+    assert main(["place", *argv, "-o", "json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_place_json_is_the_contract_shape(tmp_path, capsys):
+    cluster = write_cluster(tmp_path / "cluster.yaml")
+    doc = run_json(capsys, "--cluster", str(cluster), "--replicas", "4",
+                   "--gpus-per-replica", "1")
+    assert set(doc) == {"feasible", "placements", "busBandwidthGBps", "reason"}
+    assert doc["feasible"] is True
+    assert [p["replica"] for p in doc["placements"]] == [0, 1, 2, 3]
+    assert {p["node"] for p in doc["placements"]} == {"dgx1-a"}
+    gpus = [g for p in doc["placements"] for g in p["gpus"]]
+    assert all(dgx1_v100().link(a, b).startswith("NV") for a, b in combinations(gpus, 2))
+    assert isinstance(doc["busBandwidthGBps"], float) and doc["busBandwidthGBps"] > 20
+    assert doc["reason"]
+
+
+def test_place_respects_gpus_held_by_bound_pods(tmp_path, capsys):
+    cluster = write_cluster(tmp_path / "cluster.yaml", bound={"dgx1-a": "0,1,2,3"})
+    doc = run_json(capsys, "--cluster", str(cluster), "--replicas", "2",
+                   "--gpus-per-replica", "2")
+    placed = {(p["node"], g) for p in doc["placements"] for g in p["gpus"]}
+    assert placed == {("dgx1-a", 4), ("dgx1-a", 5), ("dgx1-a", 6), ("dgx1-a", 7)}
+
+
+def test_place_infeasible_is_an_answer_not_an_error(tmp_path, capsys):
+    cluster = write_cluster(tmp_path / "cluster.yaml", bound={"dgx1-a": "0,1,2,3,4,5,6,7"})
+    doc = run_json(capsys, "--cluster", str(cluster), "--replicas", "2",
+                   "--gpus-per-replica", "8")
+    assert doc == {
+        "feasible": False,
+        "placements": [],
+        "busBandwidthGBps": 0.0,
+        "reason": doc["reason"],
+    }
+    assert "cluster full" in doc["reason"]
+
+
+def test_place_text_form_is_readable(tmp_path, capsys):
+    cluster = write_cluster(tmp_path / "cluster.yaml")
+    assert main(["place", "--cluster", str(cluster), "--replicas", "2",
+                 "--gpus-per-replica", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "replica 0: dgx1-a" in out and "replica 1: dgx1-b" in out
+    assert "GB/s" in out and "why:" in out
+
+
+def test_place_bad_cluster_file_exits_2_with_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: v1\nkind: Node\nmetadata: {}\n", encoding="utf-8")
+    assert main(["place", "--cluster", str(bad), "--replicas", "1",
+                 "--gpus-per-replica", "1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(bad) in err
+
+
+@pytest.mark.parametrize("flag", ["--replicas", "--gpus-per-replica"])
+def test_place_rejects_non_positive_sizes(tmp_path, capsys, flag):
+    cluster = write_cluster(tmp_path / "cluster.yaml")
+    argv = ["place", "--cluster", str(cluster), "--replicas", "1", "--gpus-per-replica", "1"]
+    argv[argv.index(flag) + 1] = "0"
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
