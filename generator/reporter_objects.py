@@ -3,7 +3,7 @@
 Why: the webhook places gangs by how each node's GPUs are wired; the reporter reads that
 from NVML on the node (``gputopo topology report --nvml``) and writes the
 ``gputopo.io/topology`` annotation on its own Node. It runs only where the activation
-label ``ack.node.gpu.schedule=topology`` is set, needs nothing but get/patch on nodes, and
+label ``ack.node.gpu.schedule=topology`` is set, needs nothing but patch on nodes, and
 requests no GPU: the NVIDIA container runtime exposes the driver library to it through
 ``NVIDIA_VISIBLE_DEVICES=all`` with the ``utility`` capability only.
 
@@ -37,7 +37,8 @@ def rbac() -> list[dict[str, Any]]:
     return [
         k8s.service_account(REPORTER_NAME, ns, COMPONENT),
         k8s.role("ClusterRole", REPORTER_NAME,
-                 [k8s.rule([""], ["nodes"], ["get", "patch"])], component=COMPONENT),
+                 # strategic-merge patch of its Node's annotation; it never reads
+                 [k8s.rule([""], ["nodes"], ["patch"])], component=COMPONENT),
         k8s.binding("ClusterRoleBinding", REPORTER_NAME, role_kind="ClusterRole",
                     role=REPORTER_NAME, account=REPORTER_NAME, account_namespace=ns,
                     component=COMPONENT),

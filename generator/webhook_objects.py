@@ -50,18 +50,19 @@ WEBHOOK_ENTRY = "pods.gputopo.io"
 
 
 def rbac() -> list[dict[str, Any]]:
-    """ServiceAccount and the least privilege the webhook needs (docs/rbac.md)."""
+    """ServiceAccount and the least privilege the webhook needs, rule for rule docs/rbac.md."""
     ns = GPUTOPO_NAMESPACE
-    read = ["get", "list", "watch"]
     cluster_rules = [
-        k8s.rule([""], ["namespaces", "nodes", "pods"], read),
-        k8s.rule(["batch"], ["jobs"], ["get"]),  # MPIJob v2beta1 launcher's owner
-        k8s.rule([KUBEFLOW_GROUP], ["mpijobs", "pytorchjobs", "tfjobs"], read),
+        # the live cluster view lists and watches; a cache miss GETs a namespace or job
+        k8s.rule([""], ["nodes", "pods"], ["list", "watch"]),
+        k8s.rule([""], ["namespaces"], ["get", "list", "watch"]),
+        k8s.rule([KUBEFLOW_GROUP], ["mpijobs", "pytorchjobs", "tfjobs"], ["get", "list", "watch"]),
+        k8s.rule(["batch"], ["jobs"], ["get"]),  # MPIJob v2beta1 launcher's owner, on demand
     ]
-    reports_rules = [k8s.rule([""], ["configmaps"], read)]
+    reports_rules = [k8s.rule([""], ["configmaps"], ["list", "watch"])]
+    # reservations: full PUTs with resourceVersion (optimistic concurrency), never watched
     reservation_rules = [
-        k8s.rule([""], ["configmaps"],
-                 ["create", "delete", "get", "list", "patch", "update", "watch"]),
+        k8s.rule([""], ["configmaps"], ["get", "list", "create", "update", "delete"]),
     ]
     common = {"account": WEBHOOK_NAME, "account_namespace": ns, "component": COMPONENT}
     return [
