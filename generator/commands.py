@@ -57,6 +57,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     man.add_argument("--reporter-runtime-class", metavar="NAME",
                      help="runtimeClassName for the reporter (e.g. nvidia) when the NVIDIA "
                           "runtime is not the node's default")
+    man.add_argument("--no-ack-reports", dest="ack_reports", action="store_false",
+                     help="no read access to kube-system ConfigMaps (ACK node reports); "
+                          "nodes then need the gputopo.io/topology annotation")
     man.set_defaults(func=_manifests)
 
     certs = sub.add_parser("certs", help="CA + serving certificate for the webhook Service")
@@ -143,6 +146,7 @@ def _manifests(args: argparse.Namespace) -> int:
         failure_policy=args.failure_policy,
         certs=args.certs,
         reporter_runtime_class=args.reporter_runtime_class,
+        ack_reports=args.ack_reports,
         profile=_profile(args),
         **kwargs,
     )

@@ -47,6 +47,8 @@ class ManifestOptions:
     certs: str = "cert-manager"
     policies_dir: Path = field(default_factory=policy_objects.default_policies_dir)
     reporter_runtime_class: str | None = None
+    #: Let the webhook read ACK's ``kube-system/<node>-gputopo-report`` ConfigMaps.
+    ack_reports: bool = True
     profile: ProfileOptions = field(default_factory=ProfileOptions)
 
 
@@ -121,7 +123,7 @@ def build_files(opts: ManifestOptions) -> dict[str, list[dict[str, Any]]]:
         )
     return {
         "namespace.yaml": [namespace()],
-        "webhook-rbac.yaml": webhook_objects.rbac(),
+        "webhook-rbac.yaml": webhook_objects.rbac(ack_reports=opts.ack_reports),
         "webhook-tls.yaml": tls,
         "policies.yaml": [policy_objects.config_map(opts.policies_dir)],
         "webhook.yaml": [

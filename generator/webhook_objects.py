@@ -49,8 +49,13 @@ TIMEOUT_SECONDS = 5
 WEBHOOK_ENTRY = "pods.gputopo.io"
 
 
-def rbac() -> list[dict[str, Any]]:
-    """ServiceAccount and the least privilege the webhook needs, rule for rule docs/rbac.md."""
+def rbac(*, ack_reports: bool = True) -> list[dict[str, Any]]:
+    """ServiceAccount and the least privilege the webhook needs, rule for rule docs/rbac.md.
+
+    ``ack_reports=False`` leaves out the kube-system Role: RBAC cannot narrow list/watch to
+    the report ConfigMaps, so operators who publish topology by node annotation only may
+    prefer the webhook to see nothing in kube-system.
+    """
     ns = GPUTOPO_NAMESPACE
     cluster_rules = [
         # the live cluster view lists and watches; a cache miss GETs a namespace or job
@@ -65,7 +70,7 @@ def rbac() -> list[dict[str, Any]]:
         k8s.rule([""], ["configmaps"], ["get", "list", "create", "update", "delete"]),
     ]
     common = {"account": WEBHOOK_NAME, "account_namespace": ns, "component": COMPONENT}
-    return [
+    objs = [
         k8s.service_account(WEBHOOK_NAME, ns, COMPONENT),
         k8s.role("ClusterRole", WEBHOOK_NAME, cluster_rules, component=COMPONENT),
         k8s.binding("ClusterRoleBinding", WEBHOOK_NAME, role_kind="ClusterRole",
@@ -74,12 +79,16 @@ def rbac() -> list[dict[str, Any]]:
                  component=COMPONENT, namespace=ns),
         k8s.binding("RoleBinding", f"{WEBHOOK_NAME}-reservations", role_kind="Role",
                     role=f"{WEBHOOK_NAME}-reservations", namespace=ns, **common),
-        k8s.role("Role", f"{WEBHOOK_NAME}-node-reports", reports_rules,
-                 component=COMPONENT, namespace=ACK_REPORT_NAMESPACE),
-        k8s.binding("RoleBinding", f"{WEBHOOK_NAME}-node-reports", role_kind="Role",
-                    role=f"{WEBHOOK_NAME}-node-reports", namespace=ACK_REPORT_NAMESPACE,
-                    **common),
     ]
+    if ack_reports:
+        objs += [
+            k8s.role("Role", f"{WEBHOOK_NAME}-node-reports", reports_rules,
+                     component=COMPONENT, namespace=ACK_REPORT_NAMESPACE),
+            k8s.binding("RoleBinding", f"{WEBHOOK_NAME}-node-reports", role_kind="Role",
+                        role=f"{WEBHOOK_NAME}-node-reports", namespace=ACK_REPORT_NAMESPACE,
+                        **common),
+        ]
+    return objs
 
 
 def deployment(*, image: str, replicas: int) -> dict[str, Any]:

@@ -221,6 +221,13 @@ def test_webhook_rbac_is_least_privilege(committed):
 
 
 
+def test_no_ack_reports_drops_every_kube_system_configmap_grant(run_cli, tmp_path):
+    code, _, err = run_cli("generate", "manifests", "--no-ack-reports", "-o", str(tmp_path / "o"))
+    assert code == 0, err
+    rules = _rules_of(objects(tmp_path / "o"), WEBHOOK_SERVICE)
+    assert rules and all(ns != "kube-system" for _, ns, _ in rules)
+
+
 def test_webhook_rbac_is_the_table_of_docs_rbac_md(committed, repo):
     """Every webhook row of docs/rbac.md is granted, and nothing else."""
     text = (repo / "docs" / "rbac.md").read_text(encoding="utf-8")
