@@ -58,6 +58,10 @@ LEGACY_JOB_ROLE_LABELS = ("job-role", "mpi-job-role")
 
 KUBEFLOW_GROUP = "kubeflow.org"
 TRAINING_JOB_KINDS = ("PyTorchJob", "TFJob", "MPIJob")
+# Job-level opt-in of the shipped tke-taco-harp policy (privileged host access for HARP):
+# a label on the MPIJob object itself, value "enabled" (docs/policies.md).
+TACO_HARP_LABEL = "gputopo.io/taco-harp"
+TACO_HARP_VALUE = "enabled"
 
 # --- gputopo's own objects -------------------------------------------------------------
 GPUTOPO_NAMESPACE = "gputopo-system"
