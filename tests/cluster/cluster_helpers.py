@@ -4,6 +4,7 @@ first-fit "solver" that makes concurrent reservers collide on the same GPUs on p
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -65,3 +66,27 @@ def first_fit(nodes: dict[str, int], held: dict[str, set[int]], replicas: int,
 
 def dumps(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True)
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 5.0,
+             interval: float = 0.02) -> bool:
+    """Poll until ``predicate()`` is truthy (watches are asynchronous); False on timeout."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())
+
+
+def job(kind: str, name: str, *, version: str = "v1", namespace: str = "default",
+        workers: int = 4) -> dict[str, Any]:
+    replica = {"replicas": workers, "template": {"spec": {"containers": [
+        {"name": "w", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}
+    specs = {"PyTorchJob": "pytorchReplicaSpecs", "TFJob": "tfReplicaSpecs",
+             "MPIJob": "mpiReplicaSpecs"}
+    return {"apiVersion": f"kubeflow.org/{version}", "kind": kind,
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {specs[kind]: {"Worker": replica}}}

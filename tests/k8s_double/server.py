@@ -186,6 +186,26 @@ class Event:
     type: str
     resource: Resource
     obj: dict[str, Any]
+    prev: dict[str, Any] | None = None  # the state before a MODIFIED
+
+    def seen_as(self, ns: str | None, ls: str | None, fs: str | None) -> str | None:
+        """The event type a watch with these selectors receives, or None (filtered out).
+
+        As the API server does: an object that starts matching arrives as ADDED, one that
+        stops matching as DELETED."""
+        def match(o: dict[str, Any] | None) -> bool:
+            return o is not None and (ns is None or o["metadata"].get("namespace") == ns) \
+                and KubeApiDouble._matches(o, ls, fs)
+
+        now = match(self.obj)
+        if self.type != "MODIFIED":
+            return self.type if now else None
+        before = match(self.prev)
+        if now and before:
+            return "MODIFIED"
+        if now:
+            return "ADDED"
+        return "DELETED" if before else None
 
 
 class KubeApiDouble:
@@ -287,9 +307,10 @@ class KubeApiDouble:
             self._lock.notify_all()
             return self._rv
 
-    def _record(self, etype: str, res: Resource, obj: dict[str, Any]) -> None:
+    def _record(self, etype: str, res: Resource, obj: dict[str, Any],
+                prev: dict[str, Any] | None = None) -> None:
         rv = int(obj["metadata"]["resourceVersion"])
-        self._history.append(Event(rv, etype, res, copy.deepcopy(obj)))
+        self._history.append(Event(rv, etype, res, copy.deepcopy(obj), prev))
         self._history_rvs.append(rv)
         if len(self._history) > 100_000:  # keep memory bounded like etcd compaction does
             self._compacted = self._history_rvs[49_999]
@@ -361,7 +382,7 @@ class KubeApiDouble:
         md["resourceVersion"] = self._next_rv()
         ns = md.get("namespace", "") if res.namespaced else ""
         self._objects[res][(ns, md["name"])] = obj
-        self._record("MODIFIED", res, obj)
+        self._record("MODIFIED", res, obj, prev=cur)
         return copy.deepcopy(obj)
 
     def patch(self, res: Resource, ns: str, name: str, body: Any, content_type: str
@@ -609,9 +630,8 @@ class _Handler(BaseHTTPRequestHandler):
                             ev_list = None
                             break
                         i = bisect.bisect_right(api._history_rvs, last)
-                        ev_list = [e for e in api._history[i:] if e.resource is res
-                                   and (ns is None or e.obj["metadata"].get("namespace") == ns)
-                                   and api._matches(e.obj, ls, fs)]
+                        ev_list = [(t, e) for e in api._history[i:] if e.resource is res
+                                   and (t := e.seen_as(ns, ls, fs)) is not None]
                         newest = api._rv
                         if ev_list or time.monotonic() >= deadline:
                             break
@@ -622,8 +642,8 @@ class _Handler(BaseHTTPRequestHandler):
                     self._chunk({"type": "ERROR", "object": status_object(
                         410, "Expired", f"too old resource version: {last}")})
                     break
-                for e in ev_list:
-                    self._chunk({"type": e.type, "object": e.obj})
+                for etype, e in ev_list:
+                    self._chunk({"type": etype, "object": e.obj})
                     last = e.rv
                 if ev_list:
                     last_sent = time.monotonic()

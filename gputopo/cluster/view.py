@@ -1,0 +1,615 @@
+"""The live cluster: list+watch of the API server, answering the admission pipeline from memory.
+
+Why a watch cache: the webhook answers every pod creation within its timeout; reading the
+API server per request would make the webhook as slow as the API and as unavailable. So
+:class:`ClusterView` keeps what admission needs — activated Nodes (topology annotation or
+ACK report ConfigMap, locality), the GPUs bound pods hold, Namespaces, the Kubeflow
+training jobs — current through list+watch with the official ``kubernetes`` client, the
+way client-go informers do: list, then watch from the list's resourceVersion, follow
+bookmarks, re-list on 410 Gone, reconnect with backoff when the API server is away (and
+keep answering from the last known state meanwhile).
+
+Node data goes through :mod:`gputopo.cluster.objects`, the same functions the file-backed
+snapshot uses, so both agree on activation, GPUs in use and bad data (a node with a corrupt
+annotation is left out with a warning and ``gputopo_node_data_errors_total``, never a crash).
+
+``node_states()`` subtracts GPUs held by bound pods only; GPUs promised by reservations are
+the caller's to subtract (the placement step does ``exclude_held(view.node_states(),
+store.held_gpus())``) because the reservation store, not the watch, is the authority on
+them and must be read fresh when a gang is solved. The view does release reservations whose
+job was deleted or finished (``reservations=`` store), and calls the store's TTL expiry.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import urllib3
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+from kubernetes.watch.watch import iter_resp_lines
+
+from gputopo import names
+from gputopo.cluster import objects as ob
+from gputopo.cluster.reservations import GangKey, ReservationStore, ReservationUnavailable
+from gputopo.cluster.snapshot import object_key
+from gputopo.errors import TopologyError
+from gputopo.placement.types import NodeState
+from webhook.metrics import NODE_DATA_ERRORS
+
+log = logging.getLogger(__name__)
+
+_TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError, ValueError)
+#: Seconds a reservation may exist without its job in the view before it is released:
+#: the first pod of a job can be admitted before the watch has delivered the job itself.
+JOB_GRACE_SECONDS = 120.0
+
+
+class _Gone(Exception):
+    """The watch's resourceVersion was compacted away (410): list again."""
+
+
+@dataclass(frozen=True)
+class WatchedKind:
+    """One list+watch: which API call, which selector, what the objects are."""
+
+    name: str
+    api_version: str
+    kind: str
+    list_call: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+    label_selector: str | None = None
+    optional: bool = False  # a CRD that may not be installed: 404 means "none"
+
+
+class _Informer:
+    """List, then watch from the list's resourceVersion, forever (until stopped).
+
+    ``store`` maps (namespace, name) → object; ``on_change(old, new)`` is called for every
+    change (``new`` None on delete) under the view's lock.
+    """
+
+    def __init__(self, view: ClusterView, kind: WatchedKind) -> None:
+        self.view = view
+        self.kind = kind
+        self.store: dict[tuple[str, str], dict[str, Any]] = {}
+        self.rv: str | None = None
+        self.synced = threading.Event()
+        self.lists = 0
+        self.watches = 0
+        self.errors = 0
+        self._resp: Any = None
+        self._thread = threading.Thread(target=self._run, name=f"watch-{kind.name}",
+                                        daemon=True)
+        self._absent_logged = False
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def interrupt(self) -> None:
+        resp = self._resp
+        if resp is not None:
+            try:
+                resp.shutdown()
+            except Exception:  # best effort on the way out
+                log.debug("closing %s watch", self.kind.name, exc_info=True)
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    # --- the loop ----------------------------------------------------------------------------
+    def _run(self) -> None:
+        view = self.view
+        backoff = view.backoff_initial
+        while not view._stopping.is_set():
+            try:
+                if self.rv is None:
+                    self._list()
+                self._watch()
+                backoff = view.backoff_initial
+            except _Gone:
+                log.info("watch %s: resourceVersion %s too old (410): re-listing",
+                         self.kind.name, self.rv)
+                self.rv = None
+            except ApiException as exc:
+                if exc.status in (403, 404) and self.kind.optional:
+                    self._absent(exc)
+                    view._stopping.wait(view.absent_retry_seconds)
+                    continue
+                if exc.status == 410:
+                    self.rv = None
+                    continue
+                self._failed(exc, backoff)
+                backoff = min(backoff * 2, view.backoff_max)
+            except _TRANSPORT_ERRORS as exc:
+                if view._stopping.is_set():
+                    break
+                self._failed(exc, backoff)
+                backoff = min(backoff * 2, view.backoff_max)
+
+    def _failed(self, exc: Exception, backoff: float) -> None:
+        self.errors += 1
+        log.warning("watch %s: API unavailable (%s): serving the last known state, retrying "
+                    "in %.1fs", self.kind.name, _short(exc), backoff)
+        self.view._stopping.wait(backoff)
+
+    def _absent(self, exc: ApiException) -> None:
+        if not self._absent_logged:
+            log.warning("watch %s: %s %s: treated as empty", self.kind.name, exc.status,
+                        exc.reason)
+            self._absent_logged = True
+        with self.view._lock:
+            for key, old in list(self.store.items()):
+                del self.store[key]
+                self.view._changed(self.kind, old, None)
+        self.synced.set()
+        self.view._note_synced()
+
+    def _call(self, **kwargs: Any) -> Any:
+        k = self.kind
+        if k.label_selector:
+            kwargs["label_selector"] = k.label_selector
+        return k.list_call(*k.args, _preload_content=False, **kwargs)
+
+    def _list(self) -> None:
+        resp = self._call(_request_timeout=self.view.request_timeout)
+        body = json.loads(resp.data)
+        items = body.get("items") or []
+        fresh: dict[tuple[str, str], dict[str, Any]] = {}
+        for item in items:
+            item.setdefault("apiVersion", self.kind.api_version)
+            item.setdefault("kind", self.kind.kind)
+            fresh[_key(item)] = item
+        with self.view._lock:
+            for key, old in list(self.store.items()):
+                if key not in fresh:
+                    del self.store[key]
+                    self.view._changed(self.kind, old, None)
+            for key, new in fresh.items():
+                old = self.store.get(key)
+                if old is None or ob.meta(old).get("resourceVersion") != \
+                        ob.meta(new).get("resourceVersion"):
+                    self.store[key] = new
+                    self.view._changed(self.kind, old, new)
+        self.rv = str((body.get("metadata") or {}).get("resourceVersion") or "")
+        self.lists += 1
+        self.synced.set()
+        self.view._note_synced()
+
+    def _watch(self) -> None:
+        view = self.view
+        resp = self._call(
+            watch=True, resource_version=self.rv, allow_watch_bookmarks=True,
+            timeout_seconds=int(view.watch_timeout_seconds),
+            _request_timeout=(view.request_timeout, view.watch_timeout_seconds + 30))
+        self._resp = resp
+        self.watches += 1
+        try:
+            for line in _lines(resp):
+                if view._stopping.is_set():
+                    return
+                self._event(json.loads(line))
+        finally:
+            self._resp = None
+            resp.release_conn()
+
+    def _event(self, ev: dict[str, Any]) -> None:
+        etype, obj = ev.get("type"), ev.get("object") or {}
+        if etype == "ERROR":
+            code = obj.get("code")
+            if code == 410:
+                raise _Gone()
+            raise ApiException(status=code or 500, reason=str(obj.get("message")))
+        rv = ob.meta(obj).get("resourceVersion")
+        if etype == "BOOKMARK":
+            if rv:
+                self.rv = str(rv)
+            return
+        obj.setdefault("apiVersion", self.kind.api_version)
+        obj.setdefault("kind", self.kind.kind)
+        key = _key(obj)
+        with self.view._lock:
+            old = self.store.get(key)
+            if etype == "DELETED":
+                if old is not None:
+                    del self.store[key]
+                    self.view._changed(self.kind, old, None)
+            else:  # ADDED / MODIFIED
+                self.store[key] = obj
+                self.view._changed(self.kind, old, obj)
+        if rv:
+            self.rv = str(rv)
+
+
+def _lines(resp: Any) -> Iterator[str]:
+    for line in iter_resp_lines(resp):
+        if line:
+            yield line
+
+
+def _key(obj: dict[str, Any]) -> tuple[str, str]:
+    m = ob.meta(obj)
+    return (str(m.get("namespace") or ""), str(m.get("name") or ""))
+
+
+def _short(exc: Exception) -> str:
+    if isinstance(exc, ApiException):
+        return f"{exc.status} {exc.reason}"
+    return f"{type(exc).__name__}: {str(exc)[:120]}"
+
+
+class ClusterView:
+    """A :class:`~gputopo.cluster.source.ClusterReader` kept current by list+watch.
+
+    ``api_client`` is the official client it talks through (the placement step builds its
+    KubernetesReservationStore on it). ``reservations``, when given, is released for jobs
+    that are deleted or finish; :meth:`reconcile_reservations` also runs its TTL expiry.
+    """
+
+    def __init__(
+        self, api_client: client.ApiClient, *,
+        reservations: ReservationStore | None = None,
+        watch_timeout_seconds: float = 300.0, request_timeout: float = 10.0,
+        backoff_initial: float = 0.2, backoff_max: float = 10.0,
+        absent_retry_seconds: float = 60.0, job_cache_seconds: float = 30.0,
+        fetch_timeout: float = 2.0,
+        reconcile_interval_seconds: float = 30.0,
+        job_grace_seconds: float = JOB_GRACE_SECONDS,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.api_client = api_client
+        self.reservations = reservations
+        self.watch_timeout_seconds = watch_timeout_seconds
+        self.request_timeout = request_timeout
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self.absent_retry_seconds = absent_retry_seconds
+        self.job_cache_seconds = job_cache_seconds
+        self.fetch_timeout = fetch_timeout
+        self.reconcile_interval_seconds = reconcile_interval_seconds
+        self.job_grace_seconds = job_grace_seconds
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._stopping = threading.Event()
+        self._synced = threading.Event()
+        self.warnings: dict[str, str] = {}  # node → why it is left out
+        self.released: list[GangKey] = []  # reservations this view released, for the record
+        # derived indexes, maintained by _changed under the lock
+        self._pod_gpus: dict[tuple[str, str], tuple[str, tuple[int, ...]]] = {}
+        self._used: dict[str, dict[tuple[str, str], tuple[int, ...]]] = {}
+        self._base: dict[str, NodeState | None] = {}  # node → state without usage (None: bad)
+        self._states: list[NodeState] | None = None
+        self._on_demand: dict[tuple[str, str, str, str], tuple[float, dict[str, Any] | None]] = {}
+        self._api_quiet_until = 0.0
+        core = client.CoreV1Api(api_client)
+        custom = client.CustomObjectsApi(api_client)
+        kinds = [
+            WatchedKind("nodes", "v1", "Node", core.list_node),
+            WatchedKind("pods", "v1", "Pod", core.list_pod_for_all_namespaces),
+            WatchedKind("namespaces", "v1", "Namespace", core.list_namespace),
+            WatchedKind("node-reports", "v1", "ConfigMap", core.list_namespaced_config_map,
+                        (names.ACK_REPORT_NAMESPACE,),
+                        f"{names.NODE_ACTIVATION_LABEL}={names.NODE_ACTIVATION_VALUE}",
+                        optional=True),
+        ]
+        for version, plural, kind in (("v1", "pytorchjobs", "PyTorchJob"),
+                                      ("v1", "tfjobs", "TFJob"), ("v1", "mpijobs", "MPIJob"),
+                                      ("v2beta1", "mpijobs", "MPIJob")):
+            kinds.append(WatchedKind(
+                f"{plural}.{version}", f"{names.KUBEFLOW_GROUP}/{version}", kind,
+                custom.list_cluster_custom_object, (names.KUBEFLOW_GROUP, version, plural),
+                optional=True))
+        self._informers = {k.name: _Informer(self, k) for k in kinds}
+        self._reconciler = threading.Thread(target=self._reconcile_loop,
+                                            name="reservation-reconciler", daemon=True)
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def start(self) -> ClusterView:
+        for inf in self._informers.values():
+            inf.start()
+        if self.reservations is not None:
+            self._reconciler.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stopping.set()
+        for inf in self._informers.values():
+            inf.interrupt()
+        deadline = time.monotonic() + timeout
+        for inf in self._informers.values():
+            inf.join(max(0.0, deadline - time.monotonic()))
+
+    @property
+    def synced(self) -> bool:
+        """True once every watched kind has been listed at least once."""
+        return self._synced.is_set()
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        return self._synced.wait(timeout)
+
+    def _note_synced(self) -> None:
+        if all(i.synced.is_set() for i in self._informers.values()):
+            self._synced.set()
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        """Lists, watches and errors per watched kind (for drills and debugging)."""
+        return {n: {"lists": i.lists, "watches": i.watches, "errors": i.errors,
+                    "objects": len(i.store)} for n, i in self._informers.items()}
+
+    # --- change handling (under the lock) ----------------------------------------------------
+    def _changed(self, kind: WatchedKind, old: dict[str, Any] | None,
+                 new: dict[str, Any] | None) -> None:
+        obj = new if new is not None else old
+        assert obj is not None
+        if kind.name == "nodes":
+            self._invalidate_node(str(ob.meta(obj).get("name", "")))
+        elif kind.name == "node-reports":
+            name = str(ob.meta(obj).get("name", ""))
+            if name.endswith(names.ACK_REPORT_SUFFIX):
+                self._invalidate_node(name[: -len(names.ACK_REPORT_SUFFIX)])
+        elif kind.name == "pods":
+            self._pod_changed(old, new)
+        elif kind.kind in names.TRAINING_JOB_KINDS and new is not None:
+            if _finished(new) and (old is None or not _finished(old)):
+                self._release_job(new, "finished")
+        elif kind.kind in names.TRAINING_JOB_KINDS and new is None and old is not None:
+            self._release_job(old, "deleted")
+
+    def _invalidate_node(self, node: str) -> None:
+        self._base.pop(node, None)
+        self._states = None
+
+    def _pod_changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        key = _key(old if old is not None else new or {})
+        before = self._pod_gpus.pop(key, None)
+        after = ob.gpus_held_by_pod(new) if new is not None else None
+        if before == after:
+            if after is not None:
+                self._pod_gpus[key] = after
+            return
+        if before is not None:
+            self._used.get(before[0], {}).pop(key, None)
+        if after is not None:
+            self._pod_gpus[key] = after
+            self._used.setdefault(after[0], {})[key] = after[1]
+        self._states = None
+
+    def _release_job(self, job: dict[str, Any], why: str) -> None:
+        store = self.reservations
+        m = ob.meta(job)
+        if store is None or not m.get("uid"):
+            return
+        # Off the watch thread: the store talks to the API, the lock must not wait on it.
+        threading.Thread(target=self._release, args=(str(m["uid"]), why),
+                         daemon=True).start()
+
+    def _release(self, uid: str, why: str) -> None:
+        """Release the reservation of the job with this uid (the uid is what identifies a
+        gang; kind spellings or versions in keys do not matter)."""
+        store = self.reservations
+        try:
+            for res in store.list() if store is not None else []:
+                if res.key.uid == uid and store is not None and store.release(res.key):
+                    log.info("reservation of %s released: job %s", res.key, why)
+                    with self._lock:
+                        self.released.append(res.key)
+        except ReservationUnavailable as exc:
+            log.warning("releasing the reservation of job uid %s (%s) failed; the "
+                        "reconciler retries: %s", uid, why, exc)
+
+    # --- reservations housekeeping -----------------------------------------------------------
+    def reconcile_reservations(self, now: float | None = None) -> list[GangKey]:
+        """TTL expiry, then release reservations whose job is gone or finished.
+
+        Only once synced (an unsynced view would think every job is gone), and only for
+        reservations older than ``job_grace_seconds`` (the job may be in flight in the watch).
+        """
+        store = self.reservations
+        if store is None or not self.synced:
+            return []
+        t = self._clock() if now is None else now
+        gone = list(store.expire(t))
+        alive: dict[str, dict[str, Any]] = {}
+        with self._lock:
+            for inf in self._informers.values():
+                if inf.kind.kind in names.TRAINING_JOB_KINDS:
+                    for job in inf.store.values():
+                        alive[str(ob.meta(job).get("uid"))] = job
+        for res in store.list():
+            if t - res.created_at < self.job_grace_seconds:
+                continue
+            job = alive.get(res.key.uid)
+            if job is None:  # not watched (yet)? ask the API before letting GPUs go
+                exists = self._job_exists(res.key)
+                if exists is not False:
+                    continue
+            elif not _finished(job):
+                continue
+            if store.release(res.key):
+                gone.append(res.key)
+                with self._lock:
+                    self.released.append(res.key)
+        return gone
+
+    def _job_exists(self, key: GangKey) -> bool | None:
+        """Whether the job with this uid exists, by GET; None when the API cannot say."""
+        custom = client.CustomObjectsApi(self.api_client)
+        versions = ("v1", "v2beta1") if key.kind == "MPIJob" else ("v1",)
+        for version in versions:
+            try:
+                resp = custom.get_namespaced_custom_object(
+                    names.KUBEFLOW_GROUP, version, key.namespace, key.kind.lower() + "s",
+                    key.name, _preload_content=False, _request_timeout=self.fetch_timeout)
+            except ApiException as exc:
+                if exc.status == 404:
+                    continue
+                return None
+            except _TRANSPORT_ERRORS:
+                return None
+            if str(ob.meta(json.loads(resp.data)).get("uid")) == key.uid:
+                return True
+        return False
+
+    def _reconcile_loop(self) -> None:
+        while not self._stopping.wait(self.reconcile_interval_seconds):
+            try:
+                self.reconcile_reservations()
+            except ReservationUnavailable as exc:
+                log.warning("reservation reconcile failed (next round retries): %s", exc)
+
+    # --- ClusterReader -----------------------------------------------------------------------
+    def namespace(self, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            ns = self._informers["namespaces"].store.get(("", name))
+        if ns is None:
+            ns = self._fetch("v1", "Namespace", None, name)
+        return ns
+
+    def object(
+        self, *, api_version: str, kind: str, namespace: str | None, name: str
+    ) -> dict[str, Any] | None:
+        want = object_key(api_version, kind, namespace, name)
+        with self._lock:
+            for inf in self._informers.values():
+                k = inf.kind
+                if (k.kind == kind and object_key(k.api_version, k.kind, namespace, name)
+                        == want):
+                    obj = inf.store.get((namespace or "", name))
+                    if obj is not None:
+                        return obj
+        return self._fetch(api_version, kind, namespace, name)
+
+    def _fetch(self, api_version: str, kind: str, namespace: str | None, name: str
+               ) -> dict[str, Any] | None:
+        """One GET for what the watches do not hold (batch Jobs; a job or namespace the
+        watch has not delivered yet), cached briefly. None when absent or unreachable."""
+        key = (api_version, kind, namespace or "", name)
+        now = time.monotonic()
+        hit = self._on_demand.get(key)
+        if hit is not None and now - hit[0] < self.job_cache_seconds:
+            return hit[1]
+        if now < self._api_quiet_until:  # the API just failed: answer from memory, fast
+            return None
+        try:
+            resp = self._get_call(api_version, kind, namespace, name)
+        except ApiException as exc:
+            if exc.status not in (403, 404):
+                log.warning("GET %s %s/%s: %s", kind, namespace, name, _short(exc))
+                self._api_quiet_until = now + self.backoff_max
+            return None
+        except _TRANSPORT_ERRORS as exc:
+            log.warning("GET %s %s/%s: %s", kind, namespace, name, _short(exc))
+            self._api_quiet_until = now + self.backoff_max
+            return None
+        if resp is None:
+            return None
+        obj = json.loads(resp.data)
+        if len(self._on_demand) > 10_000:
+            self._on_demand.clear()
+        self._on_demand[key] = (now, obj)
+        return obj
+
+    def _get_call(self, api_version: str, kind: str, namespace: str | None, name: str
+                  ) -> Any:
+        t = {"_preload_content": False, "_request_timeout": self.fetch_timeout}
+        if (api_version, kind) == ("v1", "Namespace"):
+            return client.CoreV1Api(self.api_client).read_namespace(name, **t)
+        if (api_version, kind) == ("batch/v1", "Job") and namespace:
+            return client.BatchV1Api(self.api_client).read_namespaced_job(name, namespace, **t)
+        group, _, version = api_version.partition("/")
+        if group == names.KUBEFLOW_GROUP and kind in names.TRAINING_JOB_KINDS and namespace:
+            plural = kind.lower() + "s"
+            return client.CustomObjectsApi(self.api_client).get_namespaced_custom_object(
+                group, version, namespace, plural, name, **t)
+        return None
+
+    def node_states(self) -> list[NodeState]:
+        """Activated nodes with usable topology, GPUs of bound pods marked used.
+
+        Cached: a node's topology is parsed once per change of the node (or its report),
+        and the list is rebuilt only after some change — it is read once per gang.
+        """
+        with self._lock:
+            if self._states is not None:
+                return list(self._states)
+            reports = self._informers["node-reports"].store
+            out: list[NodeState] = []
+            for (_, name), node in sorted(self._informers["nodes"].store.items()):
+                if not ob.is_activated(node):
+                    self.warnings.pop(name, None)
+                    continue
+                if name not in self._base:
+                    self._base[name] = self._build(name, node, reports.get(
+                        (names.ACK_REPORT_NAMESPACE, f"{name}{names.ACK_REPORT_SUFFIX}")))
+                base = self._base[name]
+                if base is None:
+                    continue
+                used = self._used.get(name)
+                if used:
+                    known = set(base.topology.indices)
+                    held = frozenset(g for gs in used.values() for g in gs if g in known)
+                    out.append(replace(base, used=held))
+                else:
+                    out.append(base)
+            self._states = out
+            return list(out)
+
+    def _build(self, name: str, node: dict[str, Any], report: dict[str, Any] | None
+               ) -> NodeState | None:
+        try:
+            state = ob.node_state(node, (), report)
+        except TopologyError as exc:
+            reason = "no_topology" if "no " in exc.reason[:3] else "bad_topology"
+            self.warnings[name] = exc.reason
+            NODE_DATA_ERRORS.labels(reason).inc()
+            log.warning("node %s: left out of placement: %s", name, exc.reason)
+            return None
+        self.warnings.pop(name, None)
+        return state
+
+
+def _finished(job: dict[str, Any]) -> bool:
+    """A training job whose Succeeded or Failed condition is True (training-operator and
+    mpi-operator both report terminal state as conditions)."""
+    status = job.get("status") if isinstance(job.get("status"), dict) else {}
+    for cond in status.get("conditions") or []:
+        if isinstance(cond, dict) and cond.get("type") in ("Succeeded", "Failed") and \
+                str(cond.get("status")) == "True":
+            return True
+    return False
+
+
+def connect(kubeconfig: str | None = None, **kwargs: Any) -> ClusterView | None:
+    """A started ClusterView for the cluster this process can reach, or None.
+
+    In-cluster service account first (as client-go does), then ``kubeconfig`` (or
+    ``$KUBECONFIG`` / ``~/.kube/config``). None when neither exists: ``gputopo serve`` then
+    falls back to the embedded demo. The view gets a KubernetesReservationStore on the same
+    client, so deleted jobs release their GPUs.
+    """
+    from kubernetes import config
+    from kubernetes.config.config_exception import ConfigException
+
+    cfg = client.Configuration()
+    try:
+        if kubeconfig is None:
+            config.load_incluster_config(client_configuration=cfg)
+        else:
+            raise ConfigException("explicit kubeconfig")
+    except ConfigException:
+        try:
+            config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        except (ConfigException, OSError, TypeError) as exc:
+            log.info("no in-cluster account and no usable kubeconfig: %s", exc)
+            return None
+    api = client.ApiClient(cfg)
+    from gputopo.cluster.k8s_reservations import KubernetesReservationStore
+
+    kwargs.setdefault("reservations", KubernetesReservationStore(api))
+    return ClusterView(api, **kwargs).start()

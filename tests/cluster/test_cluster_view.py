@@ -1,0 +1,233 @@
+"""The live ClusterView through the official client against the API test double: list then
+watch, bad node data, 410 Gone, the API going away and coming back, jobs and reservations."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cluster_helpers import bound_pod, dgx1_annotation, job, node, wait_for
+from k8s_double import KubeApiDouble, api_client
+from prometheus_client import REGISTRY
+
+from gputopo.cluster.k8s_reservations import KubernetesReservationStore
+from gputopo.cluster.reservations import GangKey
+from gputopo.cluster.view import ClusterView, connect
+from gputopo.placement.types import Placement, ReplicaSlot
+from gputopo.topology.ack_report import report_configmap
+from gputopo.topology.model import Topology
+
+TOPO = dgx1_annotation()
+
+
+@pytest.fixture
+def view(kube: KubeApiDouble) -> Iterator[ClusterView]:
+    v = ClusterView(api_client(kube.url), watch_timeout_seconds=2, backoff_initial=0.05,
+                    backoff_max=0.2, request_timeout=2, fetch_timeout=1)
+    yield v
+    v.stop()
+
+
+def names_of(view: ClusterView) -> list[str]:
+    return [s.name for s in view.node_states()]
+
+
+def errors(reason: str) -> float:
+    return REGISTRY.get_sample_value("gputopo_node_data_errors_total",
+                                     {"reason": reason}) or 0.0
+
+
+def test_list_then_watch_follows_node_add_modify_delete(kube, view) -> None:
+    kube.apply(node("a", topology=TOPO))
+    kube.apply(node("off", topology=TOPO, activated=False))
+    view.start()
+    assert view.wait_synced(5)
+    assert names_of(view) == ["a"]
+    kube.apply(node("b", topology=TOPO, rack="r9"))
+    assert wait_for(lambda: names_of(view) == ["a", "b"])
+    assert view.node_states()[1].rack == "r9"
+    kube.apply(node("b", topology=TOPO, rack="r2"))
+    assert wait_for(lambda: view.node_states()[1].rack == "r2")
+    kube.apply(node("off", topology=TOPO, activated=True))  # opted in later
+    assert wait_for(lambda: names_of(view) == ["a", "b", "off"])
+    kube.remove(node("a"))
+    assert wait_for(lambda: names_of(view) == ["b", "off"])
+    assert view.stats()["nodes"]["lists"] == 1  # all of it through one watch
+
+
+def test_bound_pods_mark_gpus_used_until_they_finish_or_go(kube, view) -> None:
+    kube.apply(node("a", topology=TOPO))
+    kube.apply(bound_pod("p1", "a", "0,1"))
+    view.start()
+    assert view.wait_synced(5)
+    assert view.node_states()[0].used == {0, 1}
+    kube.apply(bound_pod("p2", "a", "4"))
+    assert wait_for(lambda: view.node_states()[0].used == {0, 1, 4})
+    done = bound_pod("p1", "a", "0,1")
+    done["status"]["phase"] = "Succeeded"
+    kube.apply(done)
+    assert wait_for(lambda: view.node_states()[0].used == {4})
+    kube.remove(bound_pod("p2", "a", "4"))
+    assert wait_for(lambda: view.node_states()[0].used == frozenset())
+
+
+def test_bad_node_data_leaves_the_node_out_with_a_metric(kube, view, caplog) -> None:
+    kube.apply(node("good", topology=TOPO))
+    kube.apply(node("corrupt", topology="{not json"))
+    wrong = json.loads(TOPO)
+    wrong["links"] = wrong["links"][:3]  # a matrix of the wrong size
+    kube.apply(node("wrong-size", topology=json.dumps(wrong)))
+    before = errors("bad_topology")
+    caplog.set_level(logging.WARNING, logger="gputopo.cluster.view")
+    view.start()
+    assert view.wait_synced(5)
+    assert names_of(view) == ["good"]
+    assert set(view.warnings) == {"corrupt", "wrong-size"}
+    assert errors("bad_topology") - before == 2
+    assert "corrupt" in caplog.text and "wrong-size" in caplog.text
+    view.node_states()  # asking again neither re-logs nor re-counts
+    assert errors("bad_topology") - before == 2
+    kube.apply(node("corrupt", topology=TOPO))  # fixed by the reporter
+    assert wait_for(lambda: names_of(view) == ["corrupt", "good"])
+    assert "corrupt" not in view.warnings
+
+
+def test_ack_report_configmap_stands_in_for_the_annotation(kube, view) -> None:
+    kube.apply(node("ack", topology=None))
+    view.start()
+    assert view.wait_synced(5)
+    assert names_of(view) == []  # no topology at all: left out
+    cm = report_configmap(Topology.from_annotation(TOPO), node="ack")
+    kube.apply(cm)
+    assert wait_for(lambda: names_of(view) == ["ack"])
+    assert len(view.node_states()[0].topology.indices) == 8
+
+
+def test_410_gone_relists_and_converges(kube, view) -> None:
+    kube.apply(node("a", topology=TOPO))
+    kube.apply(node("b", topology=TOPO))
+    view.start()
+    assert view.wait_synced(5)
+    kube.set_down("refuse")
+    kube.remove(node("a"))  # changes the view cannot see while the API is away
+    kube.apply(node("c", topology=TOPO))
+    kube.compact()  # ... and history it could resume from is gone
+    kube.set_down(None)
+    assert wait_for(lambda: names_of(view) == ["b", "c"], timeout=10)
+    assert view.stats()["nodes"]["lists"] == 2  # the 410 made it list again
+    assert kube.stats["WATCH 410"] >= 1
+
+
+def test_api_down_then_back_keeps_serving_and_converges(kube, view) -> None:
+    kube.apply(node("a", topology=TOPO))
+    view.start()
+    assert view.wait_synced(5)
+    for mode in ("503", "refuse"):
+        kube.set_down(mode)
+        kube.apply(node(f"new-{mode}", topology=TOPO))
+        assert names_of(view)[0] == "a"  # answers from memory meanwhile
+        assert wait_for(lambda: view.stats()["nodes"]["errors"] > 0, timeout=5)
+        kube.set_down(None)
+        assert wait_for(lambda m=mode: f"new-{m}" in names_of(view), timeout=10)
+    assert view.stats()["nodes"]["lists"] == 1  # resumed from its resourceVersion
+
+
+def test_jobs_namespaces_and_launcher_jobs_are_readable(kube, view) -> None:
+    kube.apply({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": "team", "labels": {"gputopo.io/inject": "enabled"}}})
+    kube.apply(job("PyTorchJob", "pt", namespace="team"))
+    kube.apply(job("MPIJob", "mpi2", version="v2beta1", namespace="team"))
+    view.start()
+    assert view.wait_synced(5)
+    assert view.namespace("team")["metadata"]["labels"]["gputopo.io/inject"] == "enabled"
+    assert view.object(api_version="kubeflow.org/v1", kind="PyTorchJob", namespace="team",
+                       name="pt") is not None
+    assert view.object(api_version="kubeflow.org/v2beta1", kind="MPIJob", namespace="team",
+                       name="mpi2") is not None
+    # a batch/v1 Job (the v2beta1 launcher's owner) is read on demand, never watched
+    kube.apply({"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": "mpi2-launcher", "namespace": "team"}, "spec": {}})
+    got = view.object(api_version="batch/v1", kind="Job", namespace="team",
+                      name="mpi2-launcher")
+    assert got is not None and got["metadata"]["name"] == "mpi2-launcher"
+    # a job created a moment ago is found even before its watch event arrives
+    kube.apply(job("TFJob", "tf", namespace="team"))
+    assert view.object(api_version="kubeflow.org/v1", kind="TFJob", namespace="team",
+                       name="tf") is not None
+    assert view.namespace("nope") is None
+
+
+def test_deleted_or_finished_job_releases_its_reservation(kube, kube_client) -> None:
+    store = KubernetesReservationStore(kube_client)
+    view = ClusterView(api_client(kube.url), reservations=store, watch_timeout_seconds=2)
+    deleted = kube.apply(job("PyTorchJob", "gone"))
+    finished = kube.apply(job("MPIJob", "done"))
+    keys = {}
+    for i, obj in enumerate((deleted, finished)):
+        m = obj["metadata"]
+        keys[m["name"]] = GangKey(m["namespace"], obj["kind"], m["name"], m["uid"])
+        store.reserve(keys[m["name"]], Placement(True, (ReplicaSlot(0, "a", (i,)),)))
+    view.start()
+    try:
+        assert view.wait_synced(5)
+        kube.remove(deleted)
+        assert wait_for(lambda: store.get(keys["gone"]) is None)
+        finished["status"] = {"conditions": [{"type": "Succeeded", "status": "True"}]}
+        kube.apply(finished)
+        assert wait_for(lambda: store.get(keys["done"]) is None)
+        assert store.held_gpus() == {}
+        assert sorted(k.name for k in view.released) == ["done", "gone"]
+    finally:
+        view.stop()
+
+
+def test_reconcile_releases_orphans_and_expired_but_keeps_live_jobs(kube, kube_client) -> None:
+    store = KubernetesReservationStore(kube_client, ttl_seconds=100)
+    view = ClusterView(api_client(kube.url), reservations=store, watch_timeout_seconds=2,
+                       job_grace_seconds=30)
+    live = kube.apply(job("PyTorchJob", "live"))["metadata"]
+    live_key = GangKey("default", "PyTorchJob", "live", live["uid"])
+    orphan_key = GangKey("default", "PyTorchJob", "never-seen", "uid-orphan")
+    store.reserve(live_key, Placement(True, (ReplicaSlot(0, "a", (0,)),)), now=1000)
+    store.reserve(orphan_key, Placement(True, (ReplicaSlot(0, "a", (1,)),)), now=1000)
+    view.start()
+    try:
+        assert view.wait_synced(5)
+        # within the grace nothing goes: the job may still be on its way through the watch
+        assert view.reconcile_reservations(now=1010) == []
+        # later: the orphan goes (its job does not exist), the live job's stays (within TTL)
+        assert view.reconcile_reservations(now=1000 + 99) == [orphan_key]
+        assert store.get(live_key) is not None
+        # past the TTL with no pod ever admitted: released
+        assert view.reconcile_reservations(now=1000 + 101) == [live_key]
+    finally:
+        view.stop()
+
+
+def test_connect_returns_none_without_credentials(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert connect() is None
+
+
+def test_connect_with_a_kubeconfig_watches_that_cluster(kube, monkeypatch, tmp_path) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    kube.apply(node("a", topology=TOPO))
+    cfg = tmp_path / "config"
+    cfg.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "double",
+        "clusters": [{"name": "double", "cluster": {"server": kube.url}}],
+        "users": [{"name": "u", "user": {"token": "test-double-token"}}],
+        "contexts": [{"name": "double", "context": {"cluster": "double", "user": "u"}}]}))
+    view = connect(str(cfg), watch_timeout_seconds=2)
+    assert view is not None
+    try:
+        assert view.wait_synced(5)
+        assert names_of(view) == ["a"]
+        assert view.reservations is not None
+    finally:
+        view.stop()
