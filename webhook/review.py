@@ -86,20 +86,19 @@ class Decision:
 
 
 # --- parsing ------------------------------------------------------------------------------
-def _get(obj: Mapping[str, Any], key: str, kind: type | tuple[type, ...], path: str,
-         *, required: bool = True) -> Any:
-    if key not in obj or obj[key] is None:
+def _get(obj: Mapping[str, Any], key: str, kind: type, path: str, *,
+         required: bool = True) -> Any:
+    """``obj[key]`` if it has type ``kind`` (JSON booleans are not numbers or strings);
+    None when absent and not required; BadReview otherwise."""
+    value = obj.get(key)
+    if value is None:
         if required:
             raise BadReview(f"missing {path}", path=path)
         return None
-    value = obj[key]
-    if isinstance(value, bool) and kind is not bool and bool not in (
-        kind if isinstance(kind, tuple) else (kind,)
-    ):
-        raise BadReview(f"{path} has the wrong type (got a boolean)", path=path)
-    if not isinstance(value, kind):
-        want = "a mapping" if kind is dict else getattr(kind, "__name__", str(kind))
-        raise BadReview(f"{path} has the wrong type (expected {want})", path=path)
+    if (kind is not bool and isinstance(value, bool)) or not isinstance(value, kind):
+        want = {dict: "a mapping", str: "a string", bool: "a boolean"}.get(kind, kind.__name__)
+        raise BadReview(f"{path} has the wrong type (expected {want}, got "
+                        f"{type(value).__name__})", path=path)
     return value
 
 

@@ -9,9 +9,11 @@ from prometheus_client import REGISTRY
 from gputopo import names
 from tests.webhook.conftest import (
     admit,
+    body,
     namespace,
     operator_pod,
     pytorch_job,
+    review,
     write_policy,
 )
 
@@ -152,3 +154,38 @@ def test_namespace_labels_of_policy_narrow_never_widen(make_admitter, tmp_path):
     assert admit(admitter, operator_pod(job, "worker", 0))[1]["response"].get("patch")
     pod = operator_pod(other, "worker", 0)
     assert admit(admitter, pod)[0] == pod
+
+
+class DenyStep:
+    name = "deny-all"
+
+    def apply(self, ctx) -> None:
+        ctx.pod.setdefault("metadata", {}).setdefault("annotations", {})["x"] = "y"
+        ctx.deny("no room for this gang")
+
+
+def test_a_step_can_deny_and_audit_turns_denial_into_a_warning(tmp_path):
+    from gputopo.cluster.snapshot import ClusterSnapshot
+    from webhook.assembly import build_admitter
+
+    write_policy(tmp_path, "p")
+    job = pytorch_job(ns="team")
+    cluster = ClusterSnapshot.from_objects([namespace("team"), job])
+    admitter = build_admitter(tmp_path, cluster, placement=DenyStep(), reload_interval_s=0)
+    denied_before = _requests("denied")
+    pod = operator_pod(job, "worker", 0)
+    status, answer = admitter.handle_body(body(review(pod)))
+    r = answer["response"]
+    assert status == 200 and r["allowed"] is False and "patch" not in r
+    assert r["status"]["message"] == "no room for this gang"
+    assert _requests("denied") == denied_before + 1
+    admitter.close()
+
+    write_policy(tmp_path, "p", mode="audit")
+    admitter = build_admitter(tmp_path, cluster, placement=DenyStep(), reload_interval_s=0)
+    out, resp = admit(admitter, pod)
+    assert out == pod and resp["response"]["allowed"] is True
+    warnings = resp["response"]["warnings"]
+    assert any("deny-all (audit): would deny: no room" in w for w in warnings)
+    assert any("deny-all (audit): would change /metadata/annotations" in w for w in warnings)
+    admitter.close()

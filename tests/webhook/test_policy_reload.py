@@ -106,8 +106,15 @@ def test_build_admitter_refuses_a_bad_first_load(tmp_path):
 
 
 def test_shipped_policies_load():
+    from gputopo import names
     from webhook.assembly import default_policies_dir
     from webhook.policy.loader import load_policies
 
-    assert {p.name for p in load_policies(default_policies_dir())} == {
-        "ack-gpu-topology", "tke-taco-harp"}
+    shipped = {p.name: p for p in load_policies(default_policies_dir())}
+    assert set(shipped) == {"ack-gpu-topology", "tke-taco-harp"}
+    ack, tke = shipped["ack-gpu-topology"], shipped["tke-taco-harp"]
+    assert ack.mutations.rename_resources == {
+        names.SOURCE_GPU_RESOURCE: names.TOPOLOGY_GPU_RESOURCE}
+    assert ack.mutations.scheduler_name == names.SCHEDULER_NAME
+    assert tke.match.job_labels == {names.TACO_HARP_LABEL: names.TACO_HARP_VALUE}
+    assert ack.priority < tke.priority
