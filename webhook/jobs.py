@@ -141,6 +141,16 @@ def gang_size(specs: Mapping[str, Any], gpu_resources: Iterable[str]) -> int:
     return total
 
 
+def _check_uid(ref: OwnerRef, obj: Mapping[str, Any], namespace: str) -> None:
+    """The object found must be the one the reference names, not a namesake: a job deleted
+    and re-created under the same name has a new uid, and its gang is not this pod's."""
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    uid = meta.get("uid")
+    if ref.uid and uid and ref.uid != uid:
+        raise JobNotFound(f"owner {ref.kind} {namespace}/{ref.name} has uid {uid}, "
+                          f"the pod names {ref.uid}")
+
+
 def resolve_job(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
                 gpu_resources: Iterable[str]) -> JobInfo | None:
     """The job of a pod, or None when the pod is not a training-job pod.
@@ -157,6 +167,7 @@ def resolve_job(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
                                namespace=namespace, name=ref.name)
         if batch is None:
             raise JobNotFound(f"owner batch/v1 Job {namespace}/{ref.name} not found")
+        _check_uid(ref, batch, namespace)
         parent = controller_ref(batch)
         if parent is None or (parent.api_version, parent.kind) not in OWNER_KINDS:
             return None  # an ordinary batch Job, not an MPIJob launcher
@@ -165,6 +176,7 @@ def resolve_job(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
                          namespace=namespace, name=ref.name)
     if job is None:
         raise JobNotFound(f"owner {ref.kind} {namespace}/{ref.name} not found")
+    _check_uid(ref, job, namespace)
     spec = job.get("spec") if isinstance(job.get("spec"), Mapping) else {}
     specs = spec.get(OWNER_KINDS[(ref.api_version, ref.kind)])
     if not isinstance(specs, Mapping):

@@ -189,3 +189,13 @@ def test_a_step_can_deny_and_audit_turns_denial_into_a_warning(tmp_path):
     assert any("deny-all (audit): would deny: no room" in w for w in warnings)
     assert any("deny-all (audit): would change /metadata/annotations" in w for w in warnings)
     admitter.close()
+
+
+def test_owner_uid_must_match_the_job(make_admitter):
+    """A namesake job (deleted and re-created, or a forged reference) is not the pod's job."""
+    job = pytorch_job(ns="team", uid="uid-new")
+    admitter = make_admitter([namespace("team"), job])
+    stale = operator_pod(pytorch_job(ns="team", uid="uid-old"), "worker", 0)
+    out, resp = admit(admitter, stale)
+    assert out == stale
+    assert any("uid" in w for w in resp["response"]["warnings"])

@@ -127,3 +127,21 @@ def test_policy_test_command_passes_on_shipped_policies(capsys):
     assert "FAIL" not in out
     for case in ("ack-pytorch", "arena-mpi-v1", "arena-mpi-v2beta1", "tke-taco-harp"):
         assert case in out
+
+
+def test_gang_state_carries_from_pod_to_pod(capsys):
+    """In one mutate run the 4 workers of a gang get distinct GPUs (the reservation made at
+    the first pod is what the later pods take their slots from)."""
+    code, pods, _ = _mutate(capsys, SEED_CASES / "arena-mpi-v2beta1" / "resources.yaml")
+    assert code == 0
+    slots = []
+    for key, pod in pods.items():
+        if "-worker-" not in key:
+            continue
+        ann = pod["metadata"].get("annotations", {})
+        if names.GPU_GROUP_ANNOTATION not in ann:
+            pytest.skip("placement step not installed")
+        affinity = json.dumps(pod["spec"].get("affinity", {}))
+        slots.append((affinity, ann[names.GPU_GROUP_ANNOTATION]))
+    assert len(slots) == 4
+    assert len(set(slots)) == 4
