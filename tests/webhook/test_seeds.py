@@ -145,3 +145,14 @@ def test_gang_state_carries_from_pod_to_pod(capsys):
         slots.append((affinity, ann[names.GPU_GROUP_ANNOTATION]))
     assert len(slots) == 4
     assert len(set(slots)) == 4
+
+
+@pytest.mark.parametrize("case", ["ack-pytorch", "arena-mpi-v1", "tke-taco-harp"])
+def test_mutated_pods_are_valid_kubernetes_pods(capsys, case):
+    """What the webhook returns must still be a Pod the API server accepts (strict schema:
+    no unknown fields, right types) — checked with the upstream OpenAPI schema."""
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    code, pods, _ = _mutate(capsys, SEED_CASES / case / "resources.yaml")
+    assert code == 0 and pods
+    for pod in pods.values():
+        kubernetes_validate.validate(pod, "1.30", strict=True)

@@ -109,7 +109,7 @@ def _match(raw: Any, err: _Errors) -> s.Match:
             err.add(where, f"unsupported owner {key[0]} {key[1]} (supported: {known})")
             continue
         owners.append(s.OwnerKind(str(key[0]), str(key[1])))
-    if "owners" in m and m.get("owners") is not None and not owners and not err.items:
+    if m.get("owners") == []:
         err.add(f"{path}.owners", "must name at least one owner kind (omit it for all)")
     roles: list[str] = []
     for i, r in enumerate(_list(m.get("roles"), f"{path}.roles", err)):
