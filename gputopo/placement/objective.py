@@ -178,10 +178,9 @@ def span_of(nodes: Sequence[NodeState]) -> str:
 
 
 def check_shares(
-    nodes: Sequence[NodeState], gang: GangRequest, shares: Mapping[str, Sequence[int]]
+    by_name: Mapping[str, NodeState], gang: GangRequest, shares: Mapping[str, Sequence[int]]
 ) -> None:
-    """InputError unless ``shares`` is a valid placement of ``gang`` on ``nodes``."""
-    by_name = {n.name: n for n in nodes}
+    """InputError unless ``shares`` is a valid placement of ``gang`` on the named nodes."""
     total = 0
     for name, gpus in shares.items():
         node = by_name.get(name)
@@ -203,8 +202,14 @@ def score(
     nodes: Sequence[NodeState], gang: GangRequest, shares: Mapping[str, Sequence[int]]
 ) -> Score:
     """The objective (module docstring) of placing ``gang`` as ``shares`` (node -> GPUs)."""
-    check_shares(nodes, gang, shares)
-    by_name = {n.name: n for n in nodes}
+    return score_by_name({n.name: n for n in nodes}, gang, shares)
+
+
+def score_by_name(
+    by_name: Mapping[str, NodeState], gang: GangRequest, shares: Mapping[str, Sequence[int]]
+) -> Score:
+    """:func:`score` with the nodes already indexed by name (the solver's hot path)."""
+    check_shares(by_name, gang, shares)
     touched = [by_name[name] for name in sorted(shares)]
     span = span_of(touched)
     node_shares = [

@@ -52,7 +52,7 @@ from gputopo.placement.objective import (
     blocks_delta,
     min_pair_bandwidth,
     position_mask,
-    score,
+    score_by_name,
     span_of,
     tie_break,
 )
@@ -151,10 +151,10 @@ def solve(nodes: Sequence[NodeState], gang: GangRequest) -> Placement:
     Raises :class:`InputError` for a malformed request (non-positive sizes, duplicate nodes).
     """
     _check_input(nodes, gang)
-    reason = _infeasible_reason(nodes, gang)
+    solver = _Search(nodes, gang)
+    reason = _infeasible_reason(nodes, gang, solver.free_count)
     if reason:
         return Placement(feasible=False, reason=reason)
-    solver = _Search(nodes, gang)
     best = solver.single_node()
     if gang.replicas > 1:
         best = solver.multi_node(best)
@@ -175,7 +175,9 @@ def _check_input(nodes: Sequence[NodeState], gang: GangRequest) -> None:
         seen.add(n.name)
 
 
-def _infeasible_reason(nodes: Sequence[NodeState], gang: GangRequest) -> str:
+def _infeasible_reason(
+    nodes: Sequence[NodeState], gang: GangRequest, free_count: dict[str, int]
+) -> str:
     g, r, total = gang.gpus_per_replica, gang.replicas, gang.total_gpus
     shape = f"{r} x {g} GPU{'s' if g > 1 else ''}"
     if not nodes:
@@ -189,17 +191,17 @@ def _infeasible_reason(nodes: Sequence[NodeState], gang: GangRequest) -> str:
     largest = max(len(n.topology.gpus) for n in nodes)
     if g > largest:
         return f"each replica needs {g} GPUs on one node but the largest node has {largest}"
-    most = min(nodes, key=lambda n: (-len(n.free), n.name))
-    if len(most.free) < g:
-        if not any(n.free for n in nodes):
+    most = min(nodes, key=lambda n: (-free_count[n.name], n.name))
+    if free_count[most.name] < g:
+        if not any(free_count.values()):
             return f"cluster full: all {cluster_gpus} GPUs are in use"
         return (
             f"no node has {g} free GPUs for one replica right now "
-            f"(most free: {len(most.free)} on {most.name})"
+            f"(most free: {free_count[most.name]} on {most.name})"
         )
-    fits = sum(len(n.free) // g for n in nodes)
+    fits = sum(c // g for c in free_count.values())
     if fits < r:
-        free = sum(len(n.free) for n in nodes)
+        free = sum(free_count.values())
         return (
             f"cluster full: only {fits} of {r} replicas of {g} GPUs fit in the free GPUs "
             f"({free} free of {cluster_gpus})"
@@ -216,6 +218,17 @@ def _f(n: int, m: int, intra: float, net_gbps: float, factor: float) -> float:
 
 
 def _sumset(x: int, y: int, full: int) -> int:
+    """{a + b : a in x, b in y} over bitmasks, cut to ``full``."""
+    low = (y & -y).bit_length() - 1
+    run = y >> low
+    if run & (run + 1) == 0:  # y is one run of ones: smear x by doubling
+        width = run.bit_length()
+        out, done = x, 1
+        while done < width:
+            step = min(done, width - done)
+            out |= out << step
+            done += step
+        return (out << low) & full
     out = 0
     while y:
         low = y & -y
@@ -228,6 +241,15 @@ class _Search:
     def __init__(self, nodes: Sequence[NodeState], gang: GangRequest) -> None:
         self.nodes = list(nodes)
         self.by_name = {n.name: n for n in nodes}
+        # Free GPUs per node, computed once per distinct (topology, used set).
+        frees: dict[tuple[Topology, frozenset[int]], tuple[int, ...]] = {}
+        self.free: dict[str, tuple[int, ...]] = {}
+        for n in nodes:
+            key = (n.topology, n.used)
+            if key not in frees:
+                frees[key] = n.free
+            self.free[n.name] = frees[key]
+        self.free_count = {name: len(f) for name, f in self.free.items()}
         self.gang = gang
         self.g = gang.gpus_per_replica
         self.r = gang.replicas
@@ -244,7 +266,7 @@ class _Search:
     def _classes(self, members: Iterable[NodeState], *, by_network: bool) -> list[_Class]:
         groups: dict[tuple, _Class] = {}
         for node in members:
-            if len(node.free) < self.g:
+            if self.free_count[node.name] < self.g:
                 continue
             net = node.network_gbps if by_network else 0.0
             key = (node.topology, node.used, net)
@@ -253,7 +275,7 @@ class _Search:
                 canon = (self._canon(node.topology), tuple(sorted(node.used)), net)
                 cls = _Class(
                     topology=node.topology,
-                    free_mask=position_mask(node.topology, node.free),
+                    free_mask=position_mask(node.topology, self.free[node.name]),
                     network_gbps=node.network_gbps,
                     opened=not node.used,
                     names=[],
@@ -267,7 +289,7 @@ class _Search:
         return out
 
     def _candidate(self, shares: dict[str, tuple[int, ...]]) -> _Candidate:
-        return _Candidate(score(self.nodes, self.gang, shares), tie_break(shares), shares)
+        return _Candidate(score_by_name(self.by_name, self.gang, shares), tie_break(shares), shares)
 
     # --- one node -------------------------------------------------------------------
     def single_node(self) -> _Candidate | None:
@@ -321,7 +343,7 @@ class _Search:
         for neg_ub, _, span, classes in rated:
             if best is not None and -neg_ub < best.score.bus_bandwidth:
                 break
-            cand = self._scope(span, classes)
+            cand = self._scope(span, classes, None if best is None else best.score.bus_bandwidth)
             if cand is not None and cand.better_than(best):
                 best = cand
         return best
@@ -335,10 +357,10 @@ class _Search:
         net = max(c.network_gbps for c in classes)
         return round(_f(self.n, m_lb, 0.0, net, SPAN_FACTOR[span]), ROUND)
 
-    def _scope(self, span: str, classes: list[_Class]) -> _Candidate | None:
+    def _scope(self, span: str, classes: list[_Class], floor: float | None) -> _Candidate | None:
         sig = (span, tuple((c.canon, min(len(c.names), self.r)) for c in classes))
         if sig not in self._memo:
-            self._memo[sig] = self._plan(span, classes)
+            self._memo[sig] = self._plan(span, classes, floor)
         plan = self._memo[sig]
         if plan is None:
             return None
@@ -350,8 +372,14 @@ class _Search:
             shares[classes[ci].names[pos]] = opt.gpus
         return self._candidate(shares)
 
-    def _plan(self, span: str, classes: list[_Class]) -> list[tuple[int, int, _Option]] | None:
-        """Stages a-c of the module docstring for one scope: [(class, replicas, option)]."""
+    def _plan(
+        self, span: str, classes: list[_Class], floor: float | None
+    ) -> list[tuple[int, int, _Option]] | None:
+        """Stages a-c of the module docstring for one scope: [(class, replicas, option)].
+
+        None when nothing in the scope reaches the bandwidth ``floor`` (the best found so
+        far elsewhere), which stays true as the floor only rises.
+        """
         r, g, n = self.r, self.g, self.n
         factor = SPAN_FACTOR[span]
         counts = [min(len(c.names), r) for c in classes]
@@ -371,24 +399,36 @@ class _Search:
                 feas_memo[key] = self._reach(classes, counts, opts, t_i, t_n, t_p)
             return bool(feas_memo[key] >> m & 1)
 
-        triples = []
-        for t_n in nets:
-            eligible = sum(k for c, k in zip(classes, counts, strict=True) if c.network_gbps >= t_n)
-            for t_i in intras:
-                for m in range(2, min(r, eligible) + 1):
-                    triples.append((_f(n, m, t_i, t_n, factor), m, t_i, t_n))
-        triples.sort(key=lambda t: (-t[0], t[1], t[2], -t[3]))
+        # a. best bandwidth: per (N, m) the smallest feasible intra threshold (feasibility
+        # only grows with the threshold, so binary search), never below ``floor``.
         low_pair = pairs[-1]
         tied: list[tuple[int, float, float]] = []
-        target = None
-        for f, m, t_i, t_n in triples:
-            rf = round(f, ROUND)
-            if target is not None and rf < target:
-                break
-            if feasible(m, t_i, t_n, low_pair):
-                target = rf
-                tied.append((m, t_i, t_n))
-        if target is None:
+        target = floor
+        found = False
+        for t_n in nets:
+            eligible = sum(k for c, k in zip(classes, counts, strict=True) if c.network_gbps >= t_n)
+            for m in range(2, min(r, eligible) + 1):
+                if target is not None and round(_f(n, m, intras[0], t_n, factor), ROUND) < target:
+                    continue
+                lo, hi = 0, len(intras) - 1
+                if not feasible(m, intras[hi], t_n, low_pair):
+                    continue
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if feasible(m, intras[mid], t_n, low_pair):
+                        hi = mid
+                    else:
+                        lo = mid + 1
+                rf = round(_f(n, m, intras[lo], t_n, factor), ROUND)
+                if target is not None and rf < target:
+                    continue
+                if target is None or rf > target or not found:
+                    target, tied, found = rf, [], True
+                i = lo
+                while i < len(intras) and round(_f(n, m, intras[i], t_n, factor), ROUND) == rf:
+                    tied.append((m, intras[i], t_n))
+                    i += 1
+        if not found:
             return None
         # b. highest slowest-pair threshold
         best_pair = None
