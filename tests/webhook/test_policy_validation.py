@@ -5,6 +5,8 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gputopo.errors import PolicyError
 from webhook.policy.loader import load_policies
@@ -74,3 +76,38 @@ def test_order_is_priority_then_name(tmp_path):
             f"apiVersion: gputopo.io/v1alpha1\nkind: TopologyPolicy\nmetadata: {{name: {name}}}\n"
             f"spec: {{priority: {prio}}}\n")
     assert [p.name for p in load_policies(tmp_path)] == ["beta", "zeta", "alpha"]
+
+
+def test_security_context_and_volumes_are_checked():
+    doc = {**GOOD, "spec": {"mutations": {
+        "securityContext": {"privileged": "yes", "runAsUser": True, "priviledged": True},
+        "volumes": [{"name": "a"}, {"name": "b", "hostPath": {"path": "relative"}}],
+    }}}
+    _, errors = validate_document(doc, source="s.yaml")
+    paths = {e.obj for e in errors}
+    assert {"spec.mutations.securityContext.privileged",
+            "spec.mutations.securityContext.runAsUser",
+            "spec.mutations.securityContext.priviledged",
+            "spec.mutations.volumes[0]",
+            "spec.mutations.volumes[1].hostPath.path"} <= paths
+
+
+junk = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=8),
+              st.sampled_from(["enforce", "audit", "10Gi", "worker", "kubeflow.org/v1"])),
+    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                            st.dictionaries(st.text(max_size=12), inner, max_size=3)),
+    max_leaves=10)
+fields = st.sampled_from(["match", "mutations", "placement", "mode", "priority"])
+sub = st.sampled_from(["namespaceLabels", "owners", "roles", "renameResources", "resources",
+                       "volumes", "volumeMounts", "securityContext", "schedulerName",
+                       "onUnplaceable", "limits", "hugepages-1Gi", "base", "perGPU"])
+
+
+@given(spec=st.dictionaries(fields, st.one_of(junk, st.dictionaries(sub, junk, max_size=4)),
+                            max_size=5))
+def test_random_policy_documents_never_crash_validation(spec):
+    doc = {**GOOD, "spec": spec}
+    policy, errors = validate_document(doc, source="r.yaml")
+    assert (policy is None) == bool(errors)
+    assert all(e.file == "r.yaml" and e.obj for e in errors)

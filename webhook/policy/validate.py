@@ -23,6 +23,13 @@ _QUALIFIED = re.compile(
     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
 _DNS_POLICIES = ("ClusterFirst", "ClusterFirstWithHostNet", "Default", "None")
+#: core/v1 SecurityContext (container) fields and, for the scalar ones, their JSON type.
+_SECURITY_CONTEXT: dict[str, type | None] = {
+    "allowPrivilegeEscalation": bool, "privileged": bool, "readOnlyRootFilesystem": bool,
+    "runAsNonRoot": bool, "runAsUser": int, "runAsGroup": int, "procMount": str,
+    "capabilities": dict, "seLinuxOptions": dict, "seccompProfile": dict,
+    "appArmorProfile": dict, "windowsOptions": dict,
+}
 
 
 class _Errors:
@@ -207,8 +214,12 @@ def _mutations(raw: Any, err: _Errors) -> s.Mutations:
             err.add(f"{path}.renameResources", "a name is both renamed and a rename target")
 
     def volume_check(item: Mapping[str, Any], where: str) -> None:
-        if len(item) < 2:
-            err.add(where, "a volume needs a source (hostPath, emptyDir, ...)")
+        if len(item) != 2:
+            err.add(where, "a volume needs exactly one source (hostPath, emptyDir, ...)")
+        host = item.get("hostPath")
+        if host is not None and not (isinstance(host, Mapping) and isinstance(
+                host.get("path"), str) and host["path"].startswith("/")):
+            err.add(f"{where}.hostPath.path", "must be an absolute path")
 
     volumes = _named_items(m.get("volumes"), f"{path}.volumes", err, required=("name",),
                            check=volume_check)
@@ -231,6 +242,12 @@ def _mutations(raw: Any, err: _Errors) -> s.Mutations:
     res = _mapping(m.get("resources"), f"{path}.resources", err)
     _keys(res, ("requests", "limits"), f"{path}.resources", err)
     sec = _mapping(m.get("securityContext"), f"{path}.securityContext", err)
+    _keys(sec, tuple(_SECURITY_CONTEXT), f"{path}.securityContext", err)
+    for key, value in sec.items():
+        kind = _SECURITY_CONTEXT.get(key)
+        if kind is not None and (not isinstance(value, kind) or (
+                kind is int and isinstance(value, bool))):
+            err.add(f"{path}.securityContext.{key}", f"has the wrong type ({value!r})")
     return s.Mutations(
         rename_resources=rename,
         host_network=_bool(m.get("hostNetwork"), f"{path}.hostNetwork", err, None),
