@@ -156,3 +156,22 @@ def test_mutated_pods_are_valid_kubernetes_pods(capsys, case):
     assert code == 0 and pods
     for pod in pods.values():
         kubernetes_validate.validate(pod, "1.30", strict=True)
+
+
+def test_bad_policies_exit_2_naming_file_and_field(capsys, tmp_path):
+    (tmp_path / "p.yaml").write_text(
+        "apiVersion: gputopo.io/v1alpha1\nkind: TopologyPolicy\nmetadata: {name: p}\n"
+        "spec: {mutations: {dnsPolicy: Sometimes}}\n")
+    src = SEED_CASES / "ack-pytorch" / "resources.yaml"
+    assert main(["mutate", "--policies", str(tmp_path), str(src)]) == 2
+    err = capsys.readouterr().err
+    assert str(tmp_path / "p.yaml") in err and "spec.mutations.dnsPolicy" in err
+
+
+def test_cluster_file_replaces_the_demo(capsys):
+    from gputopo.cluster.demo import demo_cluster_path
+
+    src = SEED_CASES / "ack-pytorch" / "resources.yaml"
+    code, pods, err = _mutate(capsys, "--cluster", demo_cluster_path(), src)
+    assert code == 0 and len(pods) == 2
+    assert "demo cluster" not in err
