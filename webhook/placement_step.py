@@ -29,7 +29,6 @@ import dataclasses
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from gputopo.cluster.reservations import (
     GangKey,
@@ -43,6 +42,7 @@ from gputopo.cluster.reservations import (
 )
 from gputopo.placement.types import GangRequest, NodeState, Placement, ReplicaSlot
 from webhook import metrics
+from webhook.jobs import pod_gpus
 from webhook.placement_mutations import (
     GPU_RESOURCES,
     apply_slot,
@@ -51,6 +51,8 @@ from webhook.placement_mutations import (
     gpu_list,
     pod_gpu_count,
 )
+from webhook.policy.schema import OWNER_KINDS, PlacementSettings, Policy
+from webhook.steps import AdmissionContext, JobInfo
 
 log = logging.getLogger(__name__)
 
@@ -62,14 +64,6 @@ Solver = Callable[[Sequence[NodeState], GangRequest], Placement]
 DEFAULT_MAX_ATTEMPTS = 5
 ON_UNPLACEABLE_ADMIT = "admit"
 ON_UNPLACEABLE_DENY = "deny"
-
-
-@dataclass(frozen=True)
-class PlacementSettings:
-    """The policy's ``placement`` section, as this step reads it."""
-
-    enabled: bool = True
-    on_unplaceable: str = ON_UNPLACEABLE_ADMIT
 
 
 @dataclass(frozen=True)
@@ -88,40 +82,27 @@ class Granted:
     fresh: bool
 
 
-def _field(obj: object, *names: str, default: Any = None) -> Any:
-    """Read the first present attribute or key among ``names`` (dataclass or mapping)."""
-    for name in names:
-        if isinstance(obj, Mapping):
-            if name in obj:
-                return obj[name]
-        elif hasattr(obj, name):
-            return getattr(obj, name)
-    return default
+def placement_settings(policy: Policy | None) -> PlacementSettings:
+    """The primary policy's placement section (no policy: the defaults)."""
+    return policy.placement if policy is not None else PlacementSettings()
 
 
-def placement_settings(policy: object) -> PlacementSettings:
-    """The policy's placement section; absent → enabled, admit when unplaceable."""
-    if policy is None:
-        return PlacementSettings()
-    section = _field(policy, "placement")
-    if section is None:
-        spec = _field(policy, "spec")
-        section = _field(spec, "placement") if spec is not None else None
-    if section is None:
-        return PlacementSettings()
-    enabled = _field(section, "enabled", default=True)
-    mode = _field(section, "on_unplaceable", "onUnplaceable", default=ON_UNPLACEABLE_ADMIT)
-    mode = getattr(mode, "value", mode)  # an Enum member reads as its value
-    return PlacementSettings(enabled=bool(enabled), on_unplaceable=str(mode).lower())
-
-
-def policy_name(policy: object) -> str:
+def policy_name(policy: Policy | None) -> str:
     """The matched policy's name, for metrics and messages."""
-    name = _field(policy, "name")
-    if name is None:
-        meta = _field(policy, "metadata")
-        name = _field(meta, "name") if meta is not None else None
-    return str(name) if name else "?"
+    return policy.name if policy is not None else "?"
+
+
+def gpu_counts_by_replica_type(job: JobInfo, gpu_resources: frozenset[str]) -> dict[str, int]:
+    """GPUs per pod of each GPU-requesting replica type of the job's spec."""
+    specs = job.spec.get(OWNER_KINDS.get((job.api_version, job.kind), ""), {})
+    out: dict[str, int] = {}
+    for rtype, rs in specs.items() if isinstance(specs, Mapping) else ():
+        template = rs.get("template") if isinstance(rs, Mapping) else None
+        tspec = template.get("spec") if isinstance(template, Mapping) else None
+        gpus = pod_gpus(tspec, gpu_resources) if isinstance(tspec, Mapping) else 0
+        if gpus > 0:
+            out[str(rtype)] = gpus
+    return out
 
 
 def exclude_held(nodes: Sequence[NodeState], held: Mapping[str, set[int]]) -> list[NodeState]:
@@ -162,45 +143,42 @@ class PlacementStep:
         return self._solver
 
     # --- the step ------------------------------------------------------------------------
-    def apply(self, ctx: Any) -> None:
+    def apply(self, ctx: AdmissionContext) -> None:
         """Give this pod its slot of the gang (placing the gang first if needed)."""
-        job = getattr(ctx, "job", None)
-        if job is None or _field(job, "requests_gpu", default=True) is False:
-            return
-        settings = placement_settings(getattr(ctx, "policy", None))
+        job = ctx.job
+        if job is None or not job.requests_gpu:
+            return  # a launcher or any pod without GPUs: no slot
+        settings = placement_settings(ctx.policy)
         if not settings.enabled:
             return
-        pod = ctx.pod
-        gpus = int(_field(job, "gpus_per_pod", default=0) or 0) or pod_gpu_count(
-            pod, _gpu_resources(ctx.policy))
-        if gpus <= 0 or not gpu_containers(pod, _gpu_resources(ctx.policy)):
-            return  # a launcher or any pod without GPUs: no slot
+        resources = _gpu_resources(ctx.policy)
+        gpus = job.gpus_per_pod or pod_gpu_count(ctx.pod, resources)
+        if gpus <= 0 or not gpu_containers(ctx.pod, resources):
+            return
         what = f"{job.kind} {job.namespace}/{job.name}"
-        if (pod.get("spec") or {}).get("nodeName"):
+        if (ctx.pod.get("spec") or {}).get("nodeName"):
             ctx.warnings.append(f"placement: pod already bound to a node; {what} not placed")
             return
-        gang_size = int(_field(job, "gang_size", default=0) or 0)
-        uid = _field(job, "uid", default="") or ""
-        if gang_size <= 0 or not uid:
-            ctx.warnings.append(
-                f"placement: {what}: gang size or job uid unknown; pod admitted unplaced"
-            )
-            return
-        rtype = _field(job, "replica_type") or _field(job, "role") or "replica"
-        index = _field(job, "replica_index")
         try:
-            key = GangKey(str(job.namespace or ""), str(job.kind or ""), str(job.name or ""),
-                          str(uid))
-            replica = ReplicaKey(str(rtype), int(index) if index is not None else 0)
+            key = GangKey(job.namespace, job.kind, job.name, job.uid)
+            replica = ReplicaKey(job.replica_type or job.role or "replica",
+                                 job.replica_index if job.replica_index is not None else 0)
         except (TypeError, ValueError) as exc:
             ctx.warnings.append(f"placement: {what}: cannot identify the replica ({exc}); "
                                 f"pod admitted unplaced")
             return
-        gang = GangRequest(replicas=gang_size, gpus_per_replica=gpus)
-        request = getattr(ctx, "request", None)
-        preview = bool(ctx.audit or getattr(request, "dry_run", False))
-        outcome = (self._preview(ctx, key, replica, gang) if preview
-                   else self._grant(ctx, key, replica, gang))
+        gang = GangRequest(replicas=job.gang_size, gpus_per_replica=gpus)
+        preview = ctx.audit or ctx.request.dry_run
+        counts = gpu_counts_by_replica_type(job, resources)
+        if len(set(counts.values())) > 1:
+            shown = ", ".join(f"{t}: {n}" for t, n in sorted(counts.items()))
+            outcome: Granted | Unplaced = Unplaced(
+                f"its GPU pods ask for different numbers of GPUs ({shown}); gputopo places "
+                f"gangs of equal pods only")
+        elif preview:
+            outcome = self._preview(ctx, key, replica, gang)
+        else:
+            outcome = self._grant(ctx, key, replica, gang)
         if isinstance(outcome, Granted):
             self._write_slot(ctx, key, replica, outcome, preview=preview)
         else:
@@ -208,7 +186,7 @@ class PlacementStep:
 
     # --- deciding ------------------------------------------------------------------------
     def _grant(
-        self, ctx: Any, key: GangKey, replica: ReplicaKey, gang: GangRequest
+        self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, gang: GangRequest
     ) -> Granted | Unplaced:
         """This replica's slot: from the gang's reservation, made now if there is none."""
         fresh = False
@@ -237,7 +215,7 @@ class PlacementStep:
         return Granted(reservation=res, slot=slot, fresh=fresh)
 
     def _reserve(
-        self, ctx: Any, key: GangKey, gang: GangRequest
+        self, ctx: AdmissionContext, key: GangKey, gang: GangRequest
     ) -> tuple[GangReservation, bool] | Unplaced:
         """Solve the whole gang and reserve it; re-solve on conflict, a bounded number of times."""
         last = ""
@@ -268,7 +246,7 @@ class PlacementStep:
         )
 
     def _preview(
-        self, ctx: Any, key: GangKey, replica: ReplicaKey, gang: GangRequest
+        self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, gang: GangRequest
     ) -> Granted | Unplaced:
         """The slot this replica would get, with no side effects (audit mode, dry run)."""
         try:
@@ -294,7 +272,8 @@ class PlacementStep:
 
     # --- writing -------------------------------------------------------------------------
     def _write_slot(
-        self, ctx: Any, key: GangKey, replica: ReplicaKey, granted: Granted, *, preview: bool
+        self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, granted: Granted, *,
+        preview: bool,
     ) -> None:
         res, slot = granted.reservation, granted.slot
         visible = res.visible_gpus(slot.node)
@@ -309,7 +288,7 @@ class PlacementStep:
             "busBandwidthGBps": round(res.bus_bandwidth_gbps, 3),
             "reason": res.reason,
         }
-        policy = getattr(ctx, "policy", None)
+        policy = ctx.policy
         ctx.warnings.extend(
             apply_slot(ctx.pod, node=slot.node, gpu_group=slot.gpus, gpu_visible=visible,
                        record=record, gpu_resources=_gpu_resources(policy),
@@ -323,14 +302,14 @@ class PlacementStep:
             )
         if not preview:
             metrics.PLACEMENTS.labels(result="placed" if granted.fresh else "reused").inc()
-        if not getattr(getattr(ctx, "request", None), "dry_run", False):
+        if not ctx.request.dry_run:
             metrics.MUTATIONS.labels(
                 kind="placement", policy=policy_name(policy),
                 mode="audit" if ctx.audit else "enforce",
             ).inc()
 
     def _unplaced(
-        self, ctx: Any, key: GangKey, replica: ReplicaKey, gang: GangRequest,
+        self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, gang: GangRequest,
         why: Unplaced, settings: PlacementSettings, *, preview: bool,
     ) -> None:
         what = f"{key.kind} {key.namespace}/{key.name}"
@@ -368,16 +347,14 @@ class PlacementStep:
             metrics.PLACEMENTS.labels(result="unplaced").inc()
 
 
-def _gpu_resources(policy: object) -> frozenset[str]:
+def _gpu_resources(policy: Policy | None) -> frozenset[str]:
     """GPU resource names of the matched policy (before and after its rename)."""
-    found = getattr(policy, "gpu_resources", None)
-    return frozenset(found) if found else GPU_RESOURCES
+    return policy.gpu_resources if policy is not None else GPU_RESOURCES
 
 
-def _scheduler_unhandled(policy: object) -> bool:
+def _scheduler_unhandled(policy: Policy | None) -> bool:
     """False when the policy's own mutations already set schedulerName (and warned)."""
-    mutations = getattr(policy, "mutations", None)
-    return getattr(mutations, "scheduler_name", None) is None
+    return policy is None or policy.mutations.scheduler_name is None
 
 
 def make_placement_step(store: ReservationStore | None = None) -> PlacementStep:

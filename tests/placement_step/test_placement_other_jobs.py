@@ -57,3 +57,15 @@ def test_dry_run_admissions_show_the_slot_but_reserve_nothing():
     real_slots = [(pinned_node(p), gpu_group(p)) for p in real]
     assert len({g for _, g in dry_slots}) == 4, "a dry run still shows distinct slots"
     assert dry_slots == real_slots, "the dry run reserved nothing: the real job gets those GPUs"
+
+
+def test_a_job_whose_pods_ask_for_different_gpu_counts_is_left_unplaced_as_a_whole(mutate):
+    job = pytorchjob("mixed", workers=2)
+    master = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    master["resources"]["limits"]["nvidia.com/gpu"] = 2
+    result = mutate([job, *pytorch_pods(job)])
+    assert result.rc == 0, result.stderr
+    for name in ("mixed-master-0", "mixed-worker-0", "mixed-worker-1"):
+        rec = record(result.pods[name])
+        assert rec["placed"] is False
+        assert "Master: 2" in rec["reason"] and "Worker: 1" in rec["reason"]
