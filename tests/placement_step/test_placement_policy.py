@@ -88,3 +88,18 @@ def test_a_pod_beyond_the_gang_size_is_left_unplaced_with_its_reason(mutate):
     assert result.rc == 0, result.stderr
     rec = record(result.pods["small-worker-2"])
     assert rec["placed"] is False and "slots" in rec["reason"]
+
+
+def test_placement_metrics_count_each_decision(mutate):
+    from prometheus_client import REGISTRY
+
+    def sample(result: str) -> float:
+        return REGISTRY.get_sample_value("gputopo_gang_placements_total",
+                                         {"result": result}) or 0.0
+
+    before = {r: sample(r) for r in ("placed", "reused", "unplaced")}
+    result = mutate(_five_jobs())
+    assert result.rc == 0, result.stderr
+    delta = {r: sample(r) - before[r] for r in before}
+    # four gangs placed at their first pod, their other 3 pods reuse; job-5's 4 pods unplaced
+    assert delta == {"placed": 4, "reused": 12, "unplaced": 4}
