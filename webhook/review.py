@@ -118,10 +118,15 @@ def _gvr(raw: Mapping[str, Any], path: str) -> GroupVersionResource:
     )
 
 
+def _no_constants(name: str) -> Any:
+    """NaN and Infinity are not JSON (RFC 8259); Python would accept them by default."""
+    raise ValueError(f"{name} is not a JSON value")
+
+
 def parse_review(body: bytes | str) -> AdmissionRequest:
     """Parse and check an AdmissionReview body; :class:`BadReview` says what is wrong."""
     try:
-        doc = json.loads(body)
+        doc = json.loads(body, parse_constant=_no_constants)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise BadReview(f"body is not JSON: {exc}") from exc
     if not isinstance(doc, dict):

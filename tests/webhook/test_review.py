@@ -32,6 +32,8 @@ def _bad(mutate):
         (b"{not json", "not JSON"),
         (b"\xff\xfe", "not JSON"),
         (b"[]", "not a JSON object"),
+        (body(review(None)).replace(b'"object": null', b'"object": NaN'), "NaN"),
+        (b"[" * 100000, "not JSON"),
         (body(_bad(lambda d: d.update(apiVersion="admission.k8s.io/v1beta1"))), "apiVersion"),
         (body(_bad(lambda d: d.update(kind="Review"))), "kind"),
         (body(_bad(lambda d: d.pop("request"))), "missing request"),
