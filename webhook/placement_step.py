@@ -369,11 +369,16 @@ def make_placement_step(store: ReservationStore | None = None) -> PlacementStep:
 def placement_step_for(cluster: object) -> PlacementStep:
     """The placement step ``gputopo serve`` uses for ``cluster``.
 
-    A live cluster view exposes its ``api_client`` (the official client it watches with):
-    then reservations live in the API (KubernetesReservationStore), shared by every webhook
-    replica and surviving restarts. A fixed cluster (a file, the demo) gets an in-memory
-    store: one process, nothing to share.
+    A live cluster view (``gputopo.cluster.view.ClusterView``) carries the reservation store
+    it releases deleted jobs from (``reservations``) and the official client it watches with
+    (``api_client``): the step shares that store — or builds a KubernetesReservationStore on
+    that client — so reservations live in the API, shared by every webhook replica and
+    surviving restarts. A fixed cluster (a file, the demo) gets an in-memory store: one
+    process, nothing to share.
     """
+    store = getattr(cluster, "reservations", None)
+    if store is not None:
+        return PlacementStep(store)
     api = getattr(cluster, "api_client", None)
     if api is not None:
         from gputopo.cluster.k8s_reservations import KubernetesReservationStore
