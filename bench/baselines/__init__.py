@@ -1,0 +1,25 @@
+"""Placement policies gputopo is compared against, for the benchmarks only.
+
+Each baseline has the solver's signature, ``place(nodes, gang) -> Placement``, and rates
+its answer with the same cost model, so the comparison is about *where* GPUs go, not how
+they are scored. None of them is used by gputopo itself.
+
+- :mod:`bench.baselines.default_scheduler`: kube-scheduler's default behaviour.
+- :mod:`bench.baselines.first_fit`: first-fit bin-packing.
+- :mod:`bench.baselines.besteffort`: NVIDIA go-gpuallocator's BestEffort policy (what the
+  NVIDIA device plugin uses to pick GPU ids), behind the default scheduler's node choice.
+"""
+
+from __future__ import annotations
+
+from bench.baselines.besteffort import place as besteffort
+from bench.baselines.default_scheduler import place as default_scheduler
+from bench.baselines.first_fit import place as first_fit
+
+BASELINES = {
+    "default-scheduler": default_scheduler,
+    "first-fit": first_fit,
+    "go-gpuallocator": besteffort,
+}
+
+__all__ = ["BASELINES", "besteffort", "default_scheduler", "first_fit"]
