@@ -284,6 +284,7 @@ class ClusterView:
         self._pod_gpus: dict[tuple[str, str], tuple[str, tuple[int, ...]]] = {}
         self._used: dict[str, dict[tuple[str, str], tuple[int, ...]]] = {}
         self._base: dict[str, NodeState | None] = {}  # node → state without usage (None: bad)
+        self._final: dict[str, NodeState] = {}  # node → state with its used GPUs
         self._states: list[NodeState] | None = None
         self._on_demand: dict[tuple[str, str, str, str], tuple[float, dict[str, Any] | None]] = {}
         self._api_quiet_until = 0.0
@@ -334,7 +335,9 @@ class ClusterView:
         return self._synced.wait(timeout)
 
     def _note_synced(self) -> None:
-        if all(i.synced.is_set() for i in self._informers.values()):
+        if not self._synced.is_set() and all(i.synced.is_set()
+                                             for i in self._informers.values()):
+            self.node_states()  # parse every topology now, not in the first admission
             self._synced.set()
 
     def stats(self) -> dict[str, dict[str, int]]:
@@ -363,6 +366,7 @@ class ClusterView:
 
     def _invalidate_node(self, node: str) -> None:
         self._base.pop(node, None)
+        self._final.pop(node, None)
         self._states = None
 
     def _pod_changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
@@ -375,9 +379,11 @@ class ClusterView:
             return
         if before is not None:
             self._used.get(before[0], {}).pop(key, None)
+            self._final.pop(before[0], None)
         if after is not None:
             self._pod_gpus[key] = after
             self._used.setdefault(after[0], {})[key] = after[1]
+            self._final.pop(after[0], None)
         self._states = None
 
     def _release_job(self, job: dict[str, Any], why: str) -> None:
@@ -533,7 +539,8 @@ class ClusterView:
         """Activated nodes with usable topology, GPUs of bound pods marked used.
 
         Cached: a node's topology is parsed once per change of the node (or its report),
-        and the list is rebuilt only after some change — it is read once per gang.
+        its used GPUs recomputed once per change of its pods, and the list rebuilt only
+        after some change — it is read once per gang, at 1,000 nodes.
         """
         with self._lock:
             if self._states is not None:
@@ -544,19 +551,22 @@ class ClusterView:
                 if not ob.is_activated(node):
                     self.warnings.pop(name, None)
                     continue
-                if name not in self._base:
-                    self._base[name] = self._build(name, node, reports.get(
-                        (names.ACK_REPORT_NAMESPACE, f"{name}{names.ACK_REPORT_SUFFIX}")))
-                base = self._base[name]
-                if base is None:
-                    continue
-                used = self._used.get(name)
-                if used:
-                    known = set(base.topology.indices)
-                    held = frozenset(g for gs in used.values() for g in gs if g in known)
-                    out.append(replace(base, used=held))
-                else:
-                    out.append(base)
+                final = self._final.get(name)
+                if final is None:
+                    if name not in self._base:
+                        self._base[name] = self._build(name, node, reports.get(
+                            (names.ACK_REPORT_NAMESPACE, f"{name}{names.ACK_REPORT_SUFFIX}")))
+                    base = self._base[name]
+                    if base is None:
+                        continue
+                    final = base
+                    used = self._used.get(name)
+                    if used:
+                        known = set(base.topology.indices)
+                        final = replace(base, used=frozenset(
+                            g for gs in used.values() for g in gs if g in known))
+                    self._final[name] = final
+                out.append(final)
             self._states = out
             return list(out)
 
