@@ -250,6 +250,8 @@ class _Search:
                 frees[key] = n.free
             self.free[n.name] = frees[key]
         self.free_count = {name: len(f) for name, f in self.free.items()}
+        masks = {key: position_mask(key[0], free) for key, free in frees.items()}
+        self.free_mask = {n.name: masks[(n.topology, n.used)] for n in nodes}
         self.gang = gang
         self.g = gang.gpus_per_replica
         self.r = gang.replicas
@@ -275,7 +277,7 @@ class _Search:
                 canon = (self._canon(node.topology), tuple(sorted(node.used)), net)
                 cls = _Class(
                     topology=node.topology,
-                    free_mask=position_mask(node.topology, self.free[node.name]),
+                    free_mask=self.free_mask[node.name],
                     network_gbps=node.network_gbps,
                     opened=not node.used,
                     names=[],
@@ -310,6 +312,14 @@ class _Search:
 
     # --- several nodes --------------------------------------------------------------
     def multi_node(self, best: _Candidate | None) -> _Candidate | None:
+        """Best placement over several nodes if it beats ``best``; else ``best``."""
+        if best is not None:
+            # Cheapest bound first: the whole cluster at rack speed, no intra-node cost.
+            jmax = max(min(self.r, c // self.g) for c in self.free_count.values())
+            net = max(n.network_gbps for n in self.nodes)
+            m_lb = max(2, math.ceil(self.r / jmax))
+            if round(_f(self.n, m_lb, 0.0, net, 1.0), ROUND) < best.score.bus_bandwidth:
+                return best
         scopes: list[tuple[str, list[NodeState]]] = []
         racks: dict[tuple[str | None, str], list[NodeState]] = {}
         zones: dict[str, list[NodeState]] = {}
