@@ -231,3 +231,23 @@ def test_connect_with_a_kubeconfig_watches_that_cluster(kube, monkeypatch, tmp_p
         assert view.reservations is not None
     finally:
         view.stop()
+
+
+def test_forbidden_ack_reports_do_not_stop_the_view(kube, view, caplog) -> None:
+    # An operator who deleted the kube-system Role (docs/rbac.md): annotations still work.
+    kube.forbidden.add("kube-system/configmaps")
+    kube.apply(node("a", topology=TOPO))
+    caplog.set_level(logging.WARNING, logger="gputopo.cluster.view")
+    view.start()
+    assert view.wait_synced(5)
+    assert names_of(view) == ["a"]
+    assert "403" in caplog.text
+
+
+def test_missing_rbac_on_nodes_means_not_synced(kube, view) -> None:
+    kube.forbidden.add("nodes")
+    view.start()
+    assert not view.wait_synced(0.5)  # never pretend an empty cluster
+    kube.forbidden.clear()
+    kube.apply(node("a", topology=TOPO))
+    assert view.wait_synced(5) and names_of(view) == ["a"]

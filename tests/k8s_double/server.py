@@ -15,7 +15,8 @@ a cluster, this module serves a small, faithful subset of the REST API on 127.0.
 
 Knobs for failure drills: :meth:`KubeApiDouble.compact` (forget history: older watches get
 410), ``latency`` (seconds added to every request), :meth:`set_down` (``"503"``: answer
-every request 503; ``"refuse"``: close the listening socket; ``None``: back up). The same
+every request 503; ``"refuse"``: close the listening socket and reset open connections;
+``None``: back up), ``forbidden`` (resources answered 403, as missing RBAC would). The same
 knobs are reachable over HTTP under ``/_double/`` so a double in another process can be
 driven too (except "refuse", which only the owning process can undo).
 
@@ -227,6 +228,8 @@ class KubeApiDouble:
         self.bookmark_interval = bookmark_interval
         self.latency = 0.0
         self.down: str | None = None
+        #: "plural" or "namespace/plural" entries answered 403 Forbidden (RBAC drills)
+        self.forbidden: set[str] = set()
         self._generation = 0  # bumped when the API "goes away": open watches are cut
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -543,6 +546,10 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             res, ns, name, q = self._route()
             m = self.command
+            if res.plural in api.forbidden or f"{ns}/{res.plural}" in api.forbidden:
+                raise ApiError(403, "Forbidden", f'{res.plural} is forbidden: User '
+                               f'"system:serviceaccount:test" cannot {m.lower()} resource '
+                               f'"{res.plural}" in namespace "{ns or ""}" (test double)')
             if m == "GET" and name is None:
                 if q.get("watch") in ("1", "true"):
                     self._watch(res, ns, q)
