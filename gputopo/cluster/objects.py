@@ -94,6 +94,21 @@ def network_gbps(node: Mapping[str, Any]) -> float:
     return value if value > 0 else names.DEFAULT_NETWORK_GBPS
 
 
+def allocatable_gpus(node: Mapping[str, Any]) -> int | None:
+    """GPUs the device plugin advertises (``aliyun.com/gpu`` after rename, else
+    ``nvidia.com/gpu``), or None when the node says nothing (cluster files may omit status)."""
+    status = node.get("status") if isinstance(node.get("status"), Mapping) else {}
+    alloc = status.get("allocatable") if isinstance(status.get("allocatable"), Mapping) else {}
+    counts = []
+    for res in (names.TOPOLOGY_GPU_RESOURCE, names.SOURCE_GPU_RESOURCE):
+        raw = alloc.get(res)
+        try:
+            counts.append(int(str(raw)))
+        except ValueError:
+            continue
+    return max(counts) if counts else None
+
+
 def node_state(
     node: Mapping[str, Any],
     used: Iterable[int] = (),
@@ -104,6 +119,15 @@ def node_state(
     if not isinstance(name, str) or not name:
         raise TopologyError("node has no metadata.name")
     topo = node_topology(node, ack_report)
+    # A node whose device plugin advertises fewer GPUs than its topology lists has GPUs the
+    # scheduler will not hand out (unhealthy, or the plugin is not up): placing a gang
+    # there would pin pods to GPUs that never come. Left out, loudly, until they agree.
+    advertised = allocatable_gpus(node)
+    if advertised is not None and advertised < len(topo.gpus):
+        raise TopologyError(
+            f"allocatable GPUs ({advertised}) fewer than the {len(topo.gpus)} GPUs of its "
+            "topology: device plugin not ready or GPUs unhealthy"
+        )
     lab = labels(node)
     known = set(topo.indices)
     return NodeState(

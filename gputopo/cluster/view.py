@@ -575,7 +575,8 @@ class ClusterView:
         try:
             state = ob.node_state(node, (), report)
         except TopologyError as exc:
-            reason = "no_topology" if "no " in exc.reason[:3] else "bad_topology"
+            reason = ("no_topology" if exc.reason.startswith("no ") else
+                      "allocatable" if exc.reason.startswith("allocatable") else "bad_topology")
             self.warnings[name] = exc.reason
             NODE_DATA_ERRORS.labels(reason).inc()
             log.warning("node %s: left out of placement: %s", name, exc.reason)

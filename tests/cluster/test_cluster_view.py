@@ -251,3 +251,17 @@ def test_missing_rbac_on_nodes_means_not_synced(kube, view) -> None:
     kube.forbidden.clear()
     kube.apply(node("a", topology=TOPO))
     assert view.wait_synced(5) and names_of(view) == ["a"]
+
+
+def test_fewer_allocatable_gpus_than_the_topology_leaves_the_node_out(kube, view) -> None:
+    short = node("short", topology=TOPO, gpus=6)  # two GPUs not advertised by the plugin
+    kube.apply(short)
+    kube.apply(node("ok", topology=TOPO))
+    before = errors("allocatable")
+    view.start()
+    assert view.wait_synced(5)
+    assert names_of(view) == ["ok"]
+    assert "allocatable" in view.warnings["short"]
+    assert errors("allocatable") - before == 1
+    kube.apply(node("short", topology=TOPO, gpus=8))
+    assert wait_for(lambda: names_of(view) == ["ok", "short"])

@@ -1,0 +1,50 @@
+"""The file-backed cluster (``--cluster FILE``, the demo) follows the same node rules as the
+live view: same activation, same GPUs in use, same treatment of bad node data."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from cluster_helpers import bound_pod, dgx1_annotation, node
+
+from gputopo.cluster.demo import demo_snapshot
+from gputopo.cluster.snapshot import ClusterSnapshot
+from gputopo.errors import InputError
+
+
+def test_demo_cluster_is_two_activated_dgx1_nodes() -> None:
+    states = demo_snapshot().node_states()
+    assert [s.name for s in states] == ["cn-shanghai.192.168.16.172",
+                                        "cn-shanghai.192.168.16.173"]
+    assert all(len(s.free) == 8 and s.rack == "rack-1" for s in states)
+
+
+def test_file_cluster_rules_match_the_view(tmp_path: Path) -> None:
+    topo = dgx1_annotation()
+    wrong = json.loads(topo)
+    wrong["links"] = wrong["links"][:3]
+    docs = [node("ok", topology=topo), node("off", topology=topo, activated=False),
+            node("corrupt", topology="{not json"), node("wrong", topology=json.dumps(wrong)),
+            node("short", topology=topo, gpus=4), bound_pod("p", "ok", "1,2")]
+    done = bound_pod("q", "ok", "3")
+    done["status"]["phase"] = "Failed"
+    docs.append(done)
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    snap = ClusterSnapshot.from_file(path)
+    states = snap.node_states()
+    assert [s.name for s in states] == ["ok"]
+    assert states[0].used == {1, 2}
+    assert sorted(w.split(":")[0] for w in snap.warnings) == [
+        "node corrupt", "node short", "node wrong"]
+
+
+def test_bad_cluster_file_names_file_and_object(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("apiVersion: v1\nkind: Node\nmetadata: {}\n")
+    with pytest.raises(InputError) as exc:
+        ClusterSnapshot.from_file(path)
+    assert str(path) in str(exc.value) and "metadata.name" in str(exc.value)
