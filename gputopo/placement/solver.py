@@ -57,6 +57,7 @@ from gputopo.placement.objective import (
     tie_break,
 )
 from gputopo.placement.types import GangRequest, NodeState, Placement, ReplicaSlot
+from gputopo.topology.bandwidth import is_all_to_all
 from gputopo.topology.cost import SPAN_FACTOR, NodeShare, gang_bus_bandwidth, ring_bus_bandwidth
 from gputopo.topology.model import Topology
 
@@ -96,8 +97,11 @@ def _options(topology: Topology, free_mask: int, k: int) -> tuple[_Option, ...]:
     and blocks kept; the survivors are sorted by those (descending), then GPU indices.
     """
     free = _index_by_position(topology, free_mask)
+    # NVSwitch: every k-subset has the same ring, pairs and blocks left, so only the first
+    # survives the Pareto filter below; skip the C(free, k) walk (DGX-2 has 16 GPUs).
+    subsets = [free[:k]] if is_all_to_all(topology) and topology.measured is None else None
     raw = []
-    for combo in combinations(free, k):
+    for combo in subsets or combinations(free, k):
         bw = ring_bus_bandwidth(topology, combo)
         intra = 2 * (k - 1) / (k * bw) if k > 1 else 0.0
         taken = position_mask(topology, combo)
