@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from generator.certs import write_serving_certs
 from webhook.server import WebhookServer, create_app
@@ -143,3 +144,49 @@ def start_server(
     return RunningServer(server, admitter, secret_dir, ca_file, thread)
 
 
+
+
+#: The ACK PyTorch seed as the operator creates it: Namespace, PyTorchJob, master + worker.
+SEED_RESOURCES = (
+    Path(__file__).resolve().parents[2] / "policies" / "tests" / "ack-pytorch" / "resources.yaml"
+)
+
+
+def admission_review(pod: dict[str, Any], uid: str) -> dict[str, Any]:
+    """The AdmissionReview the API server sends for the CREATE of ``pod``."""
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": uid,
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "operation": "CREATE",
+            "namespace": meta.get("namespace", "default"),
+            "name": meta.get("name", ""),
+            "userInfo": {"username": "system:serviceaccount:kubeflow:training-operator"},
+            "object": pod,
+            "oldObject": None,
+            "dryRun": False,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        },
+    }
+
+
+def scrape(client: httpx.Client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of /metrics as (name, sorted labels) -> value."""
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    samples = {}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def requests_total(samples: dict, outcome: str) -> float:
+    return samples.get(("gputopo_admission_requests_total", (("outcome", outcome),)), 0.0)
