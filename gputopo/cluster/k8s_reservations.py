@@ -406,7 +406,12 @@ class KubernetesReservationStore:
                 ttl = max(self.ttl_seconds, res.expires_at - res.created_at)
                 new = res.with_assignment(replica, n, expires_at=t + ttl)
                 cm["data"] = {DATA_KEY: json.dumps(new.to_json(), sort_keys=True)}
-                done = self._replace(cm)
+                try:
+                    done = self._replace(cm)
+                except ApiException as exc:
+                    if exc.status == 404:  # released meanwhile (job gone, TTL)
+                        return None
+                    raise
                 if done is not None:
                     new = GangReservation.from_json(new.to_json(),
                                                     version=done["metadata"]["resourceVersion"])

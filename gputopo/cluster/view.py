@@ -66,6 +66,9 @@ class WatchedKind:
     args: tuple[Any, ...] = ()
     label_selector: str | None = None
     optional: bool = False  # a CRD that may not be installed: 404 means "none"
+    #: What is kept of each object (client-go's SetTransform): pods and nodes are trimmed
+    #: to the fields admission reads, so memory stays small in big clusters.
+    transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
 class _Informer:
@@ -151,6 +154,13 @@ class _Informer:
         self.synced.set()
         self.view._note_synced()
 
+    def _shape(self, obj: dict[str, Any]) -> dict[str, Any]:
+        if self.kind.transform is not None:
+            obj = self.kind.transform(obj)
+        obj.setdefault("apiVersion", self.kind.api_version)
+        obj.setdefault("kind", self.kind.kind)
+        return obj
+
     def _call(self, **kwargs: Any) -> Any:
         k = self.kind
         if k.label_selector:
@@ -163,8 +173,7 @@ class _Informer:
         items = body.get("items") or []
         fresh: dict[tuple[str, str], dict[str, Any]] = {}
         for item in items:
-            item.setdefault("apiVersion", self.kind.api_version)
-            item.setdefault("kind", self.kind.kind)
+            item = self._shape(item)
             fresh[_key(item)] = item
         with self.view._lock:
             for key, old in list(self.store.items()):
@@ -211,8 +220,7 @@ class _Informer:
             if rv:
                 self.rv = str(rv)
             return
-        obj.setdefault("apiVersion", self.kind.api_version)
-        obj.setdefault("kind", self.kind.kind)
+        obj = self._shape(obj)
         key = _key(obj)
         with self.view._lock:
             old = self.store.get(key)
@@ -225,6 +233,34 @@ class _Informer:
                 self.view._changed(self.kind, old, obj)
         if rv:
             self.rv = str(rv)
+
+
+_META_KEPT = ("name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences")
+
+
+def _trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """What the view needs of a pod: where it runs, its phase, the GPUs it holds."""
+    m = ob.meta(pod)
+    ann = ob.annotations(pod)
+    keep = {k: m[k] for k in _META_KEPT if k in m}
+    if names.GPU_GROUP_ANNOTATION in ann:
+        keep["annotations"] = {names.GPU_GROUP_ANNOTATION: ann[names.GPU_GROUP_ANNOTATION]}
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": keep,
+            "spec": {"nodeName": spec.get("nodeName")} if spec.get("nodeName") else {},
+            "status": {"phase": status.get("phase")} if status.get("phase") else {}}
+
+
+def _trim_node(node: dict[str, Any]) -> dict[str, Any]:
+    """A node without its images, conditions and daemon endpoints (often 10s of KiB)."""
+    status = node.get("status") if isinstance(node.get("status"), dict) else {}
+    out = {k: v for k, v in node.items() if k != "status"}
+    out["status"] = {k: status[k] for k in ("allocatable", "capacity") if k in status}
+    m = out.get("metadata")
+    if isinstance(m, dict) and "managedFields" in m:
+        out["metadata"] = {k: v for k, v in m.items() if k != "managedFields"}
+    return out
 
 
 def _lines(resp: Any) -> Iterator[str]:
@@ -291,8 +327,9 @@ class ClusterView:
         core = client.CoreV1Api(api_client)
         custom = client.CustomObjectsApi(api_client)
         kinds = [
-            WatchedKind("nodes", "v1", "Node", core.list_node),
-            WatchedKind("pods", "v1", "Pod", core.list_pod_for_all_namespaces),
+            WatchedKind("nodes", "v1", "Node", core.list_node, transform=_trim_node),
+            WatchedKind("pods", "v1", "Pod", core.list_pod_for_all_namespaces,
+                        transform=_trim_pod),
             WatchedKind("namespaces", "v1", "Namespace", core.list_namespace),
             WatchedKind("node-reports", "v1", "ConfigMap", core.list_namespaced_config_map,
                         (names.ACK_REPORT_NAMESPACE,),
