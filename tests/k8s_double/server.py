@@ -235,6 +235,8 @@ class KubeApiDouble:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self.stats: Counter[str] = Counter()
+        #: (verb, apiGroup, resource, namespace or "") of every API request, as RBAC sees it
+        self.verbs: Counter[tuple[str, str, str, str]] = Counter()
         self._conns: set[Any] = set()
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -546,6 +548,10 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             res, ns, name, q = self._route()
             m = self.command
+            verb = {"POST": "create", "PUT": "update", "PATCH": "patch",
+                    "DELETE": "delete"}.get(m, "get" if name else (
+                        "watch" if q.get("watch") in ("1", "true") else "list"))
+            api.verbs[(verb, res.group, res.plural, ns or "")] += 1
             if res.plural in api.forbidden or f"{ns}/{res.plural}" in api.forbidden:
                 raise ApiError(403, "Forbidden", f'{res.plural} is forbidden: User '
                                f'"system:serviceaccount:test" cannot {m.lower()} resource '
