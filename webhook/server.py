@@ -100,6 +100,12 @@ def create_app(
         try:
             loop = asyncio.get_running_loop()
             status, payload = await loop.run_in_executor(executor, admitter.handle_body, body)
+        except RecursionError:
+            # Only the input's nesting depth drives recursion this deep (a real Pod nests
+            # ~20 levels): bad input, not a bug of ours.
+            log.warning("refused a review nested too deeply for the pipeline (RecursionError)")
+            REQUESTS.labels(outcome="bad_request").inc()
+            return _error(400, "request body nests too deeply to be a Kubernetes object")
         except Exception:
             log.exception("admission failed on an internal error")
             REQUESTS.labels(outcome="error").inc()
