@@ -32,6 +32,7 @@ import argparse
 import heapq
 import json
 import math
+import os
 import random
 import statistics
 import sys
@@ -363,12 +364,14 @@ def random_used(node: NodeState, rng: random.Random) -> frozenset[int]:
     return frozenset(rng.sample(node.topology.indices, k))
 
 
-def run_latency(sizes: Sequence[int], repeats: int, seed: int) -> list[dict[str, Any]]:
+def run_latency(
+    sizes: Sequence[int], repeats: int, seed: int, gangs: Sequence[GangRequest] = GANGS
+) -> list[dict[str, Any]]:
     rows = []
     for size in sizes:
         rng = random.Random(seed + size)
         nodes = busy_cluster(size, rng)
-        for gang in GANGS:
+        for gang in gangs:
             cold_nodes = nodes
             t0 = time.perf_counter()
             solve(cold_nodes, gang)
@@ -508,6 +511,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, help="jobs in the replay (default 2000, quick 300)")
     ap.add_argument("--sizes", default="100,1000,5000", help="cluster sizes for latency")
     ap.add_argument("--repeats", type=int, help="timed calls per gang (default 100, quick 10)")
+    ap.add_argument(
+        "--gangs", help="latency gangs as RxG list, e.g. 16x1,64x1 (default: 1 to 64 GPUs)"
+    )
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--json", metavar="FILE", help="also write the raw results as JSON")
     ap.add_argument("--plots", metavar="DIR", help="write PNG plots into DIR")
@@ -545,8 +551,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]) + "\n")
     if args.part in ("all", "latency"):
         sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
-        results["latency"] = run_latency(sizes, repeats, args.seed)
-        print(f"## Solver latency ({repeats} timed calls per row)\n")
+        gangs = GANGS
+        if args.gangs:
+            gangs = tuple(
+                GangRequest(*(int(x) for x in g.lower().split("x"))) for g in args.gangs.split(",")
+            )
+        results["latency"] = run_latency(sizes, repeats, args.seed, gangs)
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+        results["loadAverage"] = load
+        print(f"## Solver latency ({repeats} timed calls per row, load average {load:.1f} "
+              f"on {os.cpu_count()} cores)\n")
         print(md_table(results["latency"], [
             ("nodes", "nodes", "d"), ("gang", "gang", ""), ("gpus", "GPUs", "d"),
             ("p50Ms", "p50 ms", ".1f"), ("p99Ms", "p99 ms", ".1f"), ("maxMs", "max ms", ".1f"),
