@@ -5,10 +5,24 @@ from __future__ import annotations
 from itertools import combinations
 
 import pytest
-from solver_helpers import a100_pcie_pairs, dgx1_v100, dgx_a100, node, pcie_2socket
+from solver_helpers import (
+    FIXTURE_FILES,
+    a100_pcie_pairs,
+    dgx1_v100,
+    dgx_a100,
+    fixture_topology,
+    node,
+    pcie_2socket,
+)
 
 from gputopo.errors import InputError
-from gputopo.placement.objective import free_blocks, position_mask, score
+from gputopo.placement.objective import (
+    best_quality,
+    free_blocks,
+    position_mask,
+    score,
+    set_quality,
+)
 from gputopo.placement.solver import solve
 from gputopo.placement.types import GangRequest, NodeState, Placement
 
@@ -164,3 +178,15 @@ def test_bad_gang_is_an_input_error(gang):
 def test_duplicate_node_names_are_an_input_error():
     with pytest.raises(InputError, match="twice"):
         solve([node("a", dgx1_v100()), node("a", dgx_a100())], GangRequest(1, 1))
+
+
+@pytest.mark.parametrize("fixture", sorted(FIXTURE_FILES))
+@pytest.mark.parametrize("size", [2, 3, 4, 8])
+def test_empty_node_of_every_fixture_gets_the_best_set_its_size_allows(fixture, size):
+    topo = fixture_topology(fixture)
+    p = solve([node("n", topo)], GangRequest(replicas=1, gpus_per_replica=size))
+    assert p.feasible, p.reason
+    (gpus,) = gpus_by_node(p).values()
+    assert set_quality(topo, gpus) == best_quality(topo, size)
+    assert p.bus_bandwidth_gbps == pytest.approx(best_quality(topo, size)[0], abs=1e-3)
+    assert "predicted bus bandwidth" in p.reason
