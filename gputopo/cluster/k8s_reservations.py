@@ -19,9 +19,10 @@ Layout (docs/reservations.md has the full argument), all in ``gputopo-system``:
 
 ``reserve``: claim each node's GPUs in sorted node order (state "claimed", unique token),
 roll back on any conflict; create the gang ConfigMap; mark the claims "committed".
-An entry is dead (free to take) when it is "claimed" and older than the claim grace
-(its writer crashed), or "committed" and its gang ConfigMap is gone or names another
-token (released, or a loser that crashed before rolling back). A slow writer whose claim
+An entry is dead (free to take) when it is not a claim younger than the claim grace and
+no gang ConfigMap names its token (released; a loser that crashed before rolling back; a
+writer that died before creating the record). A claim whose record exists stays live (its
+writer died between record and commit; the sweep commits it). A slow writer whose claim
 was taken over finds out when it commits (its entry is no longer its own) and aborts.
 """
 
@@ -222,11 +223,17 @@ class KubernetesReservationStore:
     def _find_gang_by_uid(self, uid: str) -> dict[str, Any] | None:
         return self._read(gang_name_for_uid(uid))
 
+    def _young_claim(self, entry: dict[str, Any], now: float) -> bool:
+        return entry.get("state") == "claimed" and \
+            now - float(entry.get("at", 0)) <= self.claim_grace_seconds
+
     def _dead(self, entry: dict[str, Any], now: float, cache: dict[str, str | None]) -> bool:
-        """True when the entry no longer holds its GPU (see the module docstring)."""
-        if entry.get("state") == "claimed":
-            return now - float(entry.get("at", 0)) > self.claim_grace_seconds
-        if entry.get("gang") == "?":
+        """True when the entry no longer holds its GPU: it is not a claim still within its
+        grace, and no gang record names its token (released, lost the race, or its writer
+        died before creating the record). A claim whose record exists is live even when
+        old: its writer died between the record and the commit, and a restarted webhook
+        may already be handing out its slots."""
+        if self._young_claim(entry, now) or entry.get("gang") == "?":
             return False
         return self._gang_token(str(entry.get("gang")), cache) != entry.get("token")
 
@@ -282,9 +289,15 @@ class KubernetesReservationStore:
         claimed: list[str] = []
         created: dict[str, Any] | None = None
         try:
+            started = float(self._clock())
             for node in sorted(wanted):
                 self._claim(node, wanted[node], res)
                 claimed.append(node)
+            if float(self._clock()) - started > self.claim_grace_seconds / 2:
+                # So slow that others may soon take these claims for abandoned: give up
+                # before creating the record, rather than find out after.
+                raise ReservationConflict(f"{res.key}: claiming took longer than half the "
+                                          "claim grace; retry")
             created = self._create({
                 "apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": gang_name(res.key), "namespace": self.namespace,
@@ -473,7 +486,6 @@ class KubernetesReservationStore:
         return {n: set(g) for n, g in fresh.items()}
 
     def _held_fresh(self) -> dict[str, set[int]]:
-        t = self._now(None)
         try:
             ledgers = self._list("ledger")
         except (ApiException, *_TRANSPORT_ERRORS) as exc:
@@ -483,10 +495,7 @@ class KubernetesReservationStore:
             node = (cm.get("data") or {}).get(NODE_KEY)
             if not node:
                 continue
-            for g, e in self._entries(cm).items():
-                if e.get("state") == "claimed" and \
-                        t - float(e.get("at", 0)) > self.claim_grace_seconds:
-                    continue
+            for g in self._entries(cm):
                 out.setdefault(node, set()).add(g)
         return out
 
@@ -524,16 +533,21 @@ class KubernetesReservationStore:
                 tokens[res.key.uid] = res.token
         for cm in ledgers:
             entries = self._entries(cm)
-            dead = [g for g, e in entries.items()
-                    if (e.get("state") == "claimed"
-                        and t - float(e.get("at", 0)) > self.claim_grace_seconds)
-                    or (e.get("state") == "committed" and e.get("gang") != "?"
-                        and tokens.get(str(e.get("gang"))) != e.get("token"))]
-            if not dead:
+            live = {g: e for g, e in entries.items()
+                    if self._young_claim(e, t) or e.get("gang") == "?"
+                    or tokens.get(str(e.get("gang"))) == e.get("token")}
+            dead = [g for g in entries if g not in live]
+            # an old claim with its record: its writer died before committing; finish it
+            promote = [g for g, e in live.items() if e.get("state") == "claimed"
+                       and not self._young_claim(e, t)]
+            if not dead and not promote:
                 continue
             data = dict(cm.get("data") or {})
             for g in dead:
                 data.pop(str(g), None)
+            for g in promote:
+                data[str(g)] = json.dumps(dict(entries[g], state="committed"), sort_keys=True)
             cm["data"] = data
             if self._replace(cm) is not None:  # 409: someone wrote it; next sweep
                 self.stats["swept"] += len(dead)
+                self.stats["promoted"] += len(promote)

@@ -201,8 +201,35 @@ def test_k8s_abandoned_claim_is_taken_after_the_grace(kube, kube_client) -> None
     with pytest.raises(ReservationConflict):
         fresh.reserve(key(1), placement(("n0", (0,)),))
     store = KubernetesReservationStore(kube_client, claim_grace_seconds=60)
-    assert store.held_gpus() == {}
-    store.reserve(key(1), placement(("n0", (0,)),))
+    assert store.held_gpus() == {"n0": {0}}  # conservative until swept...
+    store.reserve(key(1), placement(("n0", (0,)),))  # ...but free to take
+    assert audit(kube)["unbacked"] == 0
+
+
+def test_k8s_writer_died_between_record_and_commit_keeps_the_gpus(kube, kube_client) -> None:
+    # A webhook created the gang record, then died before marking its claims committed.
+    # A restarted webhook may already hand out those slots: the GPUs must stay held.
+    res = {"key": key("half").to_json(), "slots": [{"replica": 0, "node": "n0", "gpus": [0]}],
+           "assigned": {}, "createdAt": 0, "expiresAt": 1e12, "busBandwidthGBps": 0,
+           "reason": "", "token": "t-half"}
+    from gputopo.cluster.k8s_reservations import gang_name
+
+    kube.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": gang_name(key("half")), "namespace": "gputopo-system",
+        "labels": {"gputopo.io/reservation": "gang"}},
+        "data": {"reservation": json.dumps(res)}})
+    kube.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": ledger_name("n0"), "namespace": "gputopo-system",
+        "labels": {"gputopo.io/reservation": "ledger"}},
+        "data": {"node": "n0", "0": json.dumps({"gang": "uid-half", "token": "t-half",
+                                                 "state": "claimed", "at": 0})}})
+    store = KubernetesReservationStore(kube_client, claim_grace_seconds=1)
+    with pytest.raises(ReservationConflict):
+        store.reserve(key("thief"), placement(("n0", (0,)),))
+    _, slot = store.assign_slot(key("half"), ReplicaKey("worker", 0))
+    assert slot.gpus == (0,)
+    store.expire(now=0)  # the sweep finishes the dead writer's commit
+    assert store.stats["promoted"] == 1
     assert audit(kube)["unbacked"] == 0
 
 
