@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
-from contextlib import ExitStack
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -91,8 +94,28 @@ def _serve(args: argparse.Namespace) -> int:
             f"serving https://{args.host}:{server.port} "
             "(POST /mutate, GET /healthz /readyz /metrics)"
         )
-        asyncio.run(server.serve())
+        with _sigterm_exits_cleanly():
+            asyncio.run(server.serve())
     return 0
+
+
+@contextmanager
+def _sigterm_exits_cleanly() -> Iterator[None]:
+    """uvicorn shuts down gracefully on SIGTERM, then re-raises the signal; by default that
+    kills the process before our clean-up (the self-made key's temporary directory, the
+    policy watcher) runs. Turned into SystemExit(0), the clean-up runs and the exit is 0."""
+
+    def leave(signum: int, frame: object) -> None:
+        raise SystemExit(0)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, leave)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def kube_access() -> str | None:
