@@ -241,7 +241,13 @@ def _sumset(x: int, y: int, full: int) -> int:
     return out & full
 
 
+_Opts = list[dict[int, tuple[_Option, ...]]]  # per class: replicas on a node -> options
+_Plan = list[tuple[int, int, _Option]]  # per chosen node: (class position, replicas, share)
+
+
 class _Search:
+    """One solve: the nodes indexed once, then the one-node and multi-node searches."""
+
     def __init__(self, nodes: Sequence[NodeState], gang: GangRequest) -> None:
         self.nodes = list(nodes)
         self.by_name = {n.name: n for n in nodes}
@@ -261,7 +267,7 @@ class _Search:
         self.r = gang.replicas
         self.n = gang.total_gpus
         self._json: dict[int, str] = {}
-        self._memo: dict[tuple, list[tuple[int, int, _Option]] | None] = {}
+        self._memo: dict[tuple, _Plan | None] = {}
 
     def _canon(self, topology: Topology) -> str:
         key = id(topology)
@@ -386,9 +392,7 @@ class _Search:
             shares[classes[ci].names[pos]] = opt.gpus
         return self._candidate(shares)
 
-    def _plan(
-        self, span: str, classes: list[_Class], floor: float | None
-    ) -> list[tuple[int, int, _Option]] | None:
+    def _plan(self, span: str, classes: list[_Class], floor: float | None) -> _Plan | None:
         """Stages a-c of the module docstring for one scope: [(class, replicas, option)].
 
         None when nothing in the scope reaches the bandwidth ``floor`` (the best found so
@@ -397,7 +401,7 @@ class _Search:
         r, g, n = self.r, self.g, self.n
         factor = SPAN_FACTOR[span]
         counts = [min(len(c.names), r) for c in classes]
-        opts: list[dict[int, tuple[_Option, ...]]] = []
+        opts: _Opts = []
         for c in classes:
             jmax = min(r, c.free_mask.bit_count() // g)
             opts.append({j: _options(c.topology, c.free_mask, j * g) for j in range(1, jmax + 1)})
@@ -482,7 +486,15 @@ class _Search:
                 out[j] = best
         return out
 
-    def _reach(self, classes, counts, opts, t_i: float, t_n: float, t_p: float) -> int:
+    def _reach(
+        self,
+        classes: list[_Class],
+        counts: list[int],
+        opts: _Opts,
+        t_i: float,
+        t_n: float,
+        t_p: float,
+    ) -> int:
         """Bitmask of node counts m for which exactly m nodes can hold all R replicas."""
         r = self.r
         full = (1 << (r + 1)) - 1
@@ -508,7 +520,16 @@ class _Search:
             reach = new
         return sum(1 << m for m in range(r + 1) if reach[m] >> r & 1)
 
-    def _best_value(self, classes, counts, opts, m: int, t_i: float, t_n: float, t_p: float):
+    def _best_value(
+        self,
+        classes: list[_Class],
+        counts: list[int],
+        opts: _Opts,
+        m: int,
+        t_i: float,
+        t_n: float,
+        t_p: float,
+    ) -> tuple[int, _Plan] | None:
         """Max (blocks kept, packing) over plans with exactly m nodes and all R replicas."""
         r = self.r
         state: dict[tuple[int, int], tuple[int, tuple]] = {(0, 0): (0, ())}
