@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -176,3 +177,46 @@ def test_broken_initial_pair_is_an_input_error_naming_the_directory(tmp_path: Pa
     assert str(secret) in str(error.value)
     with pytest.raises(InputError, match="cannot read"):
         CertificateReloader(tmp_path / "missing")
+
+
+def test_rotation_under_load_drops_no_request(
+    rotating_server: tuple[RunningServer, Path],
+) -> None:
+    """Clients that trust both CAs (as during a CA roll-over) hammer the server with fresh
+    handshakes while the Secret rotates: every request before, during and after the swap is
+    answered."""
+    running, work = rotating_server
+    secret = running.cert_dir
+    first = {name: (secret / name).read_bytes() for name in ("ca.crt", "tls.crt", "tls.key")}
+    second = make_pair(work / "second")
+    context = ssl.create_default_context(cadata=(first["ca.crt"] + second["ca.crt"]).decode())
+    errors: list[BaseException] = []
+    served = 0
+    stop = threading.Event()
+
+    def hammer() -> None:
+        nonlocal served
+        while not stop.is_set():
+            try:
+                # A new client each time: a new TCP connection and TLS handshake.
+                with httpx.Client(base_url=running.base_url, verify=context, timeout=5) as c:
+                    assert c.get("/healthz").status_code == 200
+                served += 1
+            except BaseException as exc:
+                errors.append(exc)
+                return
+
+    workers = [threading.Thread(target=hammer) for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    try:
+        time.sleep(0.3)
+        project_secret(secret, second)
+        assert wait_for(lambda: presented_serial(running.port) == serial_of(second["tls.crt"]))
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join(10)
+    assert errors == []
+    assert served > 10
