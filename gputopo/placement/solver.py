@@ -251,17 +251,22 @@ class _Search:
     def __init__(self, nodes: Sequence[NodeState], gang: GangRequest) -> None:
         self.nodes = list(nodes)
         self.by_name = {n.name: n for n in nodes}
-        # Free GPUs per node, computed once per distinct (topology, used set).
-        frees: dict[tuple[Topology, frozenset[int]], tuple[int, ...]] = {}
-        self.free: dict[str, tuple[int, ...]] = {}
+        # Free-GPU bitmask per node, computed once per distinct (topology, used set).
+        positions: dict[Topology, tuple[dict[int, int], int]] = {}
+        masks: dict[tuple[Topology, frozenset[int]], int] = {}
+        self.free_mask: dict[str, int] = {}
         for n in nodes:
             key = (n.topology, n.used)
-            if key not in frees:
-                frees[key] = n.free
-            self.free[n.name] = frees[key]
-        self.free_count = {name: len(f) for name, f in self.free.items()}
-        masks = {key: position_mask(key[0], free) for key, free in frees.items()}
-        self.free_mask = {n.name: masks[(n.topology, n.used)] for n in nodes}
+            mask = masks.get(key)
+            if mask is None:
+                if n.topology not in positions:
+                    idx = n.topology.indices
+                    positions[n.topology] = ({g: p for p, g in enumerate(idx)}, (1 << len(idx)) - 1)
+                pos, full = positions[n.topology]
+                mask = full & ~sum(1 << pos[u] for u in n.used if u in pos)
+                masks[key] = mask
+            self.free_mask[n.name] = mask
+        self.free_count = {name: m.bit_count() for name, m in self.free_mask.items()}
         self.gang = gang
         self.g = gang.gpus_per_replica
         self.r = gang.replicas
