@@ -1,0 +1,166 @@
+"""Admission latency of the real webhook over TLS, at fixed request rates, next to its floor.
+
+What it measures: for each rate (default 50, 200 and 500 requests/s) a FRESH webhook server
+process (``bench/admission_server.py``: the shipped policies, the placement step, a
+1,000-node cluster from ``bench/admission_cluster.py``) is driven by a separate client
+process (``bench/admission_load.py``: open loop, keep-alive TLS connections) with realistic
+AdmissionReviews for a bounded time — then, on the SAME server, with the same bodies sent to
+``POST /noop`` (parse the review, allow it untouched): the floor of HTTP + TLS + JSON on this
+server, against which the mutation's own cost is read. A fresh server per rate gives every
+rate the same cluster (each new gang reserves GPUs for good in this fixed cluster).
+
+Before each rate, 100 requests warm the server up (not measured; see WARMUP_REQUESTS).
+Reported per rate: throughput, p50/p95/p99 latency from each request's due time (so queueing
+counts), the same for the floor, and per request kind: ``gang-first`` (the first GPU pod of
+a new job: the solver runs for the whole gang), ``gang-next`` (a later pod of a placed gang:
+it takes its reserved slot), ``out-of-scope`` (a namespace that did not opt in, a pod of no
+job). Ratios come from one run; the machine is shared and noisy.
+
+Run: ``python bench/admission.py`` (``--markdown`` prints the docs/benchmarks.md table;
+``--rates 50,200 --duration 5`` for a quicker look; ``--json FILE`` keeps the raw figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+from admission_cluster import cluster_objects, request_stream  # noqa: E402
+
+from generator.certs import write_serving_certs  # noqa: E402
+
+#: Requests sent (and not measured) before each rate: the first admission imports the solver
+#: and the first gang of each shape fills its caches (~120 ms and ~30-60 ms, measured once);
+#: a webhook in service is past that after its first minute.
+WARMUP_REQUESTS = 100
+WARMUP_RATE = 50.0
+
+
+def _start_server(objects: Path, cert_dir: Path) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+    proc = subprocess.Popen(
+        [sys.executable, str(BENCH / "admission_server.py"), "--objects", str(objects),
+         "--cert-dir", str(cert_dir)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline() if proc.stdout else ""
+    if not line:
+        err = proc.stderr.read() if proc.stderr else ""
+        raise SystemExit(f"admission server did not start:\n{err}")
+    return proc, json.loads(line)
+
+
+def _load(port: int, ca: Path, path: str, rate: float, bodies: Path, kinds: Path | None,
+          connections: int) -> dict[str, Any]:
+    cmd = [sys.executable, str(BENCH / "admission_load.py"), "--port", str(port), "--ca",
+           str(ca), "--path", path, "--rate", str(rate), "--connections", str(connections),
+           str(bodies)]
+    if kinds is not None:
+        cmd[-1:-1] = ["--kinds", str(kinds)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def run(rates: list[float], duration: float, nodes: int, connections: int) -> dict[str, Any]:
+    """Every rate on a fresh server: the mutation load, then the floor on the same server."""
+    results: dict[str, Any] = {"nodes": nodes, "duration_s": duration,
+                               "connections": connections, "rates": []}
+    with tempfile.TemporaryDirectory(prefix="gputopo-bench-") as tmp:
+        work = Path(tmp)
+        write_serving_certs(work / "certs", extra_dns=("localhost", "127.0.0.1"), days=2)
+        base = cluster_objects(nodes)
+        for rate in rates:
+            count = int(rate * duration)
+            workload = request_stream(count, tag=f"r{int(rate)}")
+            warm = request_stream(WARMUP_REQUESTS, seed=5, tag=f"w{int(rate)}")
+            objects = work / f"cluster-{int(rate)}.json"
+            objects.write_text(json.dumps(base + warm.jobs + workload.jobs))
+            warm_bodies = work / f"warm-{int(rate)}.jsonl"
+            warm_bodies.write_bytes(b"\n".join(warm.bodies) + b"\n")
+            bodies = work / f"bodies-{int(rate)}.jsonl"
+            bodies.write_bytes(b"\n".join(workload.bodies) + b"\n")
+            kinds = work / f"kinds-{int(rate)}.txt"
+            kinds.write_text("\n".join(workload.kinds) + "\n")
+            server, info = _start_server(objects, work / "certs")
+            try:
+                ca = work / "certs" / "ca.crt"
+                for path in ("/mutate", "/noop"):  # imports, first solves, TLS session setup
+                    _load(info["port"], ca, path, WARMUP_RATE, warm_bodies, None, connections)
+                mutate = _load(info["port"], ca, "/mutate", rate, bodies, kinds, connections)
+                time.sleep(0.5)
+                floor = _load(info["port"], ca, "/noop", rate, bodies, None, connections)
+            finally:
+                server.terminate()
+                server.wait(timeout=10)
+            results["rates"].append({"rate": rate, "server": info, "mutate": mutate,
+                                     "noop": floor})
+            _progress(rate, mutate, floor)
+    return results
+
+
+def _progress(rate: float, mutate: dict[str, Any], floor: dict[str, Any]) -> None:
+    m, f = mutate["all"], floor["all"]
+    print(f"{rate:>5.0f}/s  mutate p50 {m['p50_ms']:.2f} p99 {m['p99_ms']:.2f} ms "
+          f"({mutate['throughput_per_s']:.0f}/s, {mutate['errors']} errors)   "
+          f"noop p50 {f['p50_ms']:.2f} p99 {f['p99_ms']:.2f} ms", file=sys.stderr, flush=True)
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The docs/benchmarks.md tables."""
+    lines = [
+        "| rate (req/s) | endpoint | throughput (req/s) | p50 (ms) | p95 (ms) | p99 (ms) "
+        "| errors | > 5 s |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results["rates"]:
+        for name, key in (("/mutate", "mutate"), ("/noop (floor)", "noop")):
+            d = r[key]
+            a = d["all"]
+            lines.append(
+                f"| {r['rate']:.0f} | {name} | {d['throughput_per_s']:.0f} | {a['p50_ms']:.2f} "
+                f"| {a['p95_ms']:.2f} | {a['p99_ms']:.2f} | {d['errors'] + d['unanswered']} "
+                f"| {d['over_timeout']} |")
+    lines += ["", "| rate (req/s) | request kind | share | p50 (ms) | p99 (ms) "
+              "| p50 / floor p50 | p99 / floor p99 |", "|---:|---|---:|---:|---:|---:|---:|"]
+    for r in results["rates"]:
+        floor = r["noop"]["all"]
+        total = max(1, r["mutate"]["answered"])
+        for kind, s in r["mutate"]["by_kind"].items():
+            lines.append(
+                f"| {r['rate']:.0f} | {kind} | {s['n'] / total:.0%} | {s['p50_ms']:.2f} "
+                f"| {s['p99_ms']:.2f} | {_ratio(s['p50_ms'], floor['p50_ms'])} "
+                f"| {_ratio(s['p99_ms'], floor['p99_ms'])} |")
+    return "\n".join(lines)
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.1f}x" if b > 0 else "-"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rates", default="50,200,500", help="comma-separated requests/s")
+    ap.add_argument("--duration", type=float, default=8.0, help="seconds per rate")
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--markdown", action="store_true", help="print the docs table")
+    ap.add_argument("--json", type=Path, help="write the raw results here")
+    args = ap.parse_args(argv)
+    rates = [float(x) for x in args.rates.split(",") if x.strip()]
+    results = run(rates, args.duration, args.nodes, args.connections)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    if args.markdown:
+        print(markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
