@@ -83,11 +83,15 @@ class Score:
 # --- per-set quality --------------------------------------------------------------------
 def min_pair_bandwidth(topology: Topology, gpus: Iterable[int]) -> float:
     """Slowest per-direction link between any two of ``gpus`` (rounded); NO_PAIR for one."""
-    g = sorted(gpus)
-    if len(g) < 2:
+    return _min_pair(topology, tuple(sorted(gpus)))
+
+
+@lru_cache(maxsize=1 << 16)
+def _min_pair(topology: Topology, gpus: tuple[int, ...]) -> float:
+    if len(gpus) < 2:
         return NO_PAIR
     worst = min(
-        min(topology.bandwidth(a, b), topology.bandwidth(b, a)) for a, b in combinations(g, 2)
+        min(topology.bandwidth(a, b), topology.bandwidth(b, a)) for a, b in combinations(gpus, 2)
     )
     return round(worst, ROUND)
 
