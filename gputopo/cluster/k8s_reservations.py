@@ -103,7 +103,7 @@ class KubernetesReservationStore:
         ttl_seconds: float = DEFAULT_TTL_SECONDS,
         claim_grace_seconds: float = DEFAULT_CLAIM_GRACE_SECONDS,
         request_timeout: float = 10.0, clock: Callable[[], float] = time.time,
-        held_cache_seconds: float = 1.0, expire_interval_seconds: float = 10.0,
+        held_cache_seconds: float = 0.0, expire_interval_seconds: float = 10.0,
     ) -> None:
         self.core = client.CoreV1Api(api_client)
         self.namespace = namespace
@@ -113,9 +113,11 @@ class KubernetesReservationStore:
         self._clock = clock
         self.stats: Counter[str] = Counter()
         # held_gpus() is read once per gang solved; listing every ledger each time costs
-        # ~70 ms at 1,000 nodes. A short cache is safe: reserve() re-checks every GPU on
-        # the ledger itself, so a stale view only costs a conflict — and a conflict drops
-        # the cache, so the re-solve sees fresh state.
+        # ~70 ms at 1,000 nodes. A short cache (opt-in) is safe for correctness: reserve()
+        # re-checks every GPU on the ledger itself, so a stale view only costs a conflict,
+        # and a conflict drops the cache. But a stale view also hides GPUs another process
+        # released a moment ago, which can make a gang look unplaceable: hence off by
+        # default, and the ledger watch (watch_ledgers()) is the better fix.
         self.held_cache_seconds = float(held_cache_seconds)
         self.expire_interval_seconds = float(expire_interval_seconds)
         self._held: tuple[float, dict[str, set[int]]] | None = None
