@@ -117,7 +117,7 @@ class KubernetesReservationStore:
         # re-checks every GPU on the ledger itself, so a stale view only costs a conflict,
         # and a conflict drops the cache. But a stale view also hides GPUs another process
         # released a moment ago, which can make a gang look unplaceable: hence off by
-        # default, and the ledger watch (watch_ledgers()) is the better fix.
+        # default (docs/reservations.md, Limits).
         self.held_cache_seconds = float(held_cache_seconds)
         self.expire_interval_seconds = float(expire_interval_seconds)
         self._held: tuple[float, dict[str, set[int]]] | None = None
