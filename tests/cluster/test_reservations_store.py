@@ -8,14 +8,13 @@ import json
 import subprocess
 import sys
 import threading
-import urllib.request
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cluster_helpers import first_fit
-from k8s_double import KubeApiDouble, api_client
+from k8s_double import KubeApiDouble, api_client, double_process
 
 from gputopo.cluster.k8s_reservations import KubernetesReservationStore, ledger_name
 from gputopo.cluster.reservations import (
@@ -272,29 +271,20 @@ def test_k8s_threads_on_overlapping_gpus_zero_double_allocations(kube) -> None:
     assert kube.stats["PUT 409"] + kube.stats["POST 409"] == retries
 
 
-def test_k8s_two_processes_zero_double_allocations(tmp_path: Path) -> None:
-    tests_dir = HERE.parent
-    env_path = f"{tests_dir}"
-    api = subprocess.Popen([sys.executable, "-m", "k8s_double"], cwd=tests_dir,
-                           stdout=subprocess.PIPE, text=True,
-                           env={**_env(), "PYTHONPATH": env_path})
-    try:
-        port = json.loads(api.stdout.readline())["port"]  # type: ignore[union-attr]
-        url = f"http://127.0.0.1:{port}"
-        ac = api_client(url)
-        from kubernetes import client
+def test_k8s_two_processes_zero_double_allocations() -> None:
+    from kubernetes import client
 
+    with double_process() as api:
+        ac = api_client(api.url)
         client.CoreV1Api(ac).create_namespace({"metadata": {"name": "gputopo-system"}})
-        # 1 ms per request widens the race windows; both workers start at the same instant
-        urllib.request.urlopen(urllib.request.Request(
-            f"{url}/_double/latency?seconds=0.001", method="POST"), timeout=5).read()
-        workers = [subprocess.Popen([sys.executable, str(HERE / "reserve_worker.py"), url,
-                                     f"p{w}", "6"], stdin=subprocess.PIPE,
+        api.set_latency(0.001)  # widens the race windows
+        workers = [subprocess.Popen([sys.executable, str(HERE / "reserve_worker.py"),
+                                     api.url, f"p{w}", "6"], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, text=True, env=_env())
                    for w in range(2)]
         for w in workers:
             assert w.stdout is not None and w.stdout.readline().strip() == "ready"
-        for w in workers:  # go!
+        for w in workers:  # go! both start racing at the same instant
             assert w.stdin is not None
             w.stdin.write("go\n")
             w.stdin.flush()
@@ -311,12 +301,10 @@ def test_k8s_two_processes_zero_double_allocations(tmp_path: Path) -> None:
         print(f"processes: reserved={len(reported)} api_409={retries} "
               f"gpu_conflicts={conflicts} double_allocated={double}")
         assert double == 0
-        assert sorted(reported) == sorted(gangs)  # nothing lost
+        assert sorted(reported) == sorted(gangs)  # nothing lost, nothing phantom
         assert len(reported) == 8 and sum(o["infeasible"] for o in outs) == 4
         assert retries + conflicts > 0  # the two processes really collided
-    finally:
-        api.terminate()
-        api.wait(10)
+        assert api.stats().get("PUT 409", 0) + api.stats().get("POST 409", 0) == retries
 
 
 def _env() -> dict[str, str]:

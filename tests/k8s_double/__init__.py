@@ -1,12 +1,13 @@
 """TEST DOUBLE of the Kubernetes REST API (loopback HTTP), for gputopo's tests and drills.
 
 Start it in-process with :class:`KubeApiDouble` (``.start()``, ``.url``) or as a separate
-process with ``python -m k8s_double`` (prints ``{"port": N}`` on its first line); point
-the official client at it with :func:`api_client`.
+process with :func:`double_process` (``python -m k8s_double``, which prints ``{"port": N}``
+on its first line); point the official client at it with :func:`api_client`.
 """
 
 from k8s_double.client import api_client, configuration
+from k8s_double.process import DoubleProcess, double_process
 from k8s_double.server import RESOURCES, ApiError, KubeApiDouble, Resource
 
-__all__ = ["RESOURCES", "ApiError", "KubeApiDouble", "Resource", "api_client",
-           "configuration"]
+__all__ = ["RESOURCES", "ApiError", "DoubleProcess", "KubeApiDouble", "Resource",
+           "api_client", "configuration", "double_process"]
