@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
 import signal
@@ -16,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import jsonpatch
 import pytest
 from serverkit import SEED_RESOURCES, admission_review, make_pair, project_secret
 
+from gputopo import names
 from gputopo.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,12 +48,12 @@ def serve(tmp_path: Path) -> Iterator[Any]:
            if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
     env["HOME"] = str(tmp_path)  # no ~/.kube/config: the demo fallback must show
 
-    def start(*args: str) -> ServeProcess:
+    def start(*args: str, extra_env: dict[str, str] | None = None) -> ServeProcess:
         process = subprocess.Popen(
             [sys.executable, "-m", "gputopo", "serve", "--host", "127.0.0.1", "--port", "0",
              *args],
-            cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, text=True,
+            cwd=REPO, env={**env, **(extra_env or {})}, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )
         running = ServeProcess(process)
         started.append(running)
@@ -143,3 +147,63 @@ def test_serve_with_a_broken_cert_dir_exits_2_with_one_line(
 def test_serve_rejects_a_port_out_of_range(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["serve", "--port", "70000"]) == 2
     assert "--port" in capsys.readouterr().err
+
+
+def test_serve_with_a_kubeconfig_watches_the_cluster_and_is_ready_once_synced(
+    serve: Any, tmp_path: Path
+) -> None:
+    """The live plug-in point: a kubeconfig found means the list+watch view of that API
+    server (here the test double), and /readyz stays 503 until the view has listed all."""
+    if str(REPO / "tests") not in sys.path:  # the API double is a package under tests/
+        sys.path.insert(0, str(REPO / "tests"))
+    from k8s_double import KubeApiDouble
+
+    from gputopo import yamlio
+    from gputopo.cluster.demo import demo_cluster_path
+
+    kube = KubeApiDouble(bookmark_interval=0.2).start()
+    try:
+        kube.apply({"apiVersion": "v1", "kind": "Namespace",
+                    "metadata": {"name": "gputopo-system"}})
+        for doc in yamlio.load_documents(demo_cluster_path()):
+            kube.apply(doc)
+        seed = yamlio.load_documents(SEED_RESOURCES)
+        job_uid = ""
+        for doc in seed:
+            if doc["kind"] != "Pod":
+                stored = kube.apply(doc)
+                if doc["kind"] == "PyTorchJob":
+                    job_uid = stored["metadata"]["uid"]  # the API server assigns uids
+        kube.forbidden.add("nodes")  # as if RBAC on nodes were missing: no full list yet
+        config = tmp_path / "kubeconfig"
+        config.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "double",
+            "clusters": [{"name": "double", "cluster": {"server": kube.url}}],
+            "users": [{"name": "u", "user": {"token": "test-double-token"}}],
+            "contexts": [{"name": "double", "context": {"cluster": "double", "user": "u"}}],
+        }))
+        running = serve(extra_env={"KUBECONFIG": str(config)})
+        assert f"cluster: live from the API server (kubeconfig {config})" in running.stderr
+        assert "EMBEDDED DEMO" not in running.stderr
+        ca_file = re.search(r"\(CA: (\S+);", running.stderr).group(1)  # type: ignore[union-attr]
+        context = ssl.create_default_context(cafile=ca_file)
+        base = f"https://127.0.0.1:{running.port}"
+        with httpx.Client(base_url=base, verify=context) as client:
+            assert client.get("/readyz").status_code == 503
+            kube.forbidden.clear()
+            deadline = time.monotonic() + 20
+            while client.get("/readyz").status_code != 200:
+                assert time.monotonic() < deadline, running.stderr
+                time.sleep(0.1)
+            master = next(d for d in seed if d["kind"] == "Pod")
+            master["metadata"]["ownerReferences"][0]["uid"] = job_uid
+            answer = client.post("/mutate", json=admission_review(master, "uid-live"))
+            assert answer.status_code == 200
+            response = answer.json()["response"]
+            assert "patch" in response, (response, running.stderr[-3000:])
+            patch = json.loads(base64.b64decode(response["patch"]))
+            labels = jsonpatch.apply_patch(master, patch)["metadata"]["labels"]
+            assert labels[names.GANG_REPLICA_LABEL] == "2"
+        assert stop(running) == 0
+    finally:
+        kube.stop()
