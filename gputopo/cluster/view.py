@@ -195,7 +195,7 @@ class _Informer:
         view = self.view
         resp = self._call(
             watch=True, resource_version=self.rv, allow_watch_bookmarks=True,
-            timeout_seconds=int(view.watch_timeout_seconds),
+            timeout_seconds=max(1, int(view.watch_timeout_seconds)),
             _request_timeout=(view.request_timeout, view.watch_timeout_seconds + 30))
         self._resp = resp
         self.watches += 1
@@ -656,6 +656,9 @@ def connect(kubeconfig: str | None = None, **kwargs: Any) -> ClusterView | None:
         except (ConfigException, OSError, TypeError) as exc:
             log.info("no in-cluster account and no usable kubeconfig: %s", exc)
             return None
+    # 8 long-lived watches share the pool with reservation writes and GETs: the default
+    # (5 x CPUs) would churn connections ("connection pool is full") on small machines.
+    cfg.connection_pool_maxsize = max(int(cfg.connection_pool_maxsize or 0), 32)
     api = client.ApiClient(cfg)
     from gputopo.cluster.k8s_reservations import KubernetesReservationStore
 
