@@ -42,6 +42,11 @@ log = logging.getLogger(__name__)
 #: AdmissionReview of a real Pod stays well under this; anything bigger is not from it.
 DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
 DEFAULT_PORT = 8443
+#: Idle keep-alive connections are kept longer than the API server's client keeps them
+#: (client-go's transport: IdleConnTimeout 90 s), so the CLIENT always closes first. With
+#: uvicorn's default of 5 s the server closes a connection the API server is about to reuse,
+#: and that admission fails with "EOF" (knative/pkg#1509, kubernetes#127335).
+KEEP_ALIVE_SECONDS = 120
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
 
 
@@ -229,6 +234,7 @@ class WebhookServer:
             access_log=False,
             server_header=False,
             log_level=log_level,
+            timeout_keep_alive=KEEP_ALIVE_SECONDS,
             timeout_graceful_shutdown=5,
         )
         self._server = uvicorn.Server(config)
