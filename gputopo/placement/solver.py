@@ -535,48 +535,68 @@ class _Search:
         t_n: float,
         t_p: float,
     ) -> tuple[int, _Plan] | None:
-        """Max (blocks kept, packing) over plans with exactly m nodes and all R replicas."""
+        """Max (blocks kept, packing) over plans with exactly m nodes and all R replicas.
+
+        A knapsack over classes: state (nodes used, replicas placed) -> best value, with
+        back-pointers (copying partial plans made large one-GPU gangs quadratic).
+        """
         r = self.r
-        state: dict[tuple[int, int], tuple[int, tuple]] = {(0, 0): (0, ())}
+        state: dict[tuple[int, int], int] = {(0, 0): 0}
+        history: list[tuple[int, dict, dict[tuple[int, int], int], dict[int, _Option]]] = []
         for ci, (c, k, per) in enumerate(zip(classes, counts, opts, strict=True)):
             if c.network_gbps < t_n:
                 continue
             allowed = self._allowed(per, t_i, t_p)
             if not allowed:
                 continue
-            unit = {j: o.health * BASE - int(c.opened) for j, o in allowed.items()}
-            # inner[(q, rr)] = best value of q nodes of this class holding rr replicas
-            inner: dict[tuple[int, int], tuple[int, tuple[int, ...]]] = {(0, 0): (0, ())}
-            layer = {(0, 0): (0, ())}
-            for _q in range(1, min(k, m) + 1):
-                nxt: dict[tuple[int, int], tuple[int, tuple[int, ...]]] = {}
-                for (q0, r0), (v0, js) in layer.items():
-                    last = js[-1] if js else r
-                    for j in sorted(unit, reverse=True):
-                        if j > last or r0 + j > r:
+            unit = sorted(
+                ((j, o.health * BASE - int(c.opened)) for j, o in allowed.items()), reverse=True
+            )
+            # inner[(q, rr)]: best value of q nodes of this class holding rr replicas;
+            # choice[(q, rr)]: the replica count of the q-th node in that best.
+            inner: dict[tuple[int, int], int] = {}
+            choice: dict[tuple[int, int], int] = {}
+            layer = {(0, 0): 0}
+            for q in range(1, min(k, m) + 1):
+                nxt: dict[tuple[int, int], int] = {}
+                for (_q0, r0), v0 in layer.items():
+                    for j, u in unit:
+                        if r0 + j > r:
                             continue
-                        key = (q0 + 1, r0 + j)
-                        cand = (v0 + unit[j], (*js, j))
-                        if key not in nxt or cand[0] > nxt[key][0]:
-                            nxt[key] = cand
+                        key = (q, r0 + j)
+                        if key not in nxt or v0 + u > nxt[key]:
+                            nxt[key] = v0 + u
+                            choice[key] = j
                 if not nxt:
                     break
                 inner.update(nxt)
                 layer = nxt
             new = dict(state)
-            for (m0, r0), (v0, p0) in state.items():
-                for (q, rr), (v, js) in inner.items():
-                    if q == 0 or m0 + q > m or r0 + rr > r:
+            back: dict[tuple[int, int], tuple[tuple[int, int], int, int]] = {}
+            for (m0, r0), v0 in state.items():
+                for (q, rr), v in inner.items():
+                    if m0 + q > m or r0 + rr > r:
                         continue
                     key = (m0 + q, r0 + rr)
-                    cand = (v0 + v, (*p0, *((ci, j, allowed[j]) for j in js)))
-                    if key not in new or cand[0] > new[key][0]:
-                        new[key] = cand
+                    if key not in new or v0 + v > new[key]:
+                        new[key] = v0 + v
+                        back[key] = ((m0, r0), q, rr)
+            history.append((ci, back, choice, allowed))
             state = new
-        got = state.get((m, r))
-        if got is None:
+        if (m, r) not in state:
             return None
-        return got[0], list(got[1])
+        plan: _Plan = []
+        key = (m, r)
+        for ci, back, choice, allowed in reversed(history):
+            if key not in back:
+                continue
+            key, q, rr = back[key]
+            while q:
+                j = choice[(q, rr)]
+                plan.append((ci, j, allowed[j]))
+                q, rr = q - 1, rr - j
+        plan.reverse()
+        return state[(m, r)], plan
 
 
 def _rev(gpus: tuple[int, ...]) -> tuple[int, ...]:
