@@ -166,9 +166,16 @@ def _key_usage(*, cert_sign: bool) -> x509.KeyUsage:
 
 
 def _write(path: Path, data: bytes, *, mode: int) -> None:
-    """Write ``data`` with ``mode`` from the first byte on (a key is never world-readable,
-    not even for a moment), replacing any older file of that name."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    os.fchmod(fd, mode)  # an existing file keeps its old mode through O_CREAT
-    with os.fdopen(fd, "wb") as file:
-        file.write(data)
+    """Replace ``path`` with ``data`` in one step (a reader sees the old file or the new one,
+    never half of one), with ``mode`` from the first byte on: a key is never world-readable,
+    not even for a moment."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            os.fchmod(file.fileno(), mode)  # a left-over temp file keeps its mode through O_CREAT
+            file.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
