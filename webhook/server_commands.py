@@ -76,13 +76,13 @@ def _serve(args: argparse.Namespace) -> int:
     from webhook.tls import CertificateReloader
 
     with ExitStack() as cleanup:
-        cluster = _cluster(args.cluster, cleanup)
-        admitter = _build_admitter(args.policies, cluster, cleanup)
         cert_dir = args.cert_dir
         if cert_dir is None:
             cert_dir = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="gputopo-")))
             _self_made_certs(cert_dir)
-        tls = CertificateReloader(cert_dir)
+        tls = CertificateReloader(cert_dir)  # first: a bad pair fails before anything starts
+        cluster = _cluster(args.cluster, cleanup)
+        admitter = _build_admitter(args.policies, cluster, cleanup)
         server = WebhookServer(create_app(admitter), tls, host=args.host, port=args.port)
         try:
             server.bind()
