@@ -72,7 +72,7 @@ class StandInAdmitter:
 
     It answers like the pipeline promises to (200 + review response, 400 + error), so the
     server's own behaviour can be tested without policies; ``{"boom": true}`` makes it raise,
-    to exercise the server's internal-error path.
+    to exercise the server's internal-error path; ``{"sleep": 0.5}`` makes it slow.
     """
 
     def __init__(self) -> None:
@@ -87,6 +87,9 @@ class StandInAdmitter:
             return 400, {"error": "body is not JSON"}
         if isinstance(review, dict) and review.get("boom") is True:
             raise RuntimeError("stand-in admitter exploding on purpose")
+        if isinstance(review, dict) and isinstance(review.get("sleep"), float):
+            time.sleep(review["sleep"])  # a slow decision (a big solve, a slow API read)
+            return 400, {"error": "slept"}
         if not isinstance(review, dict) or review.get("kind") != "AdmissionReview":
             return 400, {"error": "not an AdmissionReview"}
         request = review.get("request")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -123,3 +125,26 @@ def test_many_requests_on_one_keep_alive_connection(standin_client: httpx.Client
     for index in range(50):
         uid = f"uid-{index}"
         assert standin_client.post("/mutate", json=review(uid)).json()["response"]["uid"] == uid
+
+
+def test_probes_answer_while_an_admission_is_slow(standin_server: RunningServer) -> None:
+    """Admissions run off the event loop: a slow decision never stalls /healthz, so the
+    kubelet does not restart a webhook that is merely busy."""
+    slow_done = threading.Event()
+
+    def slow() -> None:
+        with standin_server.client() as client:
+            client.post("/mutate", json={"sleep": 1.0})
+        slow_done.set()
+
+    worker = threading.Thread(target=slow)
+    worker.start()
+    time.sleep(0.2)  # the slow admission is in progress
+    with standin_server.client() as client:
+        started = time.monotonic()
+        assert client.get("/healthz").status_code == 200
+        assert client.get("/readyz").status_code == 200
+        assert time.monotonic() - started < 0.5
+    assert not slow_done.is_set()
+    worker.join(5)
+    assert slow_done.is_set()
