@@ -146,9 +146,9 @@ def _check_uid(ref: OwnerRef, obj: Mapping[str, Any], namespace: str) -> None:
     and re-created under the same name has a new uid, and its gang is not this pod's."""
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
     uid = meta.get("uid")
-    if ref.uid and uid and ref.uid != uid:
+    if uid and ref.uid != uid:  # no uid in the reference is no match either
         raise JobNotFound(f"owner {ref.kind} {namespace}/{ref.name} has uid {uid}, "
-                          f"the pod names {ref.uid}")
+                          f"the pod names {ref.uid or 'no uid'}")
 
 
 def resolve_job(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
