@@ -121,3 +121,21 @@ def test_place_rejects_non_positive_sizes(tmp_path, capsys, flag):
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 2
+
+
+def test_place_answer_does_not_depend_on_hash_seed(tmp_path):
+    """Deterministic across processes: no set or hash order leaks into the choice."""
+    import os
+    import subprocess
+    import sys
+
+    cluster = write_cluster(tmp_path / "cluster.yaml", bound={"dgx1-a": "1,6", "dgx1-b": "0"})
+    argv = [sys.executable, "-m", "gputopo", "place", "--cluster", str(cluster),
+            "--replicas", "3", "--gpus-per-replica", "2", "-o", "json"]
+    outs = set()
+    for seed in ("1", "2", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=True)
+        outs.add(done.stdout)
+    assert len(outs) == 1
+    assert json.loads(outs.pop())["feasible"] is True
