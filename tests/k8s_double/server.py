@@ -209,6 +209,17 @@ class Event:
         return "DELETED" if before else None
 
 
+class _QuietServer(ThreadingHTTPServer):
+    """Clients killed mid-request (crash drills) are normal here, not worth a traceback."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if isinstance(sys.exc_info()[1], OSError):
+            return
+        super().handle_error(request, client_address)
+
+
 class KubeApiDouble:
     """The in-memory API server state plus the HTTP server that serves it.
 
@@ -250,7 +261,7 @@ class KubeApiDouble:
         class Handler(_Handler):
             api = double
 
-        server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        server = _QuietServer(("127.0.0.1", self.port), Handler)
         server.daemon_threads = True
         self.port = server.server_address[1]
         self._server = server
@@ -575,9 +586,10 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 raise ApiError(405, "MethodNotAllowed", f"{m} not supported on {self.path}")
         except ApiError as exc:
-            self._send_json(exc.code, exc.status())
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+            with contextlib.suppress(OSError):  # the client may be gone (killed mid-request)
+                self._send_json(exc.code, exc.status())
+        except OSError:  # BrokenPipe, ConnectionReset: the client went away
+            self.close_connection = True
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _handle
 
