@@ -3,7 +3,7 @@
 Why a module of its own: the solver searches cleverly, the brute-force oracle in the tests
 searches stupidly, and both must mean exactly the same thing by "best". So the objective is
 defined here as a plain function of a finished placement, :func:`score`, and the solver's
-search is proved against it (tests/placement/test_oracle.py).
+search is proved against it (tests/placement/test_solver_oracle.py).
 
 A placement gives each touched node a *share*: the union of the GPUs of the gang's replicas
 on that node. Its :class:`Score` is compared lexicographically, larger is better:

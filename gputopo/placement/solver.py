@@ -18,10 +18,11 @@ The search, for ``R`` replicas of ``G`` GPUs (``n = R*G``):
    share's intra-node cost and ``N`` the slowest network: decreasing in ``I`` and ``m``,
    increasing in ``N``. So:
 
-   a. for every threshold triple (m, I, N), best ``f`` first, test whether exactly ``m``
-      nodes with network >= N can hold the ``R`` replicas with every share's cost <= I (a
-      reachability DP over classes and replica counts); the first feasible triple gives
-      the best bandwidth, and all feasible triples with the same rounded value tie;
+   a. for every node count m and network threshold N, the smallest intra-cost threshold I
+      such that exactly ``m`` nodes with network >= N can hold the ``R`` replicas with every
+      share's cost <= I (a reachability DP over classes and replica counts; feasibility
+      only grows with I, so binary search). The best ``f(m, I, N)`` is the best bandwidth;
+      every feasible triple with the same rounded value ties;
    b. among those, the highest slowest-pair threshold that stays feasible;
    c. among those, a DP over classes that maximises the blocks kept and then packing.
 
@@ -30,7 +31,8 @@ The search, for ``R`` replicas of ``G`` GPUs (``n = R*G``):
 3. The best candidate by the objective (rated with :func:`objective.score` itself), ties by
    node names and GPU indices.
 
-Exactness is proved against brute force on small clusters (tests/placement/test_oracle.py).
+Exactness is proved against brute force on small clusters
+(tests/placement/test_solver_oracle.py).
 Known cost: the DPs are polynomial in ``R`` (replicas); gangs of dozens of one-GPU replicas
 spread over many nodes are the slow case (docs/benchmarks.md).
 """
@@ -117,7 +119,7 @@ def _options(topology: Topology, free_mask: int, k: int) -> tuple[_Option, ...]:
     raw.sort(key=lambda o: (-o.bw, -o.pair, -o.health, o.gpus))
     kept: list[_Option] = []
     for o in raw:
-        if not any(k.bw >= o.bw and k.pair >= o.pair and k.health >= o.health for k in kept):
+        if not any(q.bw >= o.bw and q.pair >= o.pair and q.health >= o.health for q in kept):
             kept.append(o)
     return tuple(kept)
 
