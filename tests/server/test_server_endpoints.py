@@ -134,7 +134,7 @@ def test_probes_answer_while_an_admission_is_slow(standin_server: RunningServer)
 
     def slow() -> None:
         with standin_server.client() as client:
-            client.post("/mutate", json={"sleep": 1.0})
+            client.post("/mutate", json={"sleep": 0.6})
         slow_done.set()
 
     worker = threading.Thread(target=slow)
