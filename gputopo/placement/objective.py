@@ -102,6 +102,38 @@ def set_quality(topology: Topology, gpus: Iterable[int]) -> tuple[float, float]:
     return round(ring_bus_bandwidth(topology, g), ROUND), min_pair_bandwidth(topology, g)
 
 
+def _ring_upper_bound(topology: Topology, gpus: tuple[int, ...]) -> float:
+    """Cheap bound on the ring bus bandwidth (rounded): a ring uses two links at every GPU,
+    so it is never faster than any GPU's second-fastest link inside the set."""
+    if len(gpus) < 3:
+        return float("inf")
+    bound = float("inf")
+    for v in gpus:
+        links = sorted(
+            (min(topology.bandwidth(v, u), topology.bandwidth(u, v)) for u in gpus if u != v),
+            reverse=True,
+        )
+        bound = min(bound, links[1])
+    return round(bound, ROUND)
+
+
+@lru_cache(maxsize=4096)
+def _contenders(
+    topology: Topology, size: int
+) -> tuple[tuple[tuple[int, ...], tuple[float, float]], ...]:
+    """Every ``size``-subset that can be the best, with its quality; the rest are skipped by
+    :func:`_ring_upper_bound` (keeps 12- and 16-GPU PCIe nodes from rating 10^4 rings)."""
+    best_ring = -1.0
+    out = []
+    for combo in combinations(topology.indices, size):
+        if _ring_upper_bound(topology, combo) < best_ring:
+            continue
+        q = set_quality(topology, combo)
+        best_ring = max(best_ring, q[0])
+        out.append((combo, q))
+    return tuple(out)
+
+
 @lru_cache(maxsize=4096)
 def best_quality(topology: Topology, size: int) -> tuple[float, float] | None:
     """The best :func:`set_quality` any ``size`` GPUs of the node have; None if too few."""
@@ -110,19 +142,18 @@ def best_quality(topology: Topology, size: int) -> tuple[float, float] | None:
         return None
     if is_all_to_all(topology) and topology.measured is None:
         return set_quality(topology, idx[:size])
-    return max(set_quality(topology, c) for c in combinations(idx, size))
+    return max(q for _, q in _contenders(topology, size))
 
 
 @lru_cache(maxsize=4096)
 def _best_blocks(topology: Topology, size: int) -> tuple[int, ...]:
     """Bitmasks (by position) of every well-connected ``size``-block of the node."""
     best = best_quality(topology, size)
-    idx = topology.indices
-    out = []
-    for combo in combinations(range(len(idx)), size):
-        if set_quality(topology, [idx[p] for p in combo]) == best:
-            out.append(sum(1 << p for p in combo))
-    return tuple(out)
+    return tuple(
+        position_mask(topology, combo)
+        for combo, q in _contenders(topology, size)
+        if q == best
+    )
 
 
 @lru_cache(maxsize=1 << 16)
