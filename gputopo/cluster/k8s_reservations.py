@@ -37,7 +37,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import urllib3
@@ -123,6 +123,34 @@ class KubernetesReservationStore:
         self._held: tuple[float, dict[str, set[int]]] | None = None
         self._last_expire = float("-inf")
         self._cache_lock = threading.Lock()
+        self._budget = threading.local()  # .until: this thread's deadline (see deadline())
+
+    @contextlib.contextmanager
+    def deadline(self, seconds: float) -> Iterator[None]:
+        """Every API call this thread makes inside the block ends within ``seconds`` from
+        now; a call that cannot start in time raises ReservationUnavailable at once.
+
+        Why: the webhook must answer within its ``timeoutSeconds`` (5) even when the API
+        server is slow; an admission makes several calls (read the gang, claim ledgers,
+        assign a slot), each of which alone may wait ``request_timeout``. Cut short, the
+        store is left as after any lost connection: claims without a gang record die after
+        the claim grace, a recorded gang lives until its TTL.
+        """
+        self._budget.until = time.monotonic() + seconds
+        try:
+            yield
+        finally:
+            self._budget.until = None
+
+    def _timeout(self) -> float:
+        until = getattr(self._budget, "until", None)
+        if until is None:
+            return self.request_timeout
+        left = until - time.monotonic()
+        if left <= 0:
+            raise ReservationUnavailable("the API server answers too slowly: this "
+                                         "admission's time for reservations is spent")
+        return min(self.request_timeout, left)
 
     # --- raw API helpers (dicts, not models: cheaper and keeps the wire form) ---------------
     def _count(self, what: str) -> None:
@@ -134,7 +162,7 @@ class KubernetesReservationStore:
         try:
             resp = self.core.read_namespaced_config_map(
                 name, self.namespace, _preload_content=False,
-                _request_timeout=self.request_timeout)
+                _request_timeout=self._timeout())
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -146,7 +174,7 @@ class KubernetesReservationStore:
         try:
             resp = self.core.create_namespaced_config_map(
                 self.namespace, body, _preload_content=False,
-                _request_timeout=self.request_timeout)
+                _request_timeout=self._timeout())
         except ApiException as exc:
             if exc.status == 409:
                 self._count("api_409")
@@ -159,7 +187,7 @@ class KubernetesReservationStore:
         try:
             resp = self.core.replace_namespaced_config_map(
                 obj["metadata"]["name"], self.namespace, obj, _preload_content=False,
-                _request_timeout=self.request_timeout)
+                _request_timeout=self._timeout())
         except ApiException as exc:
             if exc.status == 409:
                 self._count("api_409")
@@ -172,7 +200,7 @@ class KubernetesReservationStore:
         try:
             self.core.delete_namespaced_config_map(
                 name, self.namespace, body=body, _preload_content=False,
-                _request_timeout=self.request_timeout)
+                _request_timeout=self._timeout())
         except ApiException as exc:
             if exc.status in (404, 409):
                 return False
@@ -182,7 +210,7 @@ class KubernetesReservationStore:
     def _list(self, kind: str) -> list[dict[str, Any]]:
         resp = self.core.list_namespaced_config_map(
             self.namespace, label_selector=f"{names.RESERVATION_LABEL}={kind}",
-            _preload_content=False, _request_timeout=self.request_timeout)
+            _preload_content=False, _request_timeout=self._timeout())
         return list(json.loads(resp.data).get("items") or [])
 
     def _labels(self, kind: str) -> dict[str, str]:
@@ -418,8 +446,7 @@ class KubernetesReservationStore:
                     return None
                 if replica in res.assigned:
                     return res, res.slot(n)
-                ttl = max(self.ttl_seconds, res.expires_at - res.created_at)
-                new = res.with_assignment(replica, n, expires_at=t + ttl)
+                new = res.with_assignment(replica, n, now=t)
                 cm["data"] = {DATA_KEY: json.dumps(new.to_json(), sort_keys=True)}
                 try:
                     done = self._replace(cm)

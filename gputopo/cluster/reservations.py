@@ -129,6 +129,7 @@ class GangReservation:
     reason: str = ""
     token: str = ""
     version: str = ""
+    ttl_seconds: float = DEFAULT_TTL_SECONDS
 
     # --- what the placement step reads ---------------------------------------------------
     def slot(self, number: int) -> ReplicaSlot:
@@ -191,13 +192,14 @@ class GangReservation:
             key=key, slots=tuple(sorted(placement.slots, key=lambda s: s.replica)),
             assigned={}, created_at=now, expires_at=now + ttl_seconds,
             bus_bandwidth_gbps=placement.bus_bandwidth_gbps, reason=placement.reason,
-            token=token,
+            token=token, ttl_seconds=ttl_seconds,
         )
 
-    def with_assignment(self, replica: ReplicaKey, number: int, *, expires_at: float
+    def with_assignment(self, replica: ReplicaKey, number: int, *, now: float
                         ) -> GangReservation:
+        """``replica`` gets slot ``number``; the pods are coming, so the TTL restarts."""
         return replace(self, assigned={**self.assigned, replica: number},
-                       expires_at=expires_at)
+                       expires_at=now + self.ttl_seconds)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -210,6 +212,7 @@ class GangReservation:
             "busBandwidthGBps": self.bus_bandwidth_gbps,
             "reason": self.reason,
             "token": self.token,
+            "ttlSeconds": self.ttl_seconds,
         }
 
     @classmethod
@@ -226,6 +229,7 @@ class GangReservation:
             reason=str(data.get("reason", "")),
             token=str(data.get("token", "")),
             version=version,
+            ttl_seconds=float(data.get("ttlSeconds", DEFAULT_TTL_SECONDS)),
         )
 
 
@@ -349,8 +353,7 @@ class InMemoryReservationStore:
             if n is None:
                 return None
             if replica not in res.assigned:
-                ttl = max(self.ttl_seconds, res.expires_at - res.created_at)
-                res = self._bump(res.with_assignment(replica, n, expires_at=t + ttl))
+                res = self._bump(res.with_assignment(replica, n, now=t))
             return res, res.slot(n)
 
     def release(self, key: GangKey) -> bool:

@@ -366,3 +366,11 @@ def test_k8s_replicas_killed_mid_write_leak_nothing_and_double_nothing() -> None
               f"swept={recovery.stats['swept']} promoted={recovery.stats['promoted']}")
         assert sum(len(g) for g in held.values()) == 32
         assert len(gangs) + filled == 8
+
+
+def test_ttl_is_per_reservation_and_restarts_when_a_replica_comes() -> None:
+    store = InMemoryReservationStore(ttl_seconds=1000)
+    store.reserve(key("short"), placement(("n0", (0,)), ("n0", (1,))), ttl_seconds=5, now=0)
+    store.assign_slot(key("short"), ReplicaKey("worker", 0), now=4)  # one pod came at t=4
+    assert store.expire(now=8) == []
+    assert store.expire(now=9) == [key("short")]
