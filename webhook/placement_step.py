@@ -25,9 +25,13 @@ act on). Audit mode changes nothing and reserves nothing; warnings say what woul
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import random
+import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from gputopo.cluster.reservations import (
@@ -62,6 +66,13 @@ Solver = Callable[[Sequence[NodeState], GangRequest], Placement]
 #: conflict means another admission won a GPU we wanted; a handful of rounds settles any
 #: realistic burst, and the bound keeps one admission well inside the webhook timeout.
 DEFAULT_MAX_ATTEMPTS = 5
+#: How long a gang that found the cluster full right after a conflict waits for a concurrent
+#: admission of the same gang to finish writing its reservation (claims, then the gang
+#: record: a few API round trips).
+DEFAULT_SETTLE_SECONDS = 0.5
+#: Seconds one admission may spend talking to an API-backed reservation store: the webhook's
+#: timeoutSeconds is 5, and the solve, the patch and the HTTPS round trip need the rest.
+STORE_SECONDS = 3.0
 ON_UNPLACEABLE_ADMIT = "admit"
 ON_UNPLACEABLE_DENY = "deny"
 
@@ -131,10 +142,12 @@ class PlacementStep:
         *,
         solver: Solver | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        settle_seconds: float = DEFAULT_SETTLE_SECONDS,
     ) -> None:
         self.store: ReservationStore = store if store is not None else InMemoryReservationStore()
         self._solver = solver
         self.max_attempts = max(1, int(max_attempts))
+        self.settle_seconds = max(0.0, float(settle_seconds))
 
     @property
     def solver(self) -> Solver:
@@ -176,9 +189,11 @@ class PlacementStep:
                 f"its GPU pods ask for different numbers of GPUs ({shown}); gputopo places "
                 f"gangs of equal pods only")
         elif preview:
-            outcome = self._preview(ctx, key, replica, gang)
+            with store_deadline(self.store):
+                outcome = self._preview(ctx, key, replica, gang)
         else:
-            outcome = self._grant(ctx, key, replica, gang)
+            with store_deadline(self.store):
+                outcome = self._grant(ctx, key, replica, gang)
         if isinstance(outcome, Granted):
             self._write_slot(ctx, key, replica, outcome, preview=preview)
         else:
@@ -217,23 +232,43 @@ class PlacementStep:
     def _reserve(
         self, ctx: AdmissionContext, key: GangKey, gang: GangRequest
     ) -> tuple[GangReservation, bool] | Unplaced:
-        """Solve the whole gang and reserve it; re-solve on conflict, a bounded number of times."""
+        """Solve the whole gang and reserve it; re-solve on conflict, a bounded number of times.
+
+        Another admission of THIS gang (two webhook replicas got two of its pods at once)
+        may have claimed its GPUs without having written its reservation yet: solving then
+        finds the cluster "full" of our own gang, or reserving conflicts with it. So after a
+        conflict the step waits a moment (jittered backoff) and looks for the gang's
+        reservation before re-solving; and before declaring the gang unplaceable while
+        GPUs of reservations still being written are in the way (it would fit without
+        them), it waits up to ``settle_seconds`` for the gang's reservation to appear. A
+        cluster merely full of settled reservations costs no wait.
+        """
         last = ""
         try:  # abandoned gangs free their GPUs before we look for free ones
             self.store.expire()
         except ReservationUnavailable as exc:
             log.warning("placement: expiring reservations failed (next gang retries): %s", exc)
         for attempt in range(1, self.max_attempts + 1):
-            nodes = exclude_held(ctx.cluster.node_states(), self.store.held_gpus())
-            placement = self.solver(nodes, gang)
+            bound = ctx.cluster.node_states()
+            held = self.store.held_gpus()
+            placement = self.solver(exclude_held(bound, held), gang)
             if not placement.feasible:
+                existing = self.store.get(key)
+                if existing is not None:
+                    return existing, False
+                # After a conflict, or when GPUs claimed by a reservation still being written
+                # stand in the way, they may be going to this very gang: give it a moment.
+                if last or self._in_flight_blocks(bound, held, gang):
+                    existing = self._await_reservation(key)
+                    if existing is not None:
+                        return existing, False
                 return Unplaced(placement.reason or "no feasible placement")
             try:
                 res = self.store.reserve(key, placement)
             except ReservationConflict as exc:
                 last = str(exc)
                 log.info("placement: %s: conflict on attempt %d: %s", key, attempt, exc)
-                existing = self.store.get(key)  # a concurrent admission of the same gang
+                existing = self._await_reservation(key, backoff=attempt)
                 if existing is not None:
                     return existing, False
                 continue
@@ -244,6 +279,36 @@ class PlacementStep:
             f"the GPUs chosen were taken by concurrent admissions {self.max_attempts} times "
             f"in a row (last: {last})"
         )
+
+    def _in_flight_blocks(
+        self, bound: Sequence[NodeState], held: Mapping[str, set[int]], gang: GangRequest
+    ) -> bool:
+        """True when GPUs claimed by reservations not yet written (held, but in no listed
+        reservation) are all that keeps the gang from fitting."""
+        committed: dict[str, set[int]] = {}
+        for res in self.store.list():
+            for node, gpus in res.gpus().items():
+                committed.setdefault(node, set()).update(gpus)
+        settled = {n: g & committed.get(n, set()) for n, g in held.items()}
+        if settled == {n: set(g) for n, g in held.items()}:
+            return False  # nothing in flight
+        return self.solver(exclude_held(bound, settled), gang).feasible
+
+    def _await_reservation(self, key: GangKey, *, backoff: int = 0) -> GangReservation | None:
+        """The gang's reservation if another admission writes it within a short wait.
+
+        ``backoff`` > 0: one jittered sleep of about ``backoff`` x 20 ms, then a look (a
+        re-solve follows when there is none). 0: poll for up to ``settle_seconds``.
+        """
+        if backoff > 0:
+            time.sleep(random.uniform(0.5, 1.5) * 0.02 * backoff)
+            return self.store.get(key)
+        deadline = time.monotonic() + self.settle_seconds
+        while True:
+            existing = self.store.get(key)
+            if existing is not None or time.monotonic() >= deadline:
+                return existing
+            time.sleep(0.02)
 
     def _preview(
         self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, gang: GangRequest
@@ -345,6 +410,13 @@ class PlacementStep:
         )
         if not preview:
             metrics.PLACEMENTS.labels(result="unplaced").inc()
+
+
+def store_deadline(store: object) -> AbstractContextManager[None]:
+    """The store's per-admission deadline (API-backed stores have one), else nothing: an
+    admission must answer inside the webhook's timeout even when the API is slow."""
+    deadline = getattr(store, "deadline", None)
+    return deadline(STORE_SECONDS) if deadline is not None else contextlib.nullcontext()
 
 
 def _gpu_resources(policy: Policy | None) -> frozenset[str]:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
+import jsonpatch
+
 from gputopo import names
+from webhook.dryrun import review_body
 
 
 def annotation(pod: dict[str, Any], key: str) -> str | None:
@@ -45,3 +49,14 @@ def pinned_node(pod: dict[str, Any]) -> str:
 
 def env(container: dict[str, Any]) -> dict[str, str]:
     return {e["name"]: e.get("value") for e in container.get("env", [])}
+
+
+def admit(admitter: Any, pod: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+    """Admit ``pod`` through ``Admitter.handle_body`` as the API server would; the admitted pod."""
+    body = json.loads(review_body(pod, "uid-1"))
+    body["request"]["dryRun"] = dry_run
+    status, answer = admitter.handle_body(json.dumps(body).encode())
+    assert status == 200
+    response = answer["response"]
+    patch = json.loads(base64.b64decode(response["patch"])) if "patch" in response else []
+    return jsonpatch.apply_patch(pod, patch)

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import base64
-import json
 from itertools import combinations
 
-import jsonpatch
-from placement_checks import gpu_group, pinned_node, record
+from placement_checks import admit, gpu_group, pinned_node, record
 from placement_jobs import mpijob, pytorch_pods, pytorchjob, worker_pod
 
 from gputopo.cluster.demo import demo_snapshot
 from webhook.assembly import build_admitter
-from webhook.dryrun import review_body
 from webhook.placement_step import PlacementStep
 
 
@@ -32,16 +28,6 @@ def test_pytorchjob_master_and_workers_form_one_gang(mutate, demo_topologies):
                                                     "worker/2"}
 
 
-def _admit(admitter, pod, *, dry_run: bool):
-    body = json.loads(review_body(pod, "uid-1"))
-    body["request"]["dryRun"] = dry_run
-    status, answer = admitter.handle_body(json.dumps(body).encode())
-    assert status == 200
-    response = answer["response"]
-    patch = json.loads(base64.b64decode(response["patch"])) if "patch" in response else []
-    return jsonpatch.apply_patch(pod, patch)
-
-
 def test_dry_run_admissions_show_the_slot_but_reserve_nothing():
     cluster = demo_snapshot()
     first, second = mpijob("dry"), mpijob("real")
@@ -49,8 +35,8 @@ def test_dry_run_admissions_show_the_slot_but_reserve_nothing():
     cluster.add(second)
     admitter = build_admitter(None, cluster, placement=PlacementStep(), reload_interval_s=0)
     try:
-        dry = [_admit(admitter, worker_pod(first, i), dry_run=True) for i in range(4)]
-        real = [_admit(admitter, worker_pod(second, i), dry_run=False) for i in range(4)]
+        dry = [admit(admitter, worker_pod(first, i), dry_run=True) for i in range(4)]
+        real = [admit(admitter, worker_pod(second, i), dry_run=False) for i in range(4)]
     finally:
         admitter.close()
     dry_slots = [(pinned_node(p), gpu_group(p)) for p in dry]

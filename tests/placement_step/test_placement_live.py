@@ -1,0 +1,68 @@
+"""The whole chain on a live (test double) API: ClusterView → placement step → reservations
+in ConfigMaps; deleting a job frees its GPUs for the next gang.
+
+This is ``gputopo serve``'s wiring (``placement_step_for(view)``) without the HTTPS layer:
+the view watches Nodes, Namespaces and MPIJobs on the loopback Kubernetes API TEST DOUBLE
+through the official client, and the step keeps its reservations there.
+"""
+
+from __future__ import annotations
+
+import time
+
+from placement_checks import admit, gpu_group, pinned_node, record
+from placement_jobs import mpijob, worker_pod
+
+from gputopo.cluster.demo import demo_cluster_path
+from gputopo.cluster.k8s_reservations import KubernetesReservationStore
+from gputopo.cluster.view import ClusterView
+from gputopo.yamlio import load_documents
+from webhook.assembly import build_admitter
+from webhook.placement_step import placement_step_for
+
+
+def _wait(condition, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_live_view_places_gangs_and_a_deleted_job_frees_its_gpus(kube):
+    from k8s_double import api_client
+
+    for obj in load_documents(demo_cluster_path()):
+        kube.apply(obj)
+    jobs = []
+    for k in range(1, 6):
+        created = kube.apply(mpijob(f"live-{k}"))
+        jobs.append(created)  # the double assigns the uid, as the API server does
+    api = api_client(kube.url)
+    view = ClusterView(api, reservations=KubernetesReservationStore(api)).start()
+    admitter = build_admitter(None, view, placement=placement_step_for(view),
+                              reload_interval_s=0)
+    try:
+        assert view.wait_synced(10)
+        assert _wait(lambda: len(view.node_states()) == 2)
+        slots = {}
+        for job in jobs:
+            name = job["metadata"]["name"]
+            pods = [admit(admitter, worker_pod(job, i), dry_run=False) for i in range(4)]
+            slots[name] = pods
+        for name in ("live-1", "live-2", "live-3", "live-4"):
+            assert all(record(p)["placed"] for p in slots[name]), name
+        assert not any(record(p)["placed"] for p in slots["live-5"])
+        freed = {(pinned_node(p), gpu_group(p)) for p in slots["live-1"]}
+
+        kube.remove(jobs[0])  # the job finishes and is deleted: the view releases its GPUs
+        assert _wait(lambda: all(r.key.name != "live-1"
+                                 for r in view.reservations.list())), "not released"
+        again = [admit(admitter, worker_pod(jobs[4], i), dry_run=False) for i in range(4)]
+        assert all(record(p)["placed"] for p in again)
+        assert {(pinned_node(p), gpu_group(p)) for p in again} == freed
+    finally:
+        admitter.close()
+        view.stop()
+        api.close()
