@@ -10,10 +10,11 @@ same link codes and NVLink generation), random GPUs in use, random zone/rack/net
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from itertools import combinations
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from solver_helpers import FIXTURE_FILES, fixture_topology
 
@@ -102,6 +103,11 @@ def oracle(nodes: list[NodeState], gang: GangRequest) -> Score | None:
     return best
 
 
+#: ``GPUTOPO_ORACLE_EXAMPLES=3000`` runs a long search on demand; the suite keeps the profile's.
+_EXAMPLES = os.environ.get("GPUTOPO_ORACLE_EXAMPLES")
+
+
+@(settings(max_examples=int(_EXAMPLES)) if _EXAMPLES else (lambda f: f))
 @given(st.one_of(clusters(), clusters(spread=True)))
 def test_solver_matches_brute_force(case):
     nodes, gang = case
