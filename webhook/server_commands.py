@@ -144,6 +144,14 @@ def _cluster(cluster_file: Path | None, cleanup: ExitStack) -> ClusterReader:
         live = _live_cluster(access, cleanup)
         if live is not None:
             return live
+        if access.startswith("in-cluster"):
+            # Inside a real cluster the demo's nodes do not exist: pods pinned to them would
+            # never schedule. Refuse to start rather than serve made-up placements.
+            raise InputError(
+                "found an in-cluster service account but could not load it; "
+                "refusing to serve the demo cluster inside a real cluster",
+                obj="serve",
+            )
         _say(f"found {access}, but it does not work: serving the embedded demo cluster")
     from gputopo.cluster.demo import demo_cluster_path, demo_snapshot
 
