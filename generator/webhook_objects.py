@@ -112,6 +112,9 @@ def deployment(*, image: str, replicas: int) -> dict[str, Any]:
             "periodSeconds": 5,
             "failureThreshold": 2,
         },
+        # uvicorn stops accepting the moment SIGTERM arrives; the pause lets endpoints and
+        # the API server's connection pool drop this pod first (native sleep: k8s >= 1.30).
+        "lifecycle": {"preStop": {"sleep": {"seconds": 5}}},
         "resources": {
             "requests": {"cpu": "100m", "memory": "128Mi"},
             "limits": {"cpu": "1", "memory": "512Mi"},
