@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -35,6 +36,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 from admission_cluster import cluster_objects, request_stream  # noqa: E402
+from admission_load import percentile  # noqa: E402
 
 from generator.certs import write_serving_certs  # noqa: E402
 
@@ -68,6 +70,14 @@ def _load(port: int, ca: Path, path: str, rate: float, bodies: Path, kinds: Path
     return json.loads(out.stdout)
 
 
+def _cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) the process has used: what a request costs the server
+    whatever else the shared machine is doing (latencies are not immune to that)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
 def run(rates: list[float], duration: float, nodes: int, connections: int) -> dict[str, Any]:
     """Every rate on a fresh server: the mutation load, then the floor on the same server."""
     results: dict[str, Any] = {"nodes": nodes, "duration_s": duration,
@@ -93,9 +103,13 @@ def run(rates: list[float], duration: float, nodes: int, connections: int) -> di
                 ca = work / "certs" / "ca.crt"
                 for path in ("/mutate", "/noop"):  # imports, first solves, TLS session setup
                     _load(info["port"], ca, path, WARMUP_RATE, warm_bodies, None, connections)
+                cpu = _cpu_seconds(server.pid)
                 mutate = _load(info["port"], ca, "/mutate", rate, bodies, kinds, connections)
+                mutate["server_cpu_s"] = _cpu_seconds(server.pid) - cpu
                 time.sleep(0.5)
+                cpu = _cpu_seconds(server.pid)
                 floor = _load(info["port"], ca, "/noop", rate, bodies, None, connections)
+                floor["server_cpu_s"] = _cpu_seconds(server.pid) - cpu
             finally:
                 server.terminate()
                 server.wait(timeout=10)
@@ -103,6 +117,37 @@ def run(rates: list[float], duration: float, nodes: int, connections: int) -> di
                                      "noop": floor})
             _progress(rate, mutate, floor)
     return results
+
+
+def in_process(nodes: int, count: int) -> dict[str, Any]:
+    """The pipeline's own cost per request kind: the same workload through
+    ``Admitter.handle_body`` in this process (no HTTP, no TLS, no queueing), after the same
+    warm-up. What the server adds on top is transport and waiting for the one admitter
+    thread."""
+    from gputopo.cluster.snapshot import ClusterSnapshot
+    from webhook.assembly import build_admitter
+    from webhook.placement_step import placement_step_for
+
+    workload = request_stream(count, tag="inproc")
+    warm = request_stream(WARMUP_REQUESTS, seed=5, tag="inproc-warm")
+    cluster = ClusterSnapshot.from_objects(cluster_objects(nodes) + warm.jobs + workload.jobs)
+    cluster.node_states()
+    admitter = build_admitter(None, cluster, placement=placement_step_for(cluster),
+                              reload_interval_s=0)
+    for body in warm.bodies:
+        admitter.handle_body(body)
+    times: dict[str, list[float]] = {}
+    for body, kind in zip(workload.bodies, workload.kinds, strict=True):
+        started = time.perf_counter()
+        admitter.handle_body(body)
+        times.setdefault(kind, []).append((time.perf_counter() - started) * 1000)
+    admitter.close()
+    out: dict[str, Any] = {}
+    for kind, values in sorted(times.items()):
+        values.sort()
+        out[kind] = {"n": len(values), "p50_ms": percentile(values, 50),
+                     "p99_ms": percentile(values, 99), "mean_ms": sum(values) / len(values)}
+    return out
 
 
 def _progress(rate: float, mutate: dict[str, Any], floor: dict[str, Any]) -> None:
@@ -114,10 +159,18 @@ def _progress(rate: float, mutate: dict[str, Any], floor: dict[str, Any]) -> Non
 
 def markdown(results: dict[str, Any]) -> str:
     """The docs/benchmarks.md tables."""
-    lines = [
+    lines = []
+    if "in_process" in results:
+        lines += ["| request kind (in process, no HTTP) | n | mean (ms) | p50 (ms) | p99 (ms) |",
+                  "|---|---:|---:|---:|---:|"]
+        for kind, s in results["in_process"].items():
+            lines.append(f"| {kind} | {s['n']} | {s['mean_ms']:.2f} | {s['p50_ms']:.2f} "
+                         f"| {s['p99_ms']:.2f} |")
+        lines.append("")
+    lines += [
         "| rate (req/s) | endpoint | throughput (req/s) | p50 (ms) | p95 (ms) | p99 (ms) "
-        "| errors | > 5 s |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| errors | > 5 s | server CPU per request (ms) |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results["rates"]:
         for name, key in (("/mutate", "mutate"), ("/noop (floor)", "noop")):
@@ -126,7 +179,7 @@ def markdown(results: dict[str, Any]) -> str:
             lines.append(
                 f"| {r['rate']:.0f} | {name} | {d['throughput_per_s']:.0f} | {a['p50_ms']:.2f} "
                 f"| {a['p95_ms']:.2f} | {a['p99_ms']:.2f} | {d['errors'] + d['unanswered']} "
-                f"| {d['over_timeout']} |")
+                f"| {d['over_timeout']} | {_cpu_per_request(d)} |")
     lines += ["", "| rate (req/s) | request kind | share | p50 (ms) | p99 (ms) "
               "| p50 / floor p50 | p99 / floor p99 |", "|---:|---|---:|---:|---:|---:|---:|"]
     for r in results["rates"]:
@@ -138,6 +191,12 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {s['p99_ms']:.2f} | {_ratio(s['p50_ms'], floor['p50_ms'])} "
                 f"| {_ratio(s['p99_ms'], floor['p99_ms'])} |")
     return "\n".join(lines)
+
+
+def _cpu_per_request(d: dict[str, Any]) -> str:
+    if "server_cpu_s" not in d or not d["answered"]:
+        return "-"
+    return f"{d['server_cpu_s'] * 1000 / d['answered']:.2f}"
 
 
 def _ratio(a: float, b: float) -> str:
@@ -155,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     rates = [float(x) for x in args.rates.split(",") if x.strip()]
     results = run(rates, args.duration, args.nodes, args.connections)
+    results["in_process"] = in_process(args.nodes, 1000)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     if args.markdown:
