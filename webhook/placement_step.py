@@ -253,15 +253,14 @@ class PlacementStep:
             held = self.store.held_gpus()
             placement = self.solver(exclude_held(bound, held), gang)
             if not placement.feasible:
-                existing = self.store.get(key)
-                if existing is not None:
-                    return existing, False
                 # After a conflict, or when GPUs claimed by a reservation still being written
                 # stand in the way, they may be going to this very gang: give it a moment.
-                if last or self._in_flight_blocks(bound, held, gang):
-                    existing = self._await_reservation(key)
-                    if existing is not None:
-                        return existing, False
+                # The look for the gang's reservation comes AFTER the in-flight analysis
+                # (which lists reservations), so a reservation written meanwhile is seen.
+                waiting = bool(last) or self._in_flight_blocks(bound, held, gang)
+                existing = self._await_reservation(key) if waiting else self.store.get(key)
+                if existing is not None:
+                    return existing, False
                 return Unplaced(placement.reason or "no feasible placement")
             try:
                 res = self.store.reserve(key, placement)

@@ -117,7 +117,8 @@ def test_two_webhooks_never_hand_out_a_gpu_twice_nor_lose_a_reservation(
     assert lost == 0 and phantom == 0
     for job in placed_gangs:  # a placed gang has all its replicas placed, on one node
         mine = [r for r in placed if r["job"] == job]
-        assert len(mine) == per_gang and len({r["node"] for r in mine}) == 1
+        left = [(r["pod"], r["reason"]) for r in pods if r["job"] == job and not r["placed"]]
+        assert len(mine) == per_gang and len({r["node"] for r in mine}) == 1, left
     assert len(held) <= 16
     assert len(placed_gangs) == expected_gangs, "16 GPUs / 4 per gang: filled exactly"
     unplaced = [r for r in pods if not r["placed"]]
