@@ -40,7 +40,7 @@ spread over many nodes are the slow case (docs/benchmarks.md).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations
@@ -91,6 +91,55 @@ def _index_by_position(topology: Topology, mask: int) -> tuple[int, ...]:
     return tuple(sorted(idx[p] for p in range(len(idx)) if mask >> p & 1))
 
 
+def interchangeable_groups(topology: Topology, gpus: Sequence[int]) -> list[list[int]]:
+    """``gpus`` grouped so that any two in a group have the same link to every other GPU.
+
+    Swapping two such GPUs maps the node onto itself, so every term of the objective is the
+    same for a set and its swapped twin. Groups keep ascending driver indices.
+    """
+    groups: list[list[int]] = []
+    for g in gpus:
+        for group in groups:
+            h = group[0]
+            if all(
+                min(topology.bandwidth(g, x), topology.bandwidth(x, g))
+                == min(topology.bandwidth(h, x), topology.bandwidth(x, h))
+                for x in topology.indices
+                if x != g and x != h
+            ):
+                group.append(g)
+                break
+        else:
+            groups.append([g])
+    return groups
+
+
+def distinct_subsets(
+    topology: Topology, free: Sequence[int], k: int
+) -> Iterator[tuple[int, ...]]:
+    """The ``k``-subsets of ``free`` up to swapping interchangeable GPUs, each as its
+    lexicographically smallest member (the one the tie-break would pick anyway).
+
+    Why: a 16-GPU PCIe node has C(16, 8) = 12,870 subsets of 8 but, with four switches of
+    four alike GPUs, only 19 different ones; walking all of them cost seconds per new
+    free-GPU pattern.
+    """
+    groups = interchangeable_groups(topology, free)
+
+    def walk(i: int, left: int) -> Iterator[tuple[int, ...]]:
+        if left == 0:
+            yield ()
+            return
+        if i == len(groups) or sum(len(g) for g in groups[i:]) < left:
+            return
+        for take in range(min(left, len(groups[i])), -1, -1):
+            for rest in walk(i + 1, left - take):
+                yield (*groups[i][:take], *rest)
+
+    for combo in walk(0, k):
+        yield tuple(sorted(combo))
+
+
 @lru_cache(maxsize=1 << 14)
 def _options(topology: Topology, free_mask: int, k: int) -> tuple[_Option, ...]:
     """Pareto-best ``k``-subsets of the free GPUs, best first.
@@ -103,7 +152,7 @@ def _options(topology: Topology, free_mask: int, k: int) -> tuple[_Option, ...]:
     # survives the Pareto filter below; skip the C(free, k) walk (DGX-2 has 16 GPUs).
     subsets = [free[:k]] if is_all_to_all(topology) and topology.measured is None else None
     raw = []
-    for combo in subsets or combinations(free, k):
+    for combo in subsets or distinct_subsets(topology, free, k):
         bw = ring_bus_bandwidth(topology, combo)
         intra = 2 * (k - 1) / (k * bw) if k > 1 else 0.0
         taken = position_mask(topology, combo)

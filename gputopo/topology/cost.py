@@ -93,6 +93,21 @@ def _key(topology: Topology, gpus: Iterable[int]) -> frozenset[int]:
     return key
 
 
+@lru_cache(maxsize=1024)
+def symmetric_weights(
+    topology: Topology,
+) -> tuple[dict[int, int], tuple[tuple[float, ...], ...]]:
+    """(position of each driver index, per-position matrix of min(bw(a,b), bw(b,a))).
+
+    Why: hot loops over thousands of GPU sets read this plain matrix instead of calling
+    Topology.bandwidth per pair (a third of the solver's cold time on 16-GPU nodes).
+    """
+    m = topology.bandwidth_matrix
+    n = len(m)
+    pos = {g: p for p, g in enumerate(topology.indices)}
+    return pos, tuple(tuple(min(m[a][b], m[b][a]) for b in range(n)) for a in range(n))
+
+
 def _weight(topology: Topology, i: int, j: int) -> float:
     # A ring uses each edge in one direction; with asymmetric measurements take the worse.
     return min(topology.bandwidth(i, j), topology.bandwidth(j, i))
@@ -112,16 +127,72 @@ def _ring(topology: Topology, key: frozenset[int]) -> _Ring:
     k = len(nodes)
     if k == 1:
         return _Ring(single_gpu_bandwidth(topology), tuple(nodes), None)
-    w = [[_weight(topology, a, b) if a != b else 0.0 for b in nodes] for a in nodes]
+    pos, sym = symmetric_weights(topology)
+    ps = [pos[g] for g in nodes]
+    w = [[sym[a][b] if a != b else 0.0 for b in ps] for a in ps]
     if k == 2:
         return _Ring(w[0][1], tuple(nodes), (nodes[0], nodes[1]))
-    order = list(range(k)) if _uniform(w) else _best_order(w)
+    if _uniform(w):
+        order = list(range(k))
+    elif _split_above_slowest_pair(w):
+        # Every ring reaches the set's slowest pair, and none can stay above it: any order is
+        # optimal; greedy keeps close GPUs adjacent.
+        order = _greedy_order(w)
+    else:
+        order = _best_order(w)
     bus, edge = math.inf, (0, 1)
     for p in range(k):
         a, b = order[p], order[(p + 1) % k]
         if w[a][b] < bus:
             bus, edge = w[a][b], (a, b)
     return _Ring(bus, tuple(nodes[p] for p in order), (nodes[edge[0]], nodes[edge[1]]))
+
+
+@lru_cache(maxsize=1024)
+def is_ultrametric(topology: Topology) -> bool:
+    """True when the node's links form a strict hierarchy: w(i,k) >= min(w(i,j), w(j,k)).
+
+    Why it matters: PCIe trees (PIX < PXB < PHB/NODE < SYS), NVLink-bridged pairs and
+    NVSwitch nodes all have this shape. Then "linked at >= t" is an equivalence relation
+    for every t, so above a set's slowest pair its GPUs split into classes no ring edge can
+    join, and at that pair every edge qualifies: the best ring's bottleneck IS the slowest
+    pair. That replaces an exponential Hamiltonian-cycle search with O(k^2) — the
+    difference between seconds and microseconds on 16-GPU PCIe nodes. The DGX-1 hybrid
+    cube-mesh is not ultrametric and keeps the exact search.
+    """
+    idx = topology.indices
+    w = [[_weight(topology, a, b) if a != b else math.inf for b in idx] for a in idx]
+    n = len(idx)
+    for j in range(n):
+        wj = w[j]
+        for i in range(n):
+            wij = wj[i]
+            wi = w[i]
+            for k in range(n):
+                if wi[k] < min(wij, wj[k]):
+                    return False
+    return True
+
+
+def _split_above_slowest_pair(w: list[list[float]]) -> bool:
+    """True when the links faster than the set's slowest pair leave the set disconnected.
+
+    Then no ring can stay above the slowest pair (it must cross the gap twice), and every
+    ring reaches it (all pairs are at least that fast): the best ring's bottleneck is the
+    slowest pair, with no search. Always true on hierarchical nodes (is_ultrametric), and
+    for sets that straddle a socket or board boundary on any node — which is most large
+    sets of a 16-GPU node, whose exact search costs milliseconds each.
+    """
+    k = len(w)
+    slowest = min(w[a][b] for a in range(k) for b in range(a + 1, k))
+    seen, stack = 1, [0]
+    while stack:
+        a = stack.pop()
+        for b in range(k):
+            if not seen >> b & 1 and w[a][b] > slowest:
+                seen |= 1 << b
+                stack.append(b)
+    return seen != (1 << k) - 1
 
 
 def _uniform(w: list[list[float]]) -> bool:
