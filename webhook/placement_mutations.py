@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from gputopo import names
+from webhook.jobs import container_gpus
 
 #: The ``matchFields`` key the DaemonSet controller pins pods with (a field, not a label:
 #: it cannot be faked by relabelling a node).
@@ -36,68 +37,25 @@ GPU_RESOURCES = frozenset({names.SOURCE_GPU_RESOURCE, names.TOPOLOGY_GPU_RESOURC
 
 
 # --- reading the pod -------------------------------------------------------------------
-def _quantity_positive(value: object) -> bool:
-    """A resource quantity > 0 (GPU quantities are integers; anything unreadable counts)."""
-    text = str(value).strip()
-    try:
-        return float(text) > 0
-    except ValueError:
-        return text not in ("", "0")
-
-
-def requests_gpu(container: dict[str, Any], gpu_resources: Iterable[str] = GPU_RESOURCES) -> bool:
-    """True when the container asks for a GPU resource in its limits or requests."""
-    wanted = set(gpu_resources)
-    resources = container.get("resources")
-    if not isinstance(resources, dict):
-        return False
-    for section in ("limits", "requests"):
-        amounts = resources.get(section)
-        if not isinstance(amounts, dict):
-            continue
-        for key, value in amounts.items():
-            if (key in wanted or str(key).endswith("/gpu")) and _quantity_positive(value):
-                return True
-    return False
-
-
 def gpu_containers(
     pod: dict[str, Any], gpu_resources: Iterable[str] = GPU_RESOURCES
 ) -> list[dict[str, Any]]:
-    """The containers (and init containers) of a pod that request GPUs, in spec order."""
+    """The containers (and init containers) of a pod that request GPUs, in spec order.
+
+    "Requests GPUs" is decided exactly as the pipeline decides it for the gang size
+    (:func:`webhook.jobs.container_gpus`), so the two never disagree about a container.
+    """
     spec = pod.get("spec")
     if not isinstance(spec, dict):
         return []
+    names_ = tuple(gpu_resources)
     out: list[dict[str, Any]] = []
     for field in ("initContainers", "containers"):
         items = spec.get(field)
         if isinstance(items, list):
-            out.extend(c for c in items if isinstance(c, dict) and requests_gpu(c, gpu_resources))
+            out.extend(c for c in items
+                       if isinstance(c, dict) and container_gpus(c, names_) > 0)
     return out
-
-
-def pod_gpu_count(pod: dict[str, Any], gpu_resources: Iterable[str] = GPU_RESOURCES) -> int:
-    """GPUs the pod's regular containers ask for (limits win over requests, as for GPUs)."""
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    total = 0
-    wanted = set(gpu_resources)
-    for c in spec.get("containers") or []:
-        if not isinstance(c, dict) or not isinstance(c.get("resources"), dict):
-            continue
-        for section in ("limits", "requests"):
-            amounts = c["resources"].get(section)
-            if not isinstance(amounts, dict):
-                continue
-            found = [
-                v for k, v in amounts.items() if k in wanted or str(k).endswith("/gpu")
-            ]
-            if found:
-                try:
-                    total += max(int(str(v)) for v in found)
-                except ValueError:
-                    total += 1
-                break
-    return total
 
 
 # --- writing the pod -------------------------------------------------------------------

@@ -53,7 +53,6 @@ from webhook.placement_mutations import (
     apply_unplaced,
     gpu_containers,
     gpu_list,
-    pod_gpu_count,
 )
 from webhook.policy.schema import OWNER_KINDS, PlacementSettings, Policy
 from webhook.steps import AdmissionContext, JobInfo
@@ -165,7 +164,7 @@ class PlacementStep:
         if not settings.enabled:
             return
         resources = _gpu_resources(ctx.policy)
-        gpus = job.gpus_per_pod or pod_gpu_count(ctx.pod, resources)
+        gpus = job.gpus_per_pod
         if gpus <= 0 or not gpu_containers(ctx.pod, resources):
             return
         what = f"{job.kind} {job.namespace}/{job.name}"
