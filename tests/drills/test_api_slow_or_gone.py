@@ -44,12 +44,13 @@ def test_slow_then_gone_api_answers_from_the_cache_in_time(kube, tmp_path) -> No
         assert any("left unplaced" in w for w in answer["response"]["warnings"])
         kube.latency = 0.0
 
-        # 2. Gone (503, then connection refused): answers come at once, from the cache.
+        # 2. Gone (503, then connection refused): answers come at once (no store
+        # deadline spent), from the cache.
         for mode in ("503", "refuse"):
             kube.set_down(mode)
             pod = worker_pod(jobs[2], 0)
             answer, seconds = ledger.admit(client, pod)
-            assert seconds < 1.0, (mode, seconds)
+            assert seconds < 2.0, (mode, seconds)  # no waiting on timeouts (3 s)
             mutated = admitted(pod, answer)
             assert mutated["metadata"]["labels"][names.GANG_LABEL] == "drill-2"  # the policy
             assert "reservation store is unavailable" in _unplaced_reason(pod, answer)
@@ -57,7 +58,7 @@ def test_slow_then_gone_api_answers_from_the_cache_in_time(kube, tmp_path) -> No
         # A job created while the webhook cannot see the API: never a guessed gang size.
         late = kube.apply(pytorchjob("late", workers=2, gpus=2))
         answer, seconds = ledger.admit(client, worker_pod(late, 0))
-        assert seconds < 1.0
+        assert seconds < 2.0
         assert patch_of(answer) == []
         assert any("gang size unknown" in w for w in answer["response"]["warnings"])
 

@@ -13,6 +13,7 @@ import copy
 from admitkit import admitted, placement, pytorchjob, worker_pod
 from drillkit import Ledger, live_webhook, seed, wait_for
 from k8s_double import RESOURCES
+from prometheus_client import REGISTRY, generate_latest
 
 from gputopo import names
 from gputopo.cluster.demo import demo_snapshot
@@ -34,21 +35,27 @@ def _node(name: str, annotation: str) -> dict:
     return node
 
 
+def _node_data_errors(client=None) -> float:
+    """``gputopo_node_data_errors_total``, all reasons, as Prometheus reads it from
+    ``/metrics`` (before the server runs: the same exposition of the process registry)."""
+    text = client.get("/metrics").text if client is not None else \
+        generate_latest(REGISTRY).decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("gputopo_node_data_errors_total{"))
+
+
 def test_corrupt_node_annotations_leave_the_node_out_and_nothing_breaks(kube, tmp_path) -> None:
     stored = seed(kube, *(pytorchjob(f"fit-{k}", workers=2, gpus=2) for k in range(5)),
                   *(_node(f"corrupt-{k}", bad) for k, bad in enumerate(CORRUPTIONS)))
     jobs = [obj for obj in stored if obj["kind"] == "PyTorchJob"]
     healthy = {n.name for n in demo_snapshot().node_states()}
     ledger = Ledger()
+    errors = _node_data_errors()
     with live_webhook(kube, tmp_path) as hook:
         client = hook.client
-        errors = sum(
-            float(line.rsplit(" ", 1)[1])
-            for line in client.get("/metrics").text.splitlines()
-            if line.startswith("gputopo_node_data_errors_total{"))
-        assert {n.name for n in hook.view.node_states()} == healthy
+        assert {n.name for n in hook.view.node_states()} == healthy  # corrupt ones left out
         assert set(hook.view.warnings) == {f"corrupt-{k}" for k in range(len(CORRUPTIONS))}
-        assert errors >= len(CORRUPTIONS)
+        assert _node_data_errors(client) == errors + len(CORRUPTIONS)
 
         answer, _ = ledger.admit(client, worker_pod(jobs[0], 0))
         first = placement(admitted(worker_pod(jobs[0], 0), answer))
@@ -60,6 +67,7 @@ def test_corrupt_node_annotations_leave_the_node_out_and_nothing_breaks(kube, tm
         current["metadata"]["annotations"][names.TOPOLOGY_ANNOTATION] = CORRUPTIONS[0]
         kube.replace(NODE, "", turned, current)
         assert wait_for(lambda: turned not in {n.name for n in hook.view.node_states()})
+        assert _node_data_errors(client) == errors + len(CORRUPTIONS) + 1
 
         for job in jobs:
             for index in (0, 1):
