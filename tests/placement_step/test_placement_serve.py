@@ -76,7 +76,7 @@ def servers(kube, jobs, tmp_path):
         ca = str(certs / "ca.crt")
         for url in urls:
             deadline = time.monotonic() + 20
-            while httpx.get(f"{url}/readyz", verify=ca).status_code != 200:
+            while not _ready(url, ca):
                 assert time.monotonic() < deadline, f"{url} never became ready"
                 time.sleep(0.1)
         yield urls, ca
@@ -85,6 +85,14 @@ def servers(kube, jobs, tmp_path):
             p.terminate()
         for p in procs:
             p.wait(timeout=10)
+
+
+def _ready(url: str, ca: str) -> bool:
+    """``/readyz`` answers 200 (the socket may be bound a moment before it accepts)."""
+    try:
+        return httpx.get(f"{url}/readyz", verify=ca).status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 def _admit_all(url: str, ca: str, pods: list[dict], out: list[dict]) -> None:
