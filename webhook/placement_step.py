@@ -15,7 +15,9 @@ and cannot take this job's GPUs.
 
 Concurrency: ``reserve`` is all-or-nothing. When another admission (this process or another
 webhook replica) took one of the chosen GPUs first, it raises ReservationConflict and the
-step re-solves against the fresh set of held GPUs, a bounded number of times.
+step re-solves against the fresh set of held GPUs, a bounded number of times; when the
+GPUs in the way may be going to this very gang (another replica admitting a sibling pod
+right now), it waits briefly for that gang's reservation instead (see ``_reserve``).
 
 No placement (cluster full, gang larger than the cluster, store unreachable): the policy's
 ``placement.onUnplaceable`` decides — ``admit`` (default: the pod keeps the gang labels, gets
