@@ -10,7 +10,8 @@ from prometheus_client import Counter, Gauge, Histogram
 
 REQUESTS = Counter(
     "gputopo_admission_requests_total",
-    "AdmissionReview requests by outcome (mutated, unchanged, skipped, denied, bad_request, error).",
+    "AdmissionReview requests by outcome "
+    "(mutated, unchanged, skipped, denied, bad_request, error).",
     ["outcome"],
 )
 LATENCY = Histogram(

@@ -31,10 +31,12 @@ import contextlib
 import dataclasses
 import logging
 import random
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from typing import Any
 
 from gputopo.cluster.reservations import (
     GangKey,
@@ -132,6 +134,24 @@ def _default_solver() -> Solver:
     return solve
 
 
+def replica_index(
+    pod: dict[str, Any], job_name: str, replica_type: str, labelled: int | None, gang_size: int
+) -> int | None:
+    """The replica's index: its label, else the ``<job>-<type>-<index>`` pod name every
+    Kubeflow operator gives, else 0 for a gang of one; None when it cannot be known.
+
+    Why not default to 0: two replicas keyed alike would be handed the same GPUs.
+    """
+    if labelled is not None:
+        return labelled
+    name = (pod.get("metadata") or {}).get("name")
+    if isinstance(name, str):
+        m = re.fullmatch(re.escape(f"{job_name}-{replica_type.lower()}-") + r"(\d{1,6})", name)
+        if m:
+            return int(m.group(1))
+    return 0 if gang_size == 1 else None
+
+
 class PlacementStep:
     """The pipeline step (``webhook.steps.Step``): name ``placement``, ``apply(ctx)``."""
 
@@ -173,10 +193,17 @@ class PlacementStep:
         if (ctx.pod.get("spec") or {}).get("nodeName"):
             ctx.warnings.append(f"placement: pod already bound to a node; {what} not placed")
             return
+        rtype = job.replica_type or job.role or "replica"
+        index = replica_index(ctx.pod, job.name, rtype, job.replica_index, job.gang_size)
+        if index is None:
+            ctx.warnings.append(
+                f"placement: {what}: pod has no replica index label and its name does not "
+                f"end in -{rtype.lower()}-<index>; pod admitted unplaced (two replicas must "
+                f"never share a slot)")
+            return
         try:
             key = GangKey(job.namespace, job.kind, job.name, job.uid)
-            replica = ReplicaKey(job.replica_type or job.role or "replica",
-                                 job.replica_index if job.replica_index is not None else 0)
+            replica = ReplicaKey(rtype, index)
         except (TypeError, ValueError) as exc:
             ctx.warnings.append(f"placement: {what}: cannot identify the replica ({exc}); "
                                 f"pod admitted unplaced")

@@ -55,3 +55,35 @@ def test_a_job_whose_pods_ask_for_different_gpu_counts_is_left_unplaced_as_a_who
         rec = record(result.pods[name])
         assert rec["placed"] is False
         assert "Master: 2" in rec["reason"] and "Worker: 1" in rec["reason"]
+
+
+def _without_index_labels(pods: list[dict]) -> list[dict]:
+    for pod in pods:
+        for key in ("training.kubeflow.org/replica-index", "replica-index"):
+            pod["metadata"]["labels"].pop(key, None)
+    return pods
+
+
+def test_replicas_without_index_labels_are_told_apart_by_their_operator_given_names(mutate):
+    job = pytorchjob("noindex", workers=3)
+    result = mutate([job, *_without_index_labels(pytorch_pods(job))])
+    assert result.rc == 0, result.stderr
+    pods = [result.pods[n] for n in ("noindex-master-0",
+                                     *(f"noindex-worker-{i}" for i in range(3)))]
+    assert len({gpu_group(p)[0] for p in pods}) == 4, "every replica has its own GPU"
+    assert {record(p)["replica"] for p in pods} == {"master/0", "worker/0", "worker/1",
+                                                    "worker/2"}
+
+
+def test_replicas_with_no_index_anywhere_are_never_given_a_shared_slot(mutate):
+    job = pytorchjob("anon", workers=2)
+    pods = _without_index_labels(pytorch_pods(job))
+    for i, pod in enumerate(pods):
+        pod["metadata"]["name"] = f"anon-pod-{i}"
+    result = mutate([job, *pods])
+    assert result.rc == 0, result.stderr
+    for i in range(len(pods)):
+        pod = result.pods[f"anon-pod-{i}"]
+        annotations = pod["metadata"].get("annotations") or {}
+        assert "topology.kubernetes.io/gpu-group" not in annotations, "no GPUs pinned"
+    assert "no replica index label" in result.stderr
