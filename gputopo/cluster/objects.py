@@ -8,6 +8,7 @@ both call these functions.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -53,11 +54,19 @@ def parse_gpu_list(value: object) -> tuple[int, ...]:
 
 
 def gpus_held_by_pod(pod: Mapping[str, Any]) -> tuple[str, tuple[int, ...]] | None:
-    """(node name, GPU indices) a live bound pod holds, from its gpu-group annotation."""
+    """(node name, GPU indices) a live pod holds, from its gpu-group annotation.
+
+    A pod counts once bound (``spec.nodeName``) and also while it waits to be bound on the
+    node its gputopo placement record pinned it to: a gang can wait in the scheduler's
+    queue longer than its reservation lives, and its pinned GPUs must not be handed out
+    again meanwhile.
+    """
     spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
-    node = spec.get("nodeName")
     status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
-    if not node or status.get("phase") in TERMINAL_PHASES:
+    if status.get("phase") in TERMINAL_PHASES:
+        return None
+    node = spec.get("nodeName") or _pinned_node(pod)
+    if not node:
         return None
     raw = annotations(pod).get(names.GPU_GROUP_ANNOTATION)
     if raw is None:
@@ -66,6 +75,21 @@ def gpus_held_by_pod(pod: Mapping[str, Any]) -> tuple[str, tuple[int, ...]] | No
         return str(node), parse_gpu_list(raw)
     except ValueError:
         return None
+
+
+def _pinned_node(pod: Mapping[str, Any]) -> str | None:
+    """The node of a placed pod's ``gputopo.io/placement`` record, if it has one."""
+    raw = annotations(pod).get(names.PLACEMENT_ANNOTATION)
+    if not isinstance(raw, str):
+        return None
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or record.get("placed") is not True:
+        return None
+    node = record.get("node")
+    return node if isinstance(node, str) and node else None
 
 
 def node_topology(

@@ -244,7 +244,11 @@ def _trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     ann = ob.annotations(pod)
     keep = {k: m[k] for k in _META_KEPT if k in m}
     if names.GPU_GROUP_ANNOTATION in ann:
-        keep["annotations"] = {names.GPU_GROUP_ANNOTATION: ann[names.GPU_GROUP_ANNOTATION]}
+        keep["annotations"] = {
+            k: ann[k]
+            for k in (names.GPU_GROUP_ANNOTATION, names.PLACEMENT_ANNOTATION)
+            if k in ann
+        }
     spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
     status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
     return {"apiVersion": "v1", "kind": "Pod", "metadata": keep,

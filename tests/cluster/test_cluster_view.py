@@ -265,3 +265,24 @@ def test_fewer_allocatable_gpus_than_the_topology_leaves_the_node_out(kube, view
     assert errors("allocatable") - before == 1
     kube.apply(node("short", topology=TOPO, gpus=8))
     assert wait_for(lambda: names_of(view) == ["ok", "short"])
+
+
+def _pinned_pod(name: str, node_name: str, gpus: str, *, placed: bool = True) -> dict:
+    """A pod the webhook placed but the scheduler has not bound yet (no spec.nodeName)."""
+    pod = bound_pod(name, node_name, gpus)
+    del pod["spec"]["nodeName"]
+    pod["status"] = {"phase": "Pending"}
+    pod["metadata"]["annotations"]["gputopo.io/placement"] = json.dumps(
+        {"placed": placed, "node": node_name, "gpus": [int(g) for g in gpus.split(",")]})
+    return pod
+
+
+def test_pinned_pods_waiting_for_the_scheduler_hold_their_gpus(kube, view) -> None:
+    kube.apply(node("a", topology=TOPO))
+    kube.apply(_pinned_pod("waiting", "a", "2,3"))
+    kube.apply(_pinned_pod("unplaced", "a", "5", placed=False))
+    view.start()
+    assert view.wait_synced(5)
+    assert view.node_states()[0].used == {2, 3}
+    kube.remove(_pinned_pod("waiting", "a", "2,3"))
+    assert wait_for(lambda: view.node_states()[0].used == frozenset())

@@ -32,12 +32,18 @@ def test_file_cluster_rules_match_the_view(tmp_path: Path) -> None:
     done = bound_pod("q", "ok", "3")
     done["status"]["phase"] = "Failed"
     docs.append(done)
+    pinned = bound_pod("r", "ok", "6")  # placed by the webhook, not bound yet
+    del pinned["spec"]["nodeName"]
+    pinned["status"]["phase"] = "Pending"
+    pinned["metadata"]["annotations"]["gputopo.io/placement"] = json.dumps(
+        {"placed": True, "node": "ok", "gpus": [6]})
+    docs.append(pinned)
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump_all(docs))
     snap = ClusterSnapshot.from_file(path)
     states = snap.node_states()
     assert [s.name for s in states] == ["ok"]
-    assert states[0].used == {1, 2}
+    assert states[0].used == {1, 2, 6}
     assert sorted(w.split(":")[0] for w in snap.warnings) == [
         "node corrupt", "node short", "node wrong"]
 
