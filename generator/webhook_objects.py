@@ -6,9 +6,10 @@ Why these settings (docs/install.md explains them to operators):
 - opt-in only: the namespaceSelector needs ``gputopo.io/inject=enabled`` and excludes
   ``kube-system`` and gputopo's own namespace by ``kubernetes.io/metadata.name`` (set by the
   API server on every namespace, so nobody can label their way around it);
-- Pod CREATE only, ``sideEffects: None`` (so the webhook must not persist a reservation
-  for a review with ``request.dryRun: true``; if it ever does, this becomes
-  ``NoneOnDryRun``), ``timeoutSeconds: 5``, ``reinvocationPolicy:
+- Pod CREATE only, ``sideEffects: NoneOnDryRun`` (the truth: a real admission writes a
+  reservation ConfigMap, a review with ``request.dryRun: true`` writes nothing; the API
+  server sends dry runs to ``None`` and ``NoneOnDryRun`` webhooks alike),
+  ``timeoutSeconds: 5``, ``reinvocationPolicy:
   IfNeeded`` (another webhook may still add a GPU container after us), ``matchPolicy:
   Equivalent``, AdmissionReview ``v1`` only;
 - ``failurePolicy`` is a choice: ``Ignore`` by default (if every replica is down, pods are
@@ -219,7 +220,7 @@ def mutating_webhook_configuration(
                 "failurePolicy": failure_policy,
                 "matchPolicy": "Equivalent",
                 "reinvocationPolicy": "IfNeeded",
-                "sideEffects": "None",
+                "sideEffects": "NoneOnDryRun",
                 "timeoutSeconds": TIMEOUT_SECONDS,
             }
         ],
