@@ -93,6 +93,32 @@ def host_namespaces(spec: dict[str, Any], policy: Policy, r: Result) -> None:
             r.did("host-namespaces")
         elif want is False and have is True:
             r.conflicts.append(f"spec.{key} is true (policy wants false); kept")
+    if spec.get("hostNetwork") is True:
+        host_ports(spec, r)
+
+
+def host_ports(spec: dict[str, Any], r: Result) -> None:
+    """With hostNetwork every container port must name itself as hostPort.
+
+    Why: the API server validates ``hostPort == containerPort`` for every port of a
+    hostNetwork pod, but it defaulted the ports while the pod still had no host network,
+    so operator-made ports (PyTorchJob's 23456, TFJob's 2222) arrive with no hostPort and
+    the pod would be rejected after our change.
+    """
+    for where, c in _containers(spec, "containers", "initContainers"):
+        ports = c.get("ports")
+        for port in ports if isinstance(ports, list) else []:
+            if not isinstance(port, dict) or not isinstance(port.get("containerPort"), int):
+                continue
+            have = port.get("hostPort")
+            if have in (None, 0):
+                port["hostPort"] = port["containerPort"]
+                r.did("host-ports")
+            elif have != port["containerPort"]:
+                r.conflicts.append(
+                    f"{where} port {port['containerPort']} has hostPort {have}, which "
+                    "hostNetwork forbids (it must equal containerPort); kept"
+                )
 
 
 def dns_policy(spec: dict[str, Any], policy: Policy, r: Result) -> None:

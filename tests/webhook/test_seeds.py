@@ -175,3 +175,26 @@ def test_cluster_file_replaces_the_demo(capsys):
     code, pods, err = _mutate(capsys, "--cluster", demo_cluster_path(), src)
     assert code == 0 and len(pods) == 2
     assert "demo cluster" not in err
+
+
+@pytest.mark.parametrize("case", ["ack-pytorch", "arena-mpi-v1", "arena-mpi-v2beta1",
+                                  "tke-taco-harp"])
+def test_host_network_pods_name_every_port_as_host_port(capsys, case):
+    """The API server's own rule (ValidatePodSpec → validateHostNetwork): with hostNetwork,
+    every container port must have hostPort == containerPort. It defaulted the ports before
+    the webhook turned hostNetwork on, so the webhook must fill them in (the PyTorchJob
+    master's 23456 arrives without one) or the pod is rejected."""
+    code, pods, _ = _mutate(capsys, SEED_CASES / case / "resources.yaml")
+    assert code == 0 and pods
+    checked = 0
+    for pod in pods.values():
+        spec = pod["spec"]
+        if not spec.get("hostNetwork"):
+            continue
+        for c in spec.get("containers", []) + spec.get("initContainers", []):
+            for port in c.get("ports", []):
+                assert port.get("hostPort") == port["containerPort"], (pod["metadata"]["name"],
+                                                                      port)
+                checked += 1
+    if case == "ack-pytorch":
+        assert checked >= 1, "the PyTorchJob master's port must have been checked"
