@@ -282,6 +282,8 @@ def check_shares(
             raise InputError(f"node {name}: GPUs {sorted(g - set(node.free))} are not free")
         if len(g) % gang.gpus_per_replica:
             raise InputError(f"node {name}: {len(g)} GPUs is not a multiple of the replica size")
+        if len(g) > gang.per_node * gang.gpus_per_replica:
+            raise InputError(f"node {name}: more than {gang.per_node} replicas on one node")
         total += len(g)
     if total != gang.total_gpus:
         raise InputError(f"shares hold {total} GPUs, the gang needs {gang.total_gpus}")

@@ -223,6 +223,9 @@ def _check_input(nodes: Sequence[NodeState], gang: GangRequest) -> None:
     g = gang.gpus_per_replica
     if isinstance(g, bool) or not isinstance(g, int) or g < 1:
         raise InputError(f"GPUs per replica must be a positive integer, not {g!r}")
+    cap = gang.max_replicas_per_node
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+        raise InputError(f"replicas per node must be a positive integer, not {cap!r}")
     seen: set[str] = set()
     for n in nodes:
         if n.name in seen:
@@ -254,12 +257,14 @@ def _infeasible_reason(
             f"no node has {g} free GPUs for one replica right now "
             f"(most free: {free_count[most.name]} on {most.name})"
         )
-    fits = sum(c // g for c in free_count.values())
+    per_node = gang.per_node
+    fits = sum(min(c // g, per_node) for c in free_count.values())
     if fits < r:
         free = sum(free_count.values())
+        capped = f", at most {per_node} per node" if per_node < r else ""
         return (
             f"cluster full: only {fits} of {r} replicas of {g} GPUs fit in the free GPUs "
-            f"({free} free of {cluster_gpus})"
+            f"({free} free of {cluster_gpus}{capped})"
         )
     return ""
 
@@ -321,6 +326,7 @@ class _Search:
         self.gang = gang
         self.g = gang.gpus_per_replica
         self.r = gang.replicas
+        self.per_node = gang.per_node
         self.n = gang.total_gpus
         self._json: dict[int, str] = {}
         self._memo: dict[tuple, _Plan | None] = {}
@@ -362,6 +368,8 @@ class _Search:
     # --- one node -------------------------------------------------------------------
     def single_node(self) -> _Candidate | None:
         """Best placement of the whole gang on one node, or None if no node has room."""
+        if self.per_node < self.r:
+            return None  # the gang may not share one node
         best: tuple[tuple, tuple, str, _Option] | None = None
         for cls in self._classes(self.nodes, by_network=False):
             if cls.free_mask.bit_count() < self.n:
@@ -381,7 +389,7 @@ class _Search:
         """Best placement over several nodes if it beats ``best``; else ``best``."""
         if best is not None:
             # Cheapest bound first: the whole cluster at rack speed, no intra-node cost.
-            jmax = max(min(self.r, c // self.g) for c in self.free_count.values())
+            jmax = max(min(self.per_node, c // self.g) for c in self.free_count.values())
             net = max(n.network_gbps for n in self.nodes)
             m_lb = max(2, math.ceil(self.r / jmax))
             if round(_f(self.n, m_lb, 0.0, net, 1.0), ROUND) < best.score.bus_bandwidth:
@@ -425,7 +433,7 @@ class _Search:
         return best
 
     def _upper_bound(self, classes: list[_Class], span: str) -> float | None:
-        cap = [min(self.r, c.free_mask.bit_count() // self.g) for c in classes]
+        cap = [min(self.per_node, c.free_mask.bit_count() // self.g) for c in classes]
         if sum(min(len(c.names), self.r) * j for c, j in zip(classes, cap, strict=True)) < self.r:
             return None
         jmax = max(cap)
@@ -459,7 +467,7 @@ class _Search:
         counts = [min(len(c.names), r) for c in classes]
         opts: _Opts = []
         for c in classes:
-            jmax = min(r, c.free_mask.bit_count() // g)
+            jmax = min(self.per_node, c.free_mask.bit_count() // g)
             opts.append({j: _options(c.topology, c.free_mask, j * g) for j in range(1, jmax + 1)})
         intras = sorted({o.intra for per in opts for os in per.values() for o in os})
         pairs = sorted({o.pair for per in opts for os in per.values() for o in os}, reverse=True)

@@ -37,14 +37,26 @@ class NodeState:
 
 @dataclass(frozen=True)
 class GangRequest:
-    """A training job's GPU demand: ``replicas`` pods of ``gpus_per_replica`` GPUs each."""
+    """A training job's GPU demand: ``replicas`` pods of ``gpus_per_replica`` GPUs each.
+
+    ``max_replicas_per_node`` caps how many replicas may share a node (None: no cap). Why:
+    replicas that claim the same host port (host-network pods of a TFJob all listen on
+    2222) can never run on one node; the scheduler would keep such a gang pending forever.
+    """
 
     replicas: int
     gpus_per_replica: int
+    max_replicas_per_node: int | None = None
 
     @property
     def total_gpus(self) -> int:
         return self.replicas * self.gpus_per_replica
+
+    @property
+    def per_node(self) -> int:
+        """Most replicas one node may hold."""
+        cap = self.max_replicas_per_node
+        return self.replicas if cap is None else min(self.replicas, cap)
 
 
 @dataclass(frozen=True)

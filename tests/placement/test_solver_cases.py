@@ -190,3 +190,24 @@ def test_empty_node_of_every_fixture_gets_the_best_set_its_size_allows(fixture, 
     assert set_quality(topo, gpus) == best_quality(topo, size)
     assert p.bus_bandwidth_gbps == pytest.approx(best_quality(topo, size)[0], abs=1e-3)
     assert "predicted bus bandwidth" in p.reason
+
+
+@pytest.mark.parametrize("cap", [1, 2])
+def test_replicas_per_node_cap_spreads_a_gang_whose_pods_collide(cap):
+    """Host-network replicas that claim one host port can never share a node: with a cap,
+    each node holds at most ``cap`` replicas, on the best GPUs of each node."""
+    nodes = [node(f"dgx1-{c}", dgx1_v100()) for c in "abc"]
+    gang = GangRequest(replicas=3, gpus_per_replica=2, max_replicas_per_node=cap)
+    p = solve(nodes, gang)
+    assert p.feasible, p.reason
+    per_node = gpus_by_node(p)
+    assert max(len(g) for g in per_node.values()) <= cap * 2
+    assert len(per_node) == (3 if cap == 1 else 2)
+    uncapped = solve(nodes, GangRequest(replicas=3, gpus_per_replica=2))
+    assert len(gpus_by_node(uncapped)) == 1, "without the cap the gang packs onto one node"
+
+
+def test_replicas_per_node_cap_makes_a_small_cluster_infeasible_with_a_reason(two_dgx1):
+    p = solve(two_dgx1, GangRequest(replicas=3, gpus_per_replica=1, max_replicas_per_node=1))
+    assert not p.feasible
+    assert "at most 1 per node" in p.reason

@@ -70,11 +70,13 @@ def clusters(draw: st.DrawFn, *, spread: bool = False) -> tuple[list[NodeState],
     else:
         g = draw(st.integers(1, 3))
         r = draw(st.integers(1, max(1, 4 // g)))
-    return nodes, GangRequest(replicas=r, gpus_per_replica=g)
+    cap = draw(st.sampled_from([None, None, 1, 2]))
+    return nodes, GangRequest(replicas=r, gpus_per_replica=g, max_replicas_per_node=cap)
 
 
 def all_placements(nodes: list[NodeState], gang: GangRequest) -> Iterator[dict[str, tuple]]:
-    """Every share assignment: each node gets 0, G, 2G, ... of its free GPUs, n in total."""
+    """Every share assignment: each node gets 0, G, 2G, ... of its free GPUs (at most the
+    gang's replicas-per-node cap), n in total."""
     g = gang.gpus_per_replica
 
     def rec(i: int, left: int, acc: dict[str, tuple]) -> Iterator[dict[str, tuple]]:
@@ -85,7 +87,7 @@ def all_placements(nodes: list[NodeState], gang: GangRequest) -> Iterator[dict[s
             return
         yield from rec(i + 1, left, acc)
         free = nodes[i].free
-        for k in range(g, min(left, len(free)) + 1, g):
+        for k in range(g, min(left, len(free), gang.per_node * g) + 1, g):
             for combo in combinations(free, k):
                 acc[nodes[i].name] = combo
                 yield from rec(i + 1, left - k, acc)
