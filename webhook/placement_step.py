@@ -57,6 +57,7 @@ from webhook.placement_mutations import (
     gpu_containers,
     gpu_list,
 )
+from webhook.placement_ports import replicas_per_node_cap
 from webhook.policy.schema import OWNER_KINDS, PlacementSettings, Policy
 from webhook.steps import AdmissionContext, JobInfo
 
@@ -213,9 +214,16 @@ class PlacementStep:
             ctx.warnings.append(f"placement: {what}: cannot identify the replica ({exc}); "
                                 f"pod admitted unplaced")
             return
-        gang = GangRequest(replicas=job.gang_size, gpus_per_replica=gpus)
-        preview = ctx.audit or ctx.request.dry_run
         counts = gpu_counts_by_replica_type(job, resources)
+        cap, why = replicas_per_node_cap(
+            kind=job.kind,
+            replica_specs=job.spec.get(OWNER_KINDS.get((job.api_version, job.kind), ""), {}),
+            gpu_types=counts, pod_type=job.replica_type, pod_spec=ctx.pod.get("spec") or {})
+        if cap is not None:
+            ctx.warnings.append(f"placement: {what}: {why}")
+        gang = GangRequest(replicas=job.gang_size, gpus_per_replica=gpus,
+                           max_replicas_per_node=cap)
+        preview = ctx.audit or ctx.request.dry_run
         if len(set(counts.values())) > 1:
             shown = ", ".join(f"{t}: {n}" for t, n in sorted(counts.items()))
             outcome: Granted | Unplaced = Unplaced(

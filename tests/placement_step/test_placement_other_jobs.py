@@ -12,9 +12,29 @@ from webhook.assembly import build_admitter
 from webhook.placement_step import PlacementStep
 
 
-def test_pytorchjob_master_and_workers_form_one_gang(mutate, demo_topologies):
+NO_HOST_NETWORK_POLICY = """\
+apiVersion: gputopo.io/v1alpha1
+kind: TopologyPolicy
+metadata: {name: no-host-network}
+spec:
+  match:
+    owners: [{apiVersion: kubeflow.org/v1, kind: PyTorchJob}]
+  mutations:
+    renameResources: {nvidia.com/gpu: aliyun.com/gpu}
+    hostIPC: true
+    gangLabels: true
+    schedulerName: gpu-topology-scheduler
+"""
+
+
+def test_pytorchjob_master_and_workers_form_one_gang_without_host_network(
+        mutate, demo_topologies, tmp_path):
+    """Without hostNetwork, ports stay in each pod's own network: master and workers share
+    one NVLink quad."""
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "p.yaml").write_text(NO_HOST_NETWORK_POLICY)
     job = pytorchjob("pytorch-dist-nccl", workers=3)
-    result = mutate([job, *pytorch_pods(job)])
+    result = mutate([job, *pytorch_pods(job)], "--policies", str(tmp_path / "policies"))
     assert result.rc == 0, result.stderr
     pods = [result.pods[n] for n in ("pytorch-dist-nccl-master-0",
                                      *(f"pytorch-dist-nccl-worker-{i}" for i in range(3)))]
@@ -26,6 +46,38 @@ def test_pytorchjob_master_and_workers_form_one_gang(mutate, demo_topologies):
     assert all(topo.link(a, b).startswith("NV") for a, b in combinations(gpus, 2))
     assert {record(p)["replica"] for p in pods} == {"master/0", "worker/0", "worker/1",
                                                     "worker/2"}
+
+
+def _with_operator_port(pods: list[dict]) -> list[dict]:
+    """What training-operator's SetDefaults_PyTorchJob adds to every replica's pod."""
+    for pod in pods:
+        pod["spec"]["containers"][0]["ports"] = [
+            {"name": "pytorchjob-port", "containerPort": 23456, "protocol": "TCP"}]
+    return pods
+
+
+def test_host_network_pytorchjob_replicas_never_share_a_node(mutate):
+    """training-operator gives every PyTorchJob replica port 23456; under the ACK policy's
+    hostNetwork each pod claims it on its node, so two replicas on one node could never be
+    scheduled. The gang is spread one replica per node — or left unplaced, with that reason,
+    when there are fewer nodes than replicas."""
+    pair = pytorchjob("pair", workers=1)
+    result = mutate([pair, *_with_operator_port(pytorch_pods(pair))])
+    assert result.rc == 0, result.stderr
+    master, worker = result.pods["pair-master-0"], result.pods["pair-worker-0"]
+    assert pinned_node(master) != pinned_node(worker)
+    assert "host port 23456/TCP" in result.stderr
+    for pod in (master, worker):
+        assert pod["spec"]["hostNetwork"] is True
+
+    four = pytorchjob("four", workers=3)
+    pods = _with_operator_port(pytorch_pods(four))
+    # the first pod admitted is a worker: the master's port is inferred from the operator
+    result = mutate([four, *reversed(pods)])
+    assert result.rc == 0, result.stderr
+    rec = record(result.pods["four-worker-0"])
+    assert rec["placed"] is False
+    assert "at most 1 per node" in rec["reason"]
 
 
 def test_dry_run_admissions_show_the_slot_but_reserve_nothing():
@@ -65,19 +117,18 @@ def _without_index_labels(pods: list[dict]) -> list[dict]:
 
 
 def test_replicas_without_index_labels_are_told_apart_by_their_operator_given_names(mutate):
-    job = pytorchjob("noindex", workers=3)
-    result = mutate([job, *_without_index_labels(pytorch_pods(job))])
+    job = mpijob("noindex", version="kubeflow.org/v1")
+    workers = _without_index_labels([worker_pod(job, i) for i in range(4)])
+    result = mutate([job, *workers])
     assert result.rc == 0, result.stderr
-    pods = [result.pods[n] for n in ("noindex-master-0",
-                                     *(f"noindex-worker-{i}" for i in range(3)))]
+    pods = [result.pods[f"noindex-worker-{i}"] for i in range(4)]
     assert len({gpu_group(p)[0] for p in pods}) == 4, "every replica has its own GPU"
-    assert {record(p)["replica"] for p in pods} == {"master/0", "worker/0", "worker/1",
-                                                    "worker/2"}
+    assert {record(p)["replica"] for p in pods} == {f"worker/{i}" for i in range(4)}
 
 
 def test_replicas_with_no_index_anywhere_are_never_given_a_shared_slot(mutate):
-    job = pytorchjob("anon", workers=2)
-    pods = _without_index_labels(pytorch_pods(job))
+    job = mpijob("anon", version="kubeflow.org/v1")
+    pods = _without_index_labels([worker_pod(job, i) for i in range(4)])
     for i, pod in enumerate(pods):
         pod["metadata"]["name"] = f"anon-pod-{i}"
     result = mutate([job, *pods])
