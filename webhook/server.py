@@ -19,6 +19,7 @@ admissions at once) and a slow decision never stalls the event loop, so probes s
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import socket
@@ -269,6 +270,12 @@ class WebhookServer:
     async def serve(self) -> None:
         """Serve until stopped; certificate reloads run alongside on this loop."""
         sock = self.bind()
+        # Everything built so far (policies, the cluster view, topology caches) lives as
+        # long as the process: move it out of the collector's sight, so the full
+        # collections that admissions trigger stop rescanning it. Measured with
+        # bench/admission.py at 200 req/s: p99 about 1.8x lower (docs/benchmarks.md).
+        gc.collect()
+        gc.freeze()
         reloader = asyncio.create_task(self.tls.run(), name="certificate-reloader")
         log.info("serving HTTPS on %s:%d", self.host, self.port)
         try:
