@@ -254,6 +254,10 @@ class WebhookServer:
             except OSError:
                 sock.close()
                 raise
+            # Listen at once: a client that connects before uvicorn starts accepting (the
+            # start-up message is printed first, and the heap is frozen after it) waits in
+            # the backlog instead of being refused.
+            sock.listen(2048)
             sock.set_inheritable(True)
             self._socket = sock
         return self._socket

@@ -11,7 +11,6 @@ from gputopo.cluster.demo import demo_snapshot
 from webhook.assembly import build_admitter
 from webhook.placement_step import PlacementStep
 
-
 NO_HOST_NETWORK_POLICY = """\
 apiVersion: gputopo.io/v1alpha1
 kind: TopologyPolicy
