@@ -121,28 +121,28 @@ def host_ports(spec: dict[str, Any], r: Result) -> None:
                 )
 
 
-def dns_policy(spec: dict[str, Any], policy: Policy, r: Result) -> None:
-    want = policy.mutations.dns_policy
-    have = spec.get("dnsPolicy")
+def _set_unless_chosen(spec: dict[str, Any], key: str, want: str | None, default: str,
+                       kind: str, r: Result) -> None:
+    """Set ``spec[key]`` when it is absent or the API server's default; a user's own
+    choice is kept, with a warning."""
+    have = spec.get(key)
     if want is None or have == want:
         return
-    if have in (None, "", DEFAULT_DNS_POLICY):
-        spec["dnsPolicy"] = want
-        r.did("dns-policy")
+    if have in (None, "", default):
+        spec[key] = want
+        r.did(kind)
     else:
-        r.conflicts.append(f"spec.dnsPolicy is {have!r} (policy wants {want!r}); kept")
+        r.conflicts.append(f"spec.{key} is {have!r} (policy wants {want!r}); kept")
+
+
+def dns_policy(spec: dict[str, Any], policy: Policy, r: Result) -> None:
+    _set_unless_chosen(spec, "dnsPolicy", policy.mutations.dns_policy, DEFAULT_DNS_POLICY,
+                       "dns-policy", r)
 
 
 def scheduler_name(spec: dict[str, Any], policy: Policy, r: Result) -> None:
-    want = policy.mutations.scheduler_name
-    have = spec.get("schedulerName")
-    if want is None or have == want:
-        return
-    if have in (None, "", DEFAULT_SCHEDULER):
-        spec["schedulerName"] = want
-        r.did("scheduler-name")
-    else:
-        r.conflicts.append(f"spec.schedulerName is {have!r} (policy wants {want!r}); kept")
+    _set_unless_chosen(spec, "schedulerName", policy.mutations.scheduler_name,
+                       DEFAULT_SCHEDULER, "scheduler-name", r)
 
 
 def gang_labels(pod: dict[str, Any], policy: Policy, job: JobInfo, r: Result) -> None:
