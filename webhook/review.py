@@ -164,7 +164,7 @@ def parse_review(body: bytes | str) -> AdmissionRequest:
         problem = check_pod(obj)
         if problem is not None:
             where, reason = problem
-            raise BadReview(f"request.object{where}: {reason}", path=f"request.object{where}")
+            raise BadReview(reason, path=f"request.object{where}")
     elif operation in ("CREATE", "UPDATE") and obj is None:
         raise BadReview(f"missing request.object for {operation}", path="request.object")
     return request
