@@ -47,7 +47,17 @@ class Outcome:
 def _label(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
     ns = meta.get("namespace") or "default"
-    return f"{obj.get('kind')} {ns}/{meta.get('name')}"
+    name = meta.get("name") or (f"{meta['generateName']}*" if meta.get("generateName") else None)
+    return f"{obj.get('kind')} {ns}/{name}"
+
+
+def _generated_name_only(doc: object) -> bool:
+    """A Pod named by ``metadata.generateName`` alone, as a batch Job (the mpi-operator
+    v2beta1 launcher) creates it: the API server assigns the name only after admission."""
+    meta = doc.get("metadata") if isinstance(doc, dict) else None
+    return (isinstance(doc, dict) and doc.get("kind") == "Pod" and isinstance(meta, dict)
+            and not meta.get("name") and isinstance(meta.get("generateName"), str)
+            and bool(meta["generateName"]))
 
 
 def read_inputs(files: Sequence[Path]) -> tuple[list[InputPod], list[dict[str, Any]]]:
@@ -57,7 +67,11 @@ def read_inputs(files: Sequence[Path]) -> tuple[list[InputPod], list[dict[str, A
     for path in files:
         docs = load_documents(path)
         for k, doc in enumerate(docs):
-            check_object(doc, file=str(path), position=k)
+            named = doc
+            if _generated_name_only(doc):
+                named = {**doc, "metadata": {**doc["metadata"],
+                                             "name": doc["metadata"]["generateName"]}}
+            check_object(named, file=str(path), position=k)
             items = doc["items"] if doc["kind"].endswith("List") and isinstance(
                 doc.get("items"), list) else [doc]
             for item in items:
@@ -130,7 +144,12 @@ def admit_all(admitter: Admitter, cluster: ClusterSnapshot,
         mutated = jsonpatch.apply_patch(item.pod, patch) if patch else item.pod
         allowed = bool(response.get("allowed"))
         if allowed:
-            cluster.add(mutated)
+            stored = mutated
+            if _generated_name_only(mutated):  # the name the API server would now generate
+                meta = mutated["metadata"]
+                stored = {**mutated, "metadata": {**meta,
+                                                  "name": f"{meta['generateName']}{i + 1:05d}"}}
+            cluster.add(stored)
         results.append(Outcome(
             label=item.label, pod=mutated, patch=patch, allowed=allowed,
             warnings=list(response.get("warnings", [])),

@@ -198,3 +198,21 @@ def test_host_network_pods_name_every_port_as_host_port(capsys, case):
                 checked += 1
     if case == "ack-pytorch":
         assert checked >= 1, "the PyTorchJob master's port must have been checked"
+
+
+def test_mutate_takes_a_launcher_pod_named_by_generate_name(capsys, tmp_path):
+    """The v2beta1 launcher pod is created by a batch Job from ``generateName``: at
+    admission it has no ``metadata.name`` yet. The dry run must admit it like the server."""
+    docs = load_documents(SEED_CASES / "arena-mpi-v2beta1" / "resources.yaml")
+    launcher = next(d for d in docs if d["kind"] == "Pod" and "-launcher" in d["metadata"]["name"])
+    meta = launcher["metadata"]
+    meta["generateName"] = meta.pop("name").rsplit("-", 1)[0] + "-"
+    f = tmp_path / "in.yaml"
+    f.write_text("\n---\n".join(json.dumps(d) for d in docs))
+    code = main(["mutate", str(f)])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    pods = [p for p in load_documents_text(out.out) if p["kind"] == "Pod"]
+    assert launcher in pods  # admitted unchanged: no GPU
+    assert sum(p["metadata"].get("labels", {}).get(names.GANG_REPLICA_LABEL) == "4"
+               for p in pods) == 4
