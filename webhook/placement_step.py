@@ -141,10 +141,14 @@ def _default_solver() -> Solver:
 
 
 def replica_index(
-    pod: dict[str, Any], job_name: str, replica_type: str, labelled: int | None, gang_size: int
+    pod: dict[str, Any], job_name: str, replica_type: str, labelled: int | None, gang_size: int,
+    type_replicas: int | None = None,
 ) -> int | None:
     """The replica's index: its label, else the ``<job>-<type>-<index>`` pod name every
-    Kubeflow operator gives, else 0 for a gang of one; None when it cannot be known.
+    Kubeflow operator gives, else 0 for a gang of one or the only replica of its type
+    (``type_replicas == 1``: an mpi-operator v2beta1 launcher with GPUs, whose pod its
+    batch Job creates from ``generateName`` with no index label); None when it cannot be
+    known.
 
     Why not default to 0: two replicas keyed alike would be handed the same GPUs.
     """
@@ -155,7 +159,7 @@ def replica_index(
         m = re.fullmatch(re.escape(f"{job_name}-{replica_type.lower()}-") + r"(\d{1,6})", name)
         if m:
             return int(m.group(1))
-    return 0 if gang_size == 1 else None
+    return 0 if gang_size == 1 or type_replicas == 1 else None
 
 
 class PlacementStep:
@@ -200,7 +204,11 @@ class PlacementStep:
             ctx.warnings.append(f"placement: pod already bound to a node; {what} not placed")
             return
         rtype = job.replica_type or job.role or "replica"
-        index = replica_index(ctx.pod, job.name, rtype, job.replica_index, job.gang_size)
+        specs = job.spec.get(OWNER_KINDS.get((job.api_version, job.kind), ""), {})
+        rs = specs.get(job.replica_type) if isinstance(specs, Mapping) else None
+        count = rs.get("replicas", 1) if isinstance(rs, Mapping) else None
+        index = replica_index(ctx.pod, job.name, rtype, job.replica_index, job.gang_size,
+                              count if isinstance(count, int) else None)
         if index is None:
             ctx.warnings.append(
                 f"placement: {what}: pod has no replica index label and its name does not "

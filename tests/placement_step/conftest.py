@@ -32,7 +32,7 @@ class MutateResult:
     @property
     def pods(self) -> dict[str, dict[str, Any]]:
         """Output pods by name; a later pod of the same name (a recreation) wins."""
-        return {d["metadata"]["name"]: d for d in self.docs
+        return {d["metadata"].get("name"): d for d in self.docs
                 if isinstance(d, dict) and d.get("kind") == "Pod"}
 
 

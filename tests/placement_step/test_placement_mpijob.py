@@ -11,7 +11,7 @@ from itertools import combinations
 
 import pytest
 from placement_checks import env, gpu_group, gpu_visible, pinned_node, record, terms
-from placement_jobs import V1, V2BETA1, gang, mpijob, worker_pod
+from placement_jobs import V1, V2BETA1, gang, launcher_objects, mpijob, worker_pod
 
 from gputopo import names
 
@@ -140,3 +140,24 @@ def test_every_existing_node_selector_term_gets_the_pin(mutate):
         assert ts[0]["matchExpressions"][0]["key"] == names.ZONE_LABEL
         assert ts[1]["matchExpressions"][0]["key"] == names.RACK_LABEL
         assert node.startswith("cn-shanghai.")
+
+
+def test_gpu_launcher_run_as_worker_gets_its_own_slot(mutate, demo_topologies):
+    """mpi-operator v2beta1 ``runLauncherAsWorker: true`` with a GPU launcher: the launcher
+    pod comes from its batch Job's ``generateName`` (no name yet at admission, no index
+    label), yet it is the only Launcher replica, so it is a slot of the gang like a worker."""
+    job = mpijob("law", workers=3)
+    job["spec"]["runLauncherAsWorker"] = True
+    launcher_spec = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
+    launcher_spec["containers"][0]["resources"] = {"limits": {names.SOURCE_GPU_RESOURCE: 1}}
+    batch_job, launcher = launcher_objects(job)
+    meta = launcher["metadata"]
+    meta["generateName"] = f"{meta.pop('name')[:-len('lmhjl')]}"
+    workers = [worker_pod(job, i) for i in range(3)]
+    result = mutate([job, batch_job, launcher, *workers])
+    assert result.rc == 0, result.stderr
+    (placed_launcher,) = [d for d in result.docs if d.get("kind") == "Pod"
+                          and d["metadata"].get("generateName") == "law-launcher-"]
+    assert placed_launcher["metadata"]["labels"][names.GANG_REPLICA_LABEL] == "4"
+    assert "left unplaced" not in result.stderr and "admitted unplaced" not in result.stderr
+    _check_gang_slot([placed_launcher, *_workers(result, "law", 3)], demo_topologies)
