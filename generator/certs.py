@@ -75,7 +75,10 @@ def write_serving_certs(
     sans = _subject_alt_names([*service_dns_names(service, namespace), *extra_dns])
 
     now = dt.datetime.now(dt.UTC)
-    not_before, not_after = now - CLOCK_SKEW, now + dt.timedelta(days=days)
+    try:
+        not_before, not_after = now - CLOCK_SKEW, now + dt.timedelta(days=days)
+    except OverflowError as exc:  # past the year 9999, the last date X.509 can express
+        raise InputError(f"days {days} ends after the year 9999", obj="certificates") from exc
 
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{service}-ca")])
@@ -119,17 +122,22 @@ def write_serving_certs(
         .sign(ca_key, hashes.SHA256())
     )
 
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError("exists and is not a directory", file=str(out_dir))
     pem = serialization.Encoding.PEM
-    _write(out_dir / CA_FILE, ca_cert.public_bytes(pem), mode=0o644)
-    _write(out_dir / CERT_FILE, cert.public_bytes(pem), mode=0o644)
-    _write(
-        out_dir / KEY_FILE,
-        key.private_bytes(
-            pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        ),
-        mode=0o600,
-    )
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        _write(out_dir / CA_FILE, ca_cert.public_bytes(pem), mode=0o644)
+        _write(out_dir / CERT_FILE, cert.public_bytes(pem), mode=0o644)
+        _write(
+            out_dir / KEY_FILE,
+            key.private_bytes(
+                pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            ),
+            mode=0o600,
+        )
+    except OSError as exc:
+        raise InputError(f"cannot write: {exc.strerror}", file=str(out_dir)) from exc
 
 
 def _subject_alt_names(names: Sequence[str]) -> list[x509.GeneralName]:

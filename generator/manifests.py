@@ -67,6 +67,14 @@ def check_options(opts: ManifestOptions) -> None:
         if not image or any(c.isspace() for c in image):
             raise InputError(f"{image!r} is not an image reference", obj=flag)
     _check_api_version_for_image(opts.profile.api_version, opts.scheduler_image)
+    rc = opts.reporter_runtime_class
+    if rc is not None and not (len(rc) <= 253 and _DNS_SUBDOMAIN.fullmatch(rc)):
+        # runtimeClassName must name a RuntimeClass: a DNS-1123 subdomain (API validation)
+        raise InputError(f"{rc!r} is not a RuntimeClass name (a DNS-1123 subdomain, "
+                         "like nvidia)", obj="--reporter-runtime-class")
+
+
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 #: kubescheduler.config.k8s.io/v1 is served from Kubernetes 1.25; v1beta3 was removed in 1.29.
@@ -176,12 +184,16 @@ def write(opts: ManifestOptions, out_dir: Path) -> list[Path]:
     rendered = render(opts)
     if out_dir.exists() and not out_dir.is_dir():
         raise InputError("exists and is not a directory", file=str(out_dir))
-    out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, text in rendered.items():
-        path = out_dir / name
-        path.write_text(text, encoding="utf-8")
-        if name == "webhook-tls.yaml" and opts.certs == "self-signed":
-            path.chmod(0o600)  # holds the serving key
-        written.append(path)
+    path = out_dir
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, text in rendered.items():
+            path = out_dir / name
+            path.write_text(text, encoding="utf-8")
+            if name == "webhook-tls.yaml" and opts.certs == "self-signed":
+                path.chmod(0o600)  # holds the serving key
+            written.append(path)
+    except OSError as exc:
+        raise InputError(f"cannot write: {exc.strerror}", file=str(path)) from exc
     return written

@@ -378,6 +378,8 @@ def test_self_signed_mode_writes_a_working_ca_bundle(run_cli, tmp_path):
         (["--api-version", "v1beta3"], "--api-version"),  # the pinned 1.34 scheduler
         (["--api-version", "v1", "--scheduler-image",
           "registry.k8s.io/scheduler-plugins/kube-scheduler:v0.24.9"], "--api-version"),
+        # the API server refuses a runtimeClassName that is not a DNS-1123 subdomain
+        (["--reporter-runtime-class", "Nvidia_Runtime"], "--reporter-runtime-class"),
     ],
 )
 def test_bad_manifest_option_exits_2(run_cli, tmp_path, flags, named):
@@ -397,6 +399,26 @@ def test_v1beta3_with_a_scheduler_that_still_loads_it(run_cli, tmp_path):
     cm = find(objects(tmp_path / "o"), "ConfigMap", f"{SCHEDULER_NAME}-config")
     (config,) = yamlio.load_documents_text(next(iter(cm["data"].values())))
     assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1beta3"
+
+
+@pytest.mark.parametrize("command", [["manifests"], ["certs"]])
+def test_output_that_cannot_be_written_exits_2_with_one_line(run_cli, tmp_path, command):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory\n")
+    for out in (blocker, blocker / "sub"):  # the directory is a file / lies under a file
+        code, _, err = run_cli("generate", *command, "-o", str(out))
+        assert code == 2, err
+        (line,) = err.strip().splitlines()
+        assert line.startswith(f"gputopo: error: {out}"), line
+    assert blocker.read_text() == "not a directory\n"
+
+
+def test_generate_certs_days_past_year_9999_exits_2(run_cli, tmp_path):
+    code, _, err = run_cli("generate", "certs", "--days", "100000000", "-o", str(tmp_path / "c"))
+    assert code == 2
+    (line,) = err.strip().splitlines()
+    assert line.startswith("gputopo: error: ") and "9999" in line
+    assert not (tmp_path / "c").exists()
 
 
 def test_generate_certs_writes_the_three_files(run_cli, tmp_path):
