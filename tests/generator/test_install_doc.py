@@ -1,0 +1,47 @@
+"""docs/install.md's claims about the generated manifests hold for what the generator writes."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from gputopo import yamlio
+
+#: Pod fields that need a Kubernetes minor newer than the v1 APIs themselves: field path →
+#: (first minor where the API server accepts it by default, why).
+_FIELD_MINORS = {
+    "lifecycle.preStop.sleep": (30, "PodLifecycleSleepAction: alpha in 1.29, beta from 1.30"),
+    "lifecycle.postStart.sleep": (30, "PodLifecycleSleepAction: alpha in 1.29, beta from 1.30"),
+}
+
+
+def _containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = obj.get("spec", {}).get("template", {}).get("spec", {})
+    return [*spec.get("initContainers", []), *spec.get("containers", [])]
+
+
+def _has(container: dict[str, Any], path: str) -> bool:
+    node: Any = container
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def test_documented_minimum_kubernetes_accepts_every_generated_field(repo: Path):
+    text = (repo / "docs" / "install.md").read_text(encoding="utf-8")
+    match = re.search(r"\*\*Kubernetes 1\.(\d+) or newer\.\*\*", text)
+    assert match, "docs/install.md states no minimum Kubernetes version"
+    documented = int(match.group(1))
+    needed = {}
+    for path in sorted((repo / "manifests").glob("*.yaml")):
+        for obj in yamlio.load_documents(path):
+            for container in _containers(obj):
+                for field, (minor, why) in _FIELD_MINORS.items():
+                    if _has(container, field):
+                        needed[f"{path.name}: {container['name']}: {field}"] = (minor, why)
+    assert needed, "the webhook Deployment's preStop sleep hook is expected in manifests/"
+    too_new = {k: why for k, (minor, why) in needed.items() if minor > documented}
+    assert not too_new, f"docs/install.md says 1.{documented}, but: {too_new}"
