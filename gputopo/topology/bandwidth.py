@@ -123,7 +123,11 @@ def infer_generation(topology: Topology) -> str | None:
     - no NV# at all -> None (PCIe-only node; the table then assumes PCIe Gen3);
     - widest set 1..6 -> "nvlink2": V100 has 6 links (DGX-1's hybrid cube-mesh shows NV1 and
       NV2, DGX-2's NVSwitch NV6). P100 (nvlink1, 4 links) looks the same and must be named
-      in the annotation;
+      in the annotation. Except when one GPU's direct links add up to more than V100's 6
+      with every set narrower than NV6 (a V100 behind NVSwitch shows NV6): then the sum
+      decides, 7..12 -> "nvlink3", more -> "nvlink4" (HGX A100 4-GPU: NV4 to each of its 3
+      peers, 12 links). Four GPUs with NV6 between every pair stay "nvlink2": an HGX H100
+      4-GPU board and four GPUs of a DGX-2 look alike, so the former must be named;
     - 7..12 -> "nvlink3": A100 has 12 links (DGX A100 NVSwitch: every pair NV12; A100 PCIe
       with NVLink bridges: NV12 pairs);
     - 13..18 -> "nvlink4": H100 has 18 links (HGX H100: every pair NV18). GB200 (nvlink5) also
@@ -138,6 +142,9 @@ def infer_generation(topology: Topology) -> str | None:
     if widest == 0:
         return None
     if widest <= 6:
+        per_gpu = max(sum(nvlink_count(c) for c in row) for row in topology.links)
+        if widest < 6 and per_gpu > 6:
+            return "nvlink3" if per_gpu <= 12 else "nvlink4"
         return "nvlink2"
     if widest <= 12:
         return "nvlink3"

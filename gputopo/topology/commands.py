@@ -91,7 +91,8 @@ def render_explanation(r: dict[str, Any]) -> str:
     """The text form of ``topology explain``."""
     gpus = ",".join(map(str, r["gpus"]))
     gen = r["generation"] or "PCIe only, no NVLink"
-    kind = "NVSwitch, all-to-all" if r["allToAll"] else gen
+    # all-to-all is NVSwitch or a direct full mesh (HGX A100 4-GPU): the legend cannot tell
+    kind = f"{gen}, all-to-all" if r["allToAll"] else gen
     lines = [
         f"GPUs {gpus} ({kind}): predicted all-reduce bus bandwidth {r['busBandwidthGBps']:g} GB/s"
     ]
