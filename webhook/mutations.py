@@ -247,14 +247,40 @@ def _add_quantities(c: dict[str, Any], part: str, wanted: dict[str, ScaledQuanti
                                f"{format_quantity(value)!r}); kept")
 
 
+def _asks_cpu_or_memory(c: dict[str, Any], *adding: dict[str, ScaledQuantity]) -> bool:
+    res = c.get("resources") if isinstance(c.get("resources"), dict) else {}
+    have = [res.get(part) for part in ("requests", "limits")]
+    return any(name in ("cpu", "memory") for values in (*have, *adding)
+               if isinstance(values, dict) for name in values)
+
+
+def _without_hugepages(wanted: dict[str, ScaledQuantity]) -> dict[str, ScaledQuantity]:
+    return {k: v for k, v in wanted.items() if not k.startswith("hugepages-")}
+
+
 def resources(spec: dict[str, Any], policy: Policy, r: Result) -> None:
+    """Add the policy's requests and limits to GPU containers.
+
+    The API server rejects a container with hugepages but neither cpu nor memory ("HugePages
+    require cpu or memory"): there the hugepages are not added, with a warning, rather than
+    turning an admissible pod into one the API server refuses.
+    """
     m = policy.mutations
     if not (m.requests or m.limits):
         return
     for where, c in _gpu_containers(spec, policy):
         gpus = container_gpus(c, policy.gpu_resources)
-        _add_quantities(c, "requests", m.requests, gpus, where, r)
-        _add_quantities(c, "limits", m.limits, gpus, where, r)
+        requests, limits = m.requests, m.limits
+        if not _asks_cpu_or_memory(c, requests, limits):
+            huge = sorted({*requests, *limits} - {*_without_hugepages(requests),
+                                                   *_without_hugepages(limits)})
+            if huge:
+                r.conflicts.append(
+                    f"{where}: {', '.join(huge)} not added: the container asks for no cpu "
+                    "or memory, and the API server accepts hugepages only with one of them")
+                requests, limits = _without_hugepages(requests), _without_hugepages(limits)
+        _add_quantities(c, "requests", requests, gpus, where, r)
+        _add_quantities(c, "limits", limits, gpus, where, r)
 
 
 def apply_policy(pod: dict[str, Any], policy: Policy, job: JobInfo) -> Result:

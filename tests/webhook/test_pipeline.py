@@ -199,3 +199,23 @@ def test_owner_uid_must_match_the_job(make_admitter):
     out, resp = admit(admitter, stale)
     assert out == stale
     assert any("uid" in w for w in resp["response"]["warnings"])
+
+
+def test_hugepages_only_go_where_the_api_server_accepts_them(make_admitter, tmp_path):
+    """The API server refuses a container with hugepages but neither cpu nor memory
+    ("HugePages require cpu or memory"): such a container gets no hugepages and a warning;
+    one with memory gets them."""
+    write_policy(tmp_path, "huge", extra=(
+        "    resources:\n      limits:\n        hugepages-1Gi: {base: 10Gi, perGPU: 5Gi}\n"))
+    job = pytorch_job(ns="team")
+    admitter = make_admitter([namespace("team"), job], tmp_path)
+    bare = operator_pod(job, "worker", 0)
+    out, resp = admit(admitter, bare)
+    limits = out["spec"]["containers"][0]["resources"]["limits"]
+    assert "hugepages-1Gi" not in limits
+    assert any("hugepages-1Gi not added" in w for w in resp["response"]["warnings"])
+    assert out["spec"]["hostNetwork"] is True  # the rest of the policy still applies
+    with_memory = operator_pod(job, "master", 0)
+    with_memory["spec"]["containers"][0]["resources"]["limits"]["memory"] = "100Gi"
+    out, _ = admit(admitter, with_memory)
+    assert out["spec"]["containers"][0]["resources"]["limits"]["hugepages-1Gi"] == "15Gi"
