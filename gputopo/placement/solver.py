@@ -262,6 +262,12 @@ def _infeasible_reason(
     if fits < r:
         free = sum(free_count.values())
         capped = f", at most {per_node} per node" if per_node < r else ""
+        if free == cluster_gpus:  # nothing is in use: the nodes are too few or too small
+            return (
+                f"only {fits} of {r} replicas of {g} GPUs fit even with every GPU free "
+                f"({cluster_gpus} GPUs on {len(nodes)} node{'s' if len(nodes) > 1 else ''}, "
+                f"each replica on one node{capped})"
+            )
         return (
             f"cluster full: only {fits} of {r} replicas of {g} GPUs fit in the free GPUs "
             f"({free} free of {cluster_gpus}{capped})"

@@ -169,6 +169,21 @@ def test_infeasible_says_why_in_plain_words(nodes, gang, words):
     assert p.to_json()["feasible"] is False
 
 
+@pytest.mark.parametrize(
+    ("gang", "words"),
+    [
+        (GangRequest(3, 5), "only 2 of 3 replicas of 5 GPUs fit even with every GPU free"),
+        (GangRequest(3, 1, max_replicas_per_node=1), "at most 1 per node"),
+    ],
+)
+def test_infeasible_on_an_empty_cluster_is_not_called_full(gang, words):
+    """Nothing is in use: the nodes are too few or too small, and the reason says so."""
+    p = solve([node("a", dgx1_v100()), node("b", dgx1_v100())], gang)
+    assert not p.feasible
+    assert words in p.reason
+    assert "cluster full" not in p.reason
+
+
 @pytest.mark.parametrize("gang", [GangRequest(0, 1), GangRequest(1, 0), GangRequest(-2, 4)])
 def test_bad_gang_is_an_input_error(gang):
     with pytest.raises(InputError):
