@@ -215,7 +215,7 @@ def merge_profile(
 
 
 def _align(profile: dict[str, Any], opts: ProfileOptions) -> None:
-    plugins = profile.setdefault("plugins", {})
+    plugins = profile["plugins"] = profile.get("plugins") or {}  # `plugins: null` is valid
     plugins["queueSort"] = queue_sort_set()
     configs = [c for c in profile.get("pluginConfig") or [] if c.get("name") != COSCHEDULING]
     profile["pluginConfig"] = [*configs, {"name": COSCHEDULING, "args": coscheduling_args(opts)}]

@@ -329,7 +329,8 @@ def _check_plugins(plugins: dict, path: str) -> list[str]:
                 continue
             for j, plugin in enumerate(entries):
                 errs += _check_plugin(plugin, point, key, f"{ppath}.{key}[{j}]")
-        if point == "queueSort" and len(pset.get("enabled") or []) > 1:
+        enabled = pset.get("enabled") or []
+        if point == "queueSort" and isinstance(enabled, list) and len(enabled) > 1:
             errs.append(f"{ppath}.enabled: only one queue sort plugin can be enabled")
     return errs
 
@@ -530,14 +531,16 @@ _ARGS_CHECKS = {
 
 def queue_sort_of(profile: dict) -> Any:
     """The profile's queueSort plugin set as kube-scheduler compares it (absent == empty)."""
-    plugins = profile.get("plugins") or {}
-    pset = plugins.get("queueSort") or {}
+    plugins = profile.get("plugins")
+    pset = plugins.get("queueSort") if isinstance(plugins, dict) else None
+    pset = pset if isinstance(pset, dict) else {}  # a malformed set is reported elsewhere
     return {"enabled": pset.get("enabled") or [], "disabled": pset.get("disabled") or []}
 
 
 def plugin_args(profile: dict, name: str) -> Any:
     """The args a profile gives plugin ``name`` (None when it gives none)."""
-    for cfg in profile.get("pluginConfig") or []:
+    configs = profile.get("pluginConfig")
+    for cfg in configs if isinstance(configs, list) else []:
         if isinstance(cfg, dict) and cfg.get("name") == name:
             return cfg.get("args")
     return None
@@ -550,14 +553,16 @@ def _check_common_queue_sort(profiles: list[dict]) -> list[str]:
     errs: list[str] = []
     canon = queue_sort_of(profiles[0])
     enabled = canon["enabled"]
-    sort_name = enabled[0].get("name") if enabled and isinstance(enabled[0], dict) else None
+    first = enabled[0] if isinstance(enabled, list) and enabled else None
+    sort_name = first.get("name") if isinstance(first, dict) else None
     canon_args = plugin_args(profiles[0], sort_name) if sort_name else None
     for i, profile in enumerate(profiles[1:], start=1):
         if queue_sort_of(profile) != canon:
             errs.append(f"profiles[{i}].plugins.queueSort: must be the same for all profiles")
+        configs = profile.get("pluginConfig")
         if sort_name and any(
             isinstance(c, dict) and c.get("name") == sort_name
-            for c in profile.get("pluginConfig") or []
+            for c in (configs if isinstance(configs, list) else [])
         ) and plugin_args(profile, sort_name) != canon_args:
             errs.append(f"profiles[{i}].pluginConfig.args: queueSort must be the same for all "
                         "profiles")

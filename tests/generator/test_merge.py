@@ -130,3 +130,26 @@ def test_missing_file(run_cli, tmp_path):
     code, err, _ = merge(run_cli, tmp_path / "nope.yaml", tmp_path / "out.yaml")
     assert code == 2
     assert "no such file" in err
+
+
+def test_queue_sort_enabled_that_is_not_a_list_is_refused_in_one_line(run_cli, tmp_path):
+    src = write(tmp_path, EXISTING.replace(
+        "    score:\n      disabled:\n      - name: ImageLocality",
+        "    queueSort:\n      enabled: 3", 1))
+    code, err, _ = merge(run_cli, src, tmp_path / "out.yaml", "--align-queue-sort")
+    assert code == 2, err
+    (line,) = err.strip().splitlines()
+    assert f"{src}: " in line and "queueSort.enabled: must be a list" in line
+
+
+def test_align_queue_sort_keeps_a_profile_whose_plugins_are_null(run_cli, tmp_path):
+    # `plugins: null` is valid (kube-scheduler defaults a nil plugin set)
+    src = write(tmp_path, EXISTING.replace(
+        "  plugins:\n    score:\n      disabled:\n      - name: ImageLocality",
+        "  plugins: null", 1))
+    code, err, doc = merge(run_cli, src, tmp_path / "out.yaml", "--align-queue-sort")
+    assert code == 0, err
+    default = doc["profiles"][0]
+    assert default["schedulerName"] == "default-scheduler"
+    assert default["plugins"]["queueSort"]["enabled"] == [{"name": "Coscheduling"}]
+    assert validate_config(doc) == []
