@@ -162,6 +162,20 @@ def replica_index(
     return 0 if gang_size == 1 or type_replicas == 1 else None
 
 
+def replica_ordinal(specs: object, gpu_types: Mapping[str, int], replica_type: str,
+                    index: int) -> int:
+    """Position of replica ``index`` of ``replica_type`` among all GPU replicas of the job
+    (types in spec order), so that previews of Master 0 and Worker 0 show different slots."""
+    offset = 0
+    for rtype in gpu_types:
+        if rtype == replica_type:
+            return offset + index
+        rs = specs.get(rtype) if isinstance(specs, Mapping) else None
+        count = rs.get("replicas", 1) if isinstance(rs, Mapping) else 1
+        offset += count if isinstance(count, int) and count >= 0 else 1
+    return index
+
+
 class PlacementStep:
     """The pipeline step (``webhook.steps.Step``): name ``placement``, ``apply(ctx)``."""
 
@@ -239,7 +253,8 @@ class PlacementStep:
                 f"gangs of equal pods only")
         elif preview:
             with store_deadline(self.store):
-                outcome = self._preview(ctx, key, replica, gang)
+                outcome = self._preview(ctx, key, replica, gang,
+                                        replica_ordinal(specs, counts, rtype, index))
         else:
             with store_deadline(self.store):
                 outcome = self._grant(ctx, key, replica, gang)
@@ -359,7 +374,8 @@ class PlacementStep:
             time.sleep(0.02)
 
     def _preview(
-        self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, gang: GangRequest
+        self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, gang: GangRequest,
+        ordinal: int,
     ) -> Granted | Unplaced:
         """The slot this replica would get, with no side effects (audit mode, dry run)."""
         try:
@@ -371,9 +387,10 @@ class PlacementStep:
                     return Unplaced(placement.reason or "no feasible placement")
                 res = GangReservation.from_placement(key, placement, now=0.0, ttl_seconds=0.0)
                 # Nothing is assigned in a preview, so "lowest free slot" would show slot 0
-                # to every replica; the replica index is what enforce mode ends up with when
-                # the operator creates the pods in order.
-                slot = res.slots[replica.index % len(res.slots)]
+                # to every replica; the replica's position in the gang (types in spec
+                # order) is what enforce mode ends up with when the operator creates the
+                # pods in order.
+                slot = res.slots[ordinal % len(res.slots)]
                 return Granted(reservation=res, slot=slot, fresh=False)
         except ReservationUnavailable as exc:
             return Unplaced(f"the reservation store is unavailable: {exc}")

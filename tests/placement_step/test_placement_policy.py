@@ -6,7 +6,7 @@ import copy
 
 import pytest
 from placement_checks import record
-from placement_jobs import gang, mpijob, worker_pod
+from placement_jobs import gang, mpijob, pytorch_pods, pytorchjob, worker_pod
 
 from gputopo.yamlio import dump, load_documents
 from webhook.assembly import default_policies_dir
@@ -65,6 +65,20 @@ def test_audit_mode_changes_nothing_reserves_nothing_and_says_what_it_would_do(
     assert len(would) == 4
     gpus = {line.split(" GPUs ")[1].split(" ")[0] for line in would}
     assert len(gpus) == 4, f"each replica previews its own GPU: {would}"
+
+
+def test_audit_previews_of_master_0_and_worker_0_are_different_slots(mutate, policy_dir):
+    """Replica indexes restart at 0 in each replica type: the preview must not show the
+    PyTorchJob master and its first worker the same GPU."""
+    policies = policy_dir(mode="audit")
+    job = pytorchjob("pt-audit", workers=3)
+    result = mutate([job, *pytorch_pods(job)], "--policies", str(policies))
+    assert result.rc == 0, result.stderr
+    would = [line for line in result.stderr.splitlines() if "would pin" in line]
+    assert len(would) == 4
+    slots = {(line.split(" to node ")[1].split(",")[0], line.split(" GPUs ")[1].split(" ")[0])
+             for line in would}
+    assert len(slots) == 4, f"each replica previews its own GPU: {would}"
 
 
 def test_readmitting_placed_pods_yields_empty_patches(mutate):
