@@ -8,14 +8,16 @@ are not policies and stay out.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from generator import k8s
 from generator.literal import Literal
-from gputopo import yamlio
 from gputopo.errors import InputError
 from gputopo.names import GPUTOPO_NAMESPACE, POLICIES_CONFIGMAP, WEBHOOK_NAME
+from webhook.policy.loader import load_policies
+from webhook.policy.loader import policy_files as loader_policy_files
 
 #: A ConfigMap holds at most 1 MiB (etcd's object size limit is a little above).
 MAX_CONFIGMAP_BYTES = 1024 * 1024
@@ -32,20 +34,26 @@ def default_policies_dir() -> Path:
 
 
 def policy_files(directory: Path) -> dict[str, str]:
-    """``{file name: text}`` of the top-level ``*.yaml``/``*.yml`` files, sorted by name.
+    """``{file name: text}`` of the files the webhook reads as policies, sorted by name.
 
-    Each file must be YAML the project's loader accepts; a file that is not fails here,
-    naming itself, instead of in the cluster.
+    The same files and the same checks as the webhook's loader (top-level ``*.yaml`` /
+    ``*.yml``, hidden files skipped, every policy validated): a set the webhook would
+    refuse in the cluster fails here, naming the file and field, instead.
     """
     if not directory.is_dir():
         raise InputError("no such directory", file=str(directory), obj="--policies")
+    load_policies(directory)  # PolicySetError (an InputError) lists every problem
     files: dict[str, str] = {}
-    for path in sorted(directory.iterdir()):
-        if path.is_file() and path.suffix in (".yaml", ".yml"):
-            text = path.read_text(encoding="utf-8")
-            yamlio.load_documents_text(text, source=str(path))
-            files[path.name] = text
+    for path in loader_policy_files(directory):
+        if not _CONFIGMAP_KEY.fullmatch(path.name) or len(path.name) > 253:
+            raise InputError("a file name that is not a ConfigMap key "
+                             "(letters, digits, '-', '_', '.')", file=str(path))
+        files[path.name] = path.read_text(encoding="utf-8")  # UTF-8: checked by the loader
     return files
+
+
+#: ConfigMap data keys (IsConfigMapKey in k8s.io/apimachinery validation).
+_CONFIGMAP_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 
 
 def config_map(directory: Path) -> dict[str, Any]:

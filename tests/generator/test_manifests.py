@@ -291,19 +291,49 @@ def test_scheduler_runs_the_generated_profile(committed):
     assert any("podgroups" in r["resources"] and "watch" in r["verbs"] for _, _, r in rules)
 
 
-def test_policies_configmap_holds_top_level_policy_files_verbatim(run_cli, tmp_path):
+def test_policies_configmap_holds_top_level_policy_files_verbatim(run_cli, tmp_path, repo):
     pol = tmp_path / "pol"
     (pol / "tests").mkdir(parents=True)
-    (pol / "b.yaml").write_text("kind: Policy # b\nname: b  \nnote: a\tb\n", encoding="utf-8")
-    (pol / "a.yml").write_text("kind: Policy\nname: 'a'\n", encoding="utf-8")
+    shipped = repo / "policies"
+    b = (shipped / "tke-taco-harp.yaml").read_text(encoding="utf-8") + "# b  \n#\tnote\n"
+    a = "# a\n" + (shipped / "ack-gpu-topology.yaml").read_text(encoding="utf-8")
+    (pol / "b.yaml").write_text(b, encoding="utf-8")
+    (pol / "a.yml").write_text(a, encoding="utf-8")
     (pol / "tests" / "case.yaml").write_text("input: {}\n", encoding="utf-8")
     (pol / "README.md").write_text("not a policy\n", encoding="utf-8")
+    (pol / ".editor-backup.yaml").write_text("not read by the webhook\n", encoding="utf-8")
     out = tmp_path / "out"
     code, _, err = run_cli("generate", "manifests", "--policies", str(pol), "-o", str(out))
     assert code == 0, err
     cm = find(objects(out), "ConfigMap", "gputopo-policies")
-    assert cm["data"] == {"a.yml": "kind: Policy\nname: 'a'\n",
-                          "b.yaml": "kind: Policy # b\nname: b  \nnote: a\tb\n"}
+    assert cm["data"] == {"a.yml": a, "b.yaml": b}
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "named"),
+    [
+        # valid YAML, but a policy the webhook refuses: it would start without it
+        ("p.yaml", None, "spec.mode"),
+        ("p.yaml", b"a: \"\xe9\"\n", "not UTF-8"),
+        # not a ConfigMap data key: the API server refuses the ConfigMap
+        ("my policy.yaml", None, "ConfigMap key"),
+    ],
+)
+def test_policies_the_webhook_would_not_load_are_refused(run_cli, tmp_path, repo, name, text,
+                                                        named):
+    pol = tmp_path / "pol"
+    pol.mkdir()
+    ack = (repo / "policies" / "ack-gpu-topology.yaml").read_text(encoding="utf-8")
+    if text is None:
+        text = (ack.replace("mode: enforce", "mode: bogus") if named == "spec.mode"
+                else ack).encode("utf-8")
+    (pol / name).write_bytes(text)
+    code, _, err = run_cli("generate", "manifests", "--policies", str(pol), "-o",
+                           str(tmp_path / "out"))
+    assert code == 2, err
+    (line,) = err.strip().splitlines()
+    assert str(pol / name) in line and named in line, line
+    assert not (tmp_path / "out").exists()
 
 
 def test_committed_policies_configmap_matches_policies_dir(repo, committed):
