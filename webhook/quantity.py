@@ -12,7 +12,7 @@ from fractions import Fraction
 
 _MULTIPLIERS: dict[str, Fraction] = {
     "": Fraction(1),
-    "m": Fraction(1, 1000),
+    "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000),
     "k": Fraction(10**3), "M": Fraction(10**6), "G": Fraction(10**9),
     "T": Fraction(10**12), "P": Fraction(10**15), "E": Fraction(10**18),
     "Ki": Fraction(2**10), "Mi": Fraction(2**20), "Gi": Fraction(2**30),
@@ -20,7 +20,7 @@ _MULTIPLIERS: dict[str, Fraction] = {
 }
 _QUANTITY = re.compile(
     r"^(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+))(?:[eE](?P<exp>[+-]?\d{1,3}))?"
-    r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$"
+    r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$"
 )
 _BINARY_OUT = ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki")
 

@@ -86,3 +86,14 @@ def test_everything_but_pod_create_is_allowed_untouched(admitter, kwargs):
     status, answer = admitter.handle_body(body(review(obj, **kwargs)))
     assert status == 200
     assert answer["response"] == {"uid": "req-1", "allowed": True}
+
+
+@pytest.mark.parametrize("cpu", ["250n", "500u", "1e3m", "0.5", "1k"])
+def test_every_kubernetes_quantity_suffix_is_accepted(admitter, cpu):
+    """The API server sends canonical quantities with the n and u suffixes too (a cpu
+    request of 0.0000005 is "500n"): a valid pod must never be a 400."""
+    pod = _pod()
+    pod["spec"]["containers"][0]["resources"].setdefault("requests", {})["cpu"] = cpu
+    status, answer = admitter.handle_body(body(review(pod)))
+    assert status == 200, answer
+    assert answer["response"]["allowed"] is True
