@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -128,7 +129,9 @@ def network_gbps(node: Mapping[str, Any]) -> float:
         value = float(raw) if raw is not None else names.DEFAULT_NETWORK_GBPS
     except (TypeError, ValueError):
         return names.DEFAULT_NETWORK_GBPS
-    return value if value > 0 else names.DEFAULT_NETWORK_GBPS
+    # "inf" and "1e999" parse as floats too; an infinite network made the cost model divide
+    # by zero for every gang that could span that node
+    return value if 0 < value < math.inf else names.DEFAULT_NETWORK_GBPS
 
 
 def allocatable_gpus(node: Mapping[str, Any]) -> int | None:

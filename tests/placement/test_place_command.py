@@ -139,3 +139,18 @@ def test_place_answer_does_not_depend_on_hash_seed(tmp_path):
         outs.add(done.stdout)
     assert len(outs) == 1
     assert json.loads(outs.pop())["feasible"] is True
+
+
+@pytest.mark.parametrize("value", ["inf", "Infinity", "1e999", "nan", "-5", "fast"])
+def test_unusable_network_annotation_falls_back_to_the_default(tmp_path, capsys, value):
+    """A node's gputopo.io/network-gbps that is not a finite positive number is ignored; an
+    infinite one used to crash every multi-node solve with ZeroDivisionError."""
+    seven = "0,1,2,3,4,5,6"  # one GPU free per node: the gang must span both
+    path = write_cluster(tmp_path / "cluster.yaml", bound={"dgx1-a": seven, "dgx1-b": seven})
+    docs = list(yaml.safe_load_all(path.read_text()))
+    for doc in docs[:2]:
+        doc["metadata"]["annotations"][names.NETWORK_GBPS_ANNOTATION] = value
+    path.write_text(yaml.safe_dump_all(docs), encoding="utf-8")
+    doc = run_json(capsys, "--cluster", str(path), "--replicas", "2", "--gpus-per-replica", "1")
+    assert doc["feasible"] is True
+    assert doc["busBandwidthGBps"] == pytest.approx(names.DEFAULT_NETWORK_GBPS / 8)
