@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -45,3 +46,21 @@ def test_documented_minimum_kubernetes_accepts_every_generated_field(repo: Path)
     assert needed, "the webhook Deployment's preStop sleep hook is expected in manifests/"
     too_new = {k: why for k, (minor, why) in needed.items() if minor > documented}
     assert not too_new, f"docs/install.md says 1.{documented}, but: {too_new}"
+
+
+def test_seed_pytorchjob_section_says_where_the_job_really_goes(repo: Path, run_cli):
+    """install.md step 7/8: the seed PyTorchJob through the real admission code (the pods
+    the training operator makes of it, on the demo's two DGX-1 nodes)."""
+    text = " ".join((repo / "docs" / "install.md").read_text(encoding="utf-8").split())
+    code, out, err = run_cli("mutate", str(repo / "policies/tests/ack-pytorch/resources.yaml"))
+    assert code == 0, err
+    pods = [d for d in yamlio.load_documents_text(out) if d.get("kind") == "Pod"]
+    records = [json.loads(p["metadata"]["annotations"]["gputopo.io/placement"]) for p in pods]
+    nodes = {r["node"] for r in records if r.get("placed")}
+    assert len(records) == 2 and nodes
+    if len(nodes) > 1:
+        assert "talking over NVLink" not in text
+        # the warning the guide quotes is the one the webhook gives
+        quoted = re.search(r"\(`(its GPU replicas all claim host port [^`]*)`\)", text)
+        assert quoted, "install.md does not quote the host-port warning"
+        assert quoted.group(1) in " ".join(err.split()), (quoted.group(1), err)
