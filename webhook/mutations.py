@@ -88,7 +88,12 @@ def host_namespaces(spec: dict[str, Any], policy: Policy, r: Result) -> None:
         have = spec.get(key)
         if have is want:
             continue
-        if want is True and have in (None, False):
+        if want is True and key == "hostPID" and spec.get("shareProcessNamespace") is True:
+            # the API server rejects the pair: "ShareProcessNamespace and HostPID cannot
+            # both be enabled"
+            r.conflicts.append("spec.shareProcessNamespace is true, which hostPID forbids; "
+                               "hostPID not set")
+        elif want is True and have in (None, False):
             spec[key] = True
             r.did("host-namespaces")
         elif want is False and have is True:

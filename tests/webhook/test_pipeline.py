@@ -219,3 +219,18 @@ def test_hugepages_only_go_where_the_api_server_accepts_them(make_admitter, tmp_
     with_memory["spec"]["containers"][0]["resources"]["limits"]["memory"] = "100Gi"
     out, _ = admit(admitter, with_memory)
     assert out["spec"]["containers"][0]["resources"]["limits"]["hugepages-1Gi"] == "15Gi"
+
+
+def test_host_pid_is_not_set_beside_a_shared_process_namespace(make_admitter):
+    """The API server rejects hostPID together with shareProcessNamespace (a pod with a
+    sidecar that inspects the trainer): the shipped policy must not add hostPID there."""
+    job = pytorch_job(ns="team")
+    admitter = make_admitter([namespace("team"), job])
+    pod = operator_pod(job, "worker", 0)
+    pod["spec"]["shareProcessNamespace"] = True
+    out, resp = admit(admitter, pod)
+    assert "hostPID" not in out["spec"] and out["spec"]["shareProcessNamespace"] is True
+    assert any("shareProcessNamespace" in w for w in resp["response"]["warnings"])
+    assert out["spec"]["hostNetwork"] is True and out["spec"]["hostIPC"] is True
+    again, resp = admit(admitter, out)
+    assert again == out and "patch" not in resp["response"]
