@@ -215,6 +215,11 @@ def volume_mounts(spec: dict[str, Any], policy: Policy, r: Result) -> None:
                     f"{where}: mount at {want['mountPath']} differs from the policy's; kept")
 
 
+def _escalation_clash(sc: dict[str, Any]) -> bool:
+    """The API server rejects ``privileged: true`` with ``allowPrivilegeEscalation: false``."""
+    return sc.get("privileged") is True and sc.get("allowPrivilegeEscalation") is False
+
+
 def security_context(spec: dict[str, Any], policy: Policy, r: Result) -> None:
     want = policy.mutations.security_context
     if not want:
@@ -224,7 +229,14 @@ def security_context(spec: dict[str, Any], policy: Policy, r: Result) -> None:
         sc = c.get("securityContext")
         if not isinstance(sc, dict):
             sc = {}
-        if merge_missing(sc, want, "securityContext", conflicts):
+        wanted = want
+        present = {k: v for k, v in sc.items() if v is not None}
+        if not _escalation_clash(sc) and _escalation_clash({**want, **present}):
+            clash = [k for k in ("privileged", "allowPrivilegeEscalation") if k not in present]
+            conflicts.append(f"securityContext.{clash[0]} not set: the API server rejects "
+                             "privileged: true with allowPrivilegeEscalation: false")
+            wanted = {k: v for k, v in want.items() if k not in clash}
+        if merge_missing(sc, wanted, "securityContext", conflicts):
             c["securityContext"] = sc
             r.did("security-context")
         r.conflicts.extend(f"{where}: {text}; kept" for text in conflicts)

@@ -234,3 +234,25 @@ def test_host_pid_is_not_set_beside_a_shared_process_namespace(make_admitter):
     assert out["spec"]["hostNetwork"] is True and out["spec"]["hostIPC"] is True
     again, resp = admit(admitter, out)
     assert again == out and "patch" not in resp["response"]
+
+
+def test_privileged_is_not_added_beside_allow_privilege_escalation_false(make_admitter,
+                                                                          tmp_path):
+    """The API server rejects privileged: true with allowPrivilegeEscalation: false (a
+    hardened worker template): the policy's privileged is not added there, with a warning;
+    the rest of its securityContext is."""
+    write_policy(tmp_path, "priv", extra=(
+        "    securityContext: {privileged: true, capabilities: {add: [IPC_LOCK]}}\n"))
+    job = pytorch_job(ns="team")
+    admitter = make_admitter([namespace("team"), job], tmp_path)
+    pod = operator_pod(job, "worker", 0)
+    pod["spec"]["containers"][0]["securityContext"] = {"allowPrivilegeEscalation": False}
+    out, resp = admit(admitter, pod)
+    sc = out["spec"]["containers"][0]["securityContext"]
+    assert sc == {"allowPrivilegeEscalation": False, "capabilities": {"add": ["IPC_LOCK"]}}
+    assert any("privileged not set" in w for w in resp["response"]["warnings"])
+    again, resp = admit(admitter, out)
+    assert again == out and "patch" not in resp["response"]
+    plain = operator_pod(job, "worker", 0)  # without the user's setting: privileged added
+    out, _ = admit(admitter, plain)
+    assert out["spec"]["containers"][0]["securityContext"]["privileged"] is True
