@@ -15,6 +15,7 @@ The wire form is the ``gputopo.io/topology`` annotation (CONTRACT.md)::
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -157,8 +158,8 @@ class Topology:
             raise TopologyError("gpus: must be a list")
         gpus = []
         for k, g in enumerate(raw_gpus):
-            if not isinstance(g, dict) or not _is_int(g.get("index")):
-                raise TopologyError(f"gpus[{k}]: needs an integer 'index'")
+            if not isinstance(g, dict) or not _is_int(g.get("index")) or g["index"] < 0:
+                raise TopologyError(f"gpus[{k}]: needs an integer 'index' >= 0")
             numa = g.get("numa")
             if numa is not None and not _is_int(numa):
                 raise TopologyError(f"gpus[{k}].numa: must be an integer")
@@ -174,12 +175,29 @@ class Topology:
                 raise TopologyError("bandwidthGBps: must be a list of lists of numbers")
             for a, row in enumerate(measured):
                 for b, x in enumerate(row):
-                    if isinstance(x, bool) or not isinstance(x, int | float) or x < 0:
-                        raise TopologyError(f"bandwidthGBps[{a}][{b}]: must be a number >= 0")
+                    # json.loads accepts NaN and Infinity; neither is a bandwidth, and both
+                    # would come back out as invalid JSON (busBandwidthGBps: Infinity)
+                    if (
+                        isinstance(x, bool)
+                        or not isinstance(x, int | float)
+                        or not math.isfinite(x)
+                        or x < 0
+                    ):
+                        raise TopologyError(
+                            f"bandwidthGBps[{a}][{b}]: must be a finite number >= 0"
+                        )
             measured_t = tuple(tuple(float(x) for x in row) for row in measured)
         generation = value.get("generation")
         if generation is not None and not isinstance(generation, str):
             raise TopologyError("generation: must be a string")
+        from gputopo.topology.bandwidth import GENERATIONS
+
+        if generation is not None and generation not in GENERATIONS:
+            # refused here, where a bad node is left out, not in the solver's first use of
+            # the bandwidth table, which failed the whole placement
+            raise TopologyError(
+                f"generation: unknown {generation!r} (known: {', '.join(GENERATIONS)})"
+            )
         return cls(
             gpus=tuple(gpus),
             links=tuple(tuple(c.strip().upper() for c in row) for row in links),

@@ -45,6 +45,11 @@ def test_annotation_round_trip_with_measurements(topo: Topology) -> None:
         {"gpus": [{"index": 0}, {"index": 0}], "links": [["X", "NV1"], ["NV1", "X"]]},
         {"links": [["X", "NV1"], ["NV1", "X"]], "bandwidthGBps": [[0, -1], [-1, 0]]},
         {"links": [["X", "NV1"], ["NV1", "X"]], "generation": 3},
+        # json.loads takes NaN/Infinity; a node with them must be left out, not rated inf
+        '{"links": [["X", "NV1"], ["NV1", "X"]], "bandwidthGBps": [[0, Infinity], [1, 0]]}',
+        '{"links": [["X", "NV1"], ["NV1", "X"]], "bandwidthGBps": [[0, NaN], [1, 0]]}',
+        {"links": [["X", "NV1"], ["NV1", "X"]], "generation": "nvlink9"},
+        {"gpus": [{"index": -1}, {"index": 0}], "links": [["X", "NV1"], ["NV1", "X"]]},
     ],
 )
 def test_bad_annotations_are_refused(value: object) -> None:
