@@ -86,6 +86,10 @@ def host_namespaces(spec: dict[str, Any], policy: Policy, r: Result) -> None:
         if want is None:
             continue
         have = spec.get(key)
+        if want is True and have is not True and spec.get("hostUsers") is False:
+            # the API server forbids every host namespace "when pod.Spec.HostUsers is false"
+            r.conflicts.append(f"spec.hostUsers is false, which forbids {key}; {key} not set")
+            continue
         if have is want:
             continue
         if want is True and key == "hostPID" and spec.get("shareProcessNamespace") is True:

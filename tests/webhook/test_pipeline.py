@@ -256,3 +256,19 @@ def test_privileged_is_not_added_beside_allow_privilege_escalation_false(make_ad
     plain = operator_pod(job, "worker", 0)  # without the user's setting: privileged added
     out, _ = admit(admitter, plain)
     assert out["spec"]["containers"][0]["securityContext"]["privileged"] is True
+
+
+def test_host_namespaces_are_not_set_in_a_user_namespace_pod(make_admitter):
+    """``hostUsers: false`` (a user-namespaced pod): the API server forbids hostNetwork,
+    hostIPC and hostPID there, so the shipped policy sets none of them and says so."""
+    job = pytorch_job(ns="team")
+    admitter = make_admitter([namespace("team"), job])
+    pod = operator_pod(job, "worker", 0)
+    pod["spec"]["hostUsers"] = False
+    out, resp = admit(admitter, pod)
+    assert not {"hostNetwork", "hostIPC", "hostPID"} & set(out["spec"])
+    warnings = " | ".join(resp["response"]["warnings"])
+    assert all(f"forbids {k}" in warnings for k in ("hostNetwork", "hostIPC", "hostPID"))
+    assert out["metadata"]["labels"][names.GANG_LABEL] == job["metadata"]["name"]
+    again, resp = admit(admitter, out)
+    assert again == out and "patch" not in resp["response"]
