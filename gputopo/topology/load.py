@@ -22,16 +22,25 @@ def read_topology_file(path: str) -> Topology:
         if path == "-":
             import sys
 
-            text = sys.stdin.read()
+            data = sys.stdin.buffer.read()
         else:
-            text = Path(path).read_text(encoding="utf-8", errors="replace")
+            data = Path(path).read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read: {exc.strerror or exc}", file=path) from exc
-    return parse_topology_text(text, source=path)
+    return parse_topology_text(_decode(data), source=path)
+
+
+def _decode(data: bytes) -> str:
+    """UTF-8, or UTF-16 when the file starts with its byte-order mark: what Windows
+    PowerShell 5 writes for ``nvidia-smi topo -m > topo.txt``."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return data.decode("utf-16", errors="replace")
+    return data.decode("utf-8", errors="replace")
 
 
 def parse_topology_text(text: str, *, source: str | None = None) -> Topology:
     """Annotation JSON (or an ACK ConfigMap as JSON/YAML), else ``nvidia-smi topo -m`` text."""
+    text = text.removeprefix("\ufeff")  # a byte-order mark (Notepad's UTF-8) is no content
     stripped = text.lstrip()
     if stripped.startswith("{"):
         try:

@@ -69,3 +69,21 @@ def test_line_endings_and_trailing_blanks_do_not_matter() -> None:
     base = parse_nvidia_smi(text)
     assert parse_nvidia_smi(text.replace("\n", "\r\n")) == base
     assert parse_nvidia_smi("\n".join(line + "   " for line in text.splitlines())) == base
+
+
+@pytest.mark.parametrize(
+    ("label", "encode"),
+    [
+        ("utf-8 with a byte-order mark (Notepad)", lambda t: b"\xef\xbb\xbf" + t.encode()),
+        ("utf-16 (Windows PowerShell 5 `>`)", lambda t: t.encode("utf-16")),
+        ("utf-16 big-endian with its mark", lambda t: b"\xfe\xff" + t.encode("utf-16-be")),
+    ],
+)
+def test_windows_saved_listings_parse(tmp_path, capsys, label, encode) -> None:
+    from gputopo.cli import main
+
+    text = (DATA.parent.parent / "fixtures" / "topologies" / "dgx1-v100.txt").read_text()
+    path = tmp_path / "topo.txt"
+    path.write_bytes(encode(text.replace("\n", "\r\n")))
+    assert main(["topology", "parse", str(path)]) == 0, label
+    assert Topology.from_annotation(capsys.readouterr().out) == parse_nvidia_smi(text)
