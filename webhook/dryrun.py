@@ -10,6 +10,7 @@ cluster view, so gang state (reservations, placed siblings) carries to the next 
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +52,25 @@ def _label(obj: Mapping[str, Any]) -> str:
     return f"{obj.get('kind')} {ns}/{name}"
 
 
+def _json_value(value: object) -> str:
+    """An unquoted YAML timestamp (``creationTimestamp: 2024-05-01T10:00:00Z``) is a string
+    to Kubernetes, as its YAML-to-JSON reader keeps it; PyYAML makes it a datetime."""
+    if isinstance(value, datetime.datetime):
+        text = value.isoformat()
+        return text[:-6] + "Z" if text.endswith("+00:00") else text
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    raise TypeError(f"a {type(value).__name__} value is not JSON")
+
+
+def _as_json(pod: dict[str, Any], file: str, label: str) -> dict[str, Any]:
+    """The pod as the API server would send it: JSON values only."""
+    try:
+        return json.loads(json.dumps(pod, default=_json_value))
+    except (TypeError, ValueError) as exc:
+        raise InputError(str(exc), file=file, obj=label) from None
+
+
 def _generated_name_only(doc: object) -> bool:
     """A Pod named by ``metadata.generateName`` alone, as a batch Job (the mpi-operator
     v2beta1 launcher) creates it: the API server assigns the name only after admission."""
@@ -79,7 +99,8 @@ def read_inputs(files: Sequence[Path]) -> tuple[list[InputPod], list[dict[str, A
                     raise InputError("a List item is not an object", file=str(path),
                                      obj=f"document {k + 1}")
                 if item.get("kind") == "Pod":
-                    pods.append(InputPod(item, str(path), _label(item)))
+                    label = _label(item)
+                    pods.append(InputPod(_as_json(item, str(path), label), str(path), label))
                 else:
                     others.append(item)
     return pods, others

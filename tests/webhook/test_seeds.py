@@ -216,3 +216,19 @@ def test_mutate_takes_a_launcher_pod_named_by_generate_name(capsys, tmp_path):
     assert launcher in pods  # admitted unchanged: no GPU
     assert sum(p["metadata"].get("labels", {}).get(names.GANG_REPLICA_LABEL) == "4"
                for p in pods) == 4
+
+
+def test_mutate_takes_unquoted_timestamps_as_kubernetes_does(capsys, tmp_path):
+    """``creationTimestamp: 2024-05-01T10:00:00Z`` unquoted (a pod saved by hand or by
+    a tool) is a string to Kubernetes; the dry run must not crash on it."""
+    text = (SEED_CASES / "ack-pytorch" / "resources.yaml").read_text()
+    docs = load_documents_text(text)
+    f = tmp_path / "in.yaml"
+    f.write_text(text.replace("\nmetadata:\n", "\nmetadata:\n  creationTimestamp: "
+                              "2024-05-01T10:00:00Z\n"))
+    code = main(["mutate", str(f)])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    pods = [p for p in load_documents_text(out.out) if p["kind"] == "Pod"]
+    assert len(pods) == sum(d["kind"] == "Pod" for d in docs)
+    assert all(p["metadata"]["creationTimestamp"] == "2024-05-01T10:00:00Z" for p in pods)
