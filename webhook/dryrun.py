@@ -80,6 +80,21 @@ def _generated_name_only(doc: object) -> bool:
             and bool(meta["generateName"]))
 
 
+def _check_input_object(doc: object, file: str, position: int) -> None:
+    """A Kubernetes object with a name (or a Pod's generateName) and, if any, a string
+    namespace: the cluster view indexes objects by both."""
+    named = doc
+    if _generated_name_only(doc):
+        assert isinstance(doc, dict)
+        named = {**doc, "metadata": {**doc["metadata"], "name": doc["metadata"]["generateName"]}}
+    check_object(named, file=file, position=position)
+    assert isinstance(doc, dict)
+    namespace = doc["metadata"].get("namespace") if not doc["kind"].endswith("List") else None
+    if namespace is not None and not isinstance(namespace, str):
+        raise InputError("metadata.namespace must be a string", file=file,
+                         obj=f"document {position + 1} ({doc['kind']})")
+
+
 def read_inputs(files: Sequence[Path]) -> tuple[list[InputPod], list[dict[str, Any]]]:
     """Pods to admit (in order) and the other objects (Namespaces, jobs) of the files."""
     pods: list[InputPod] = []
@@ -87,17 +102,15 @@ def read_inputs(files: Sequence[Path]) -> tuple[list[InputPod], list[dict[str, A
     for path in files:
         docs = load_documents(path)
         for k, doc in enumerate(docs):
-            named = doc
-            if _generated_name_only(doc):
-                named = {**doc, "metadata": {**doc["metadata"],
-                                             "name": doc["metadata"]["generateName"]}}
-            check_object(named, file=str(path), position=k)
+            _check_input_object(doc, str(path), k)
             items = doc["items"] if doc["kind"].endswith("List") and isinstance(
                 doc.get("items"), list) else [doc]
             for item in items:
                 if not isinstance(item, dict):
                     raise InputError("a List item is not an object", file=str(path),
                                      obj=f"document {k + 1}")
+                if item is not doc:
+                    _check_input_object(item, str(path), k)
                 if item.get("kind") == "Pod":
                     label = _label(item)
                     pods.append(InputPod(_as_json(item, str(path), label), str(path), label))

@@ -121,6 +121,20 @@ def test_bad_input_file_exits_2_naming_file_and_object(capsys, tmp_path):
     assert str(f) in err and "Pod x/p" in err and "not a quantity" in err
 
 
+@pytest.mark.parametrize("doc", [
+    "apiVersion: batch/v1\nkind: Job\nmetadata: {name: j, namespace: {a: 1}}\n",
+    "apiVersion: v1\nkind: List\nitems: [{apiVersion: batch/v1, kind: Job, metadata: {}}]\n",
+])
+def test_malformed_non_pod_input_exits_2_naming_the_file(capsys, tmp_path, doc):
+    """Jobs and List items are checked like top-level objects (a namespace that is not a
+    string crashed the cluster view's index with a stack trace)."""
+    f = tmp_path / "bad.yaml"
+    f.write_text(doc)
+    assert main(["mutate", str(f)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(f) in err[0] and "document 1" in err[0]
+
+
 def test_policy_test_command_passes_on_shipped_policies(capsys):
     assert main(["policy", "test", str(POLICIES)]) == 0
     out = capsys.readouterr().out
