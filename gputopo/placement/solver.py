@@ -239,7 +239,12 @@ def _infeasible_reason(
     g, r, total = gang.gpus_per_replica, gang.replicas, gang.total_gpus
     shape = f"{r} x {g} GPU{'s' if g > 1 else ''}"
     if not nodes:
-        return f"no node is activated for topology placement, so {shape} cannot be placed"
+        # the cluster view leaves activated nodes with unusable topology data out, too
+        return (
+            "no node is activated for topology placement with usable topology data "
+            "(label ack.node.gpu.schedule=topology, annotation gputopo.io/topology or an ACK "
+            f"report), so {shape} cannot be placed"
+        )
     cluster_gpus = sum(len(n.topology.gpus) for n in nodes)
     if total > cluster_gpus:
         return (

@@ -154,3 +154,16 @@ def test_unusable_network_annotation_falls_back_to_the_default(tmp_path, capsys,
     doc = run_json(capsys, "--cluster", str(path), "--replicas", "2", "--gpus-per-replica", "1")
     assert doc["feasible"] is True
     assert doc["busBandwidthGBps"] == pytest.approx(names.DEFAULT_NETWORK_GBPS / 8)
+
+
+def test_activated_nodes_with_bad_topology_are_not_called_unactivated(tmp_path, capsys):
+    """Both nodes carry the activation label but an unusable annotation: the reason must
+    not send the user to the labels alone."""
+    path = write_cluster(tmp_path / "cluster.yaml")
+    docs = list(yaml.safe_load_all(path.read_text()))
+    for doc in docs:
+        doc["metadata"]["annotations"][names.TOPOLOGY_ANNOTATION] = "{not json"
+    path.write_text(yaml.safe_dump_all(docs), encoding="utf-8")
+    doc = run_json(capsys, "--cluster", str(path), "--replicas", "1", "--gpus-per-replica", "1")
+    assert doc["feasible"] is False
+    assert "usable topology data" in doc["reason"]
