@@ -12,6 +12,7 @@ about content:
 - NIC rows and columns are read but only GPU-GPU links go into the topology; NIC rows may
   be shorter (no affinity fields);
 - the ``Legend:`` block and the ``NIC Legend:`` block under the matrix are skipped;
+- ``SOC``, what older drivers printed for ``SYS``, is read as ``SYS``;
 - a GPU's NUMA node comes from ``NUMA Affinity`` when it is one number; a range ("0-7",
   a GPU close to several NUMA nodes) or N/A leaves it unknown, as does a missing column.
 
@@ -33,6 +34,7 @@ _GPU = re.compile(r"^GPU(\d+)$")
 _AFFINITY_NAMES = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 _LEGEND = re.compile(r"^\s*(NIC\s+)?Legend\s*:", re.IGNORECASE)
 _DEVICE = re.compile(r"^(GPU\d+|NIC\d+|mlx\d+_\d+|[A-Za-z][\w.-]*\d)$")
+_CURRENT = {"SOC": "SYS"}  # legend codes renamed by newer drivers
 
 
 @dataclass(frozen=True)
@@ -166,7 +168,8 @@ def _build(
     for d in names:
         if d not in rows:
             raise TopologyError(f"no row for {d}", file=source, obj=f"line {header.line_no}")
-    matrix = [[rows[d][1][p] for p, _ in gpu_cols] for d in names]
+    # SOC is the old drivers' name of SYS; the annotation speaks the contract's legend
+    matrix = [[_CURRENT.get(c, c) for c in (rows[d][1][p] for p, _ in gpu_cols)] for d in names]
     for a, d in enumerate(names):
         for b, e in enumerate(names):
             code = matrix[a][b]

@@ -87,3 +87,10 @@ def test_windows_saved_listings_parse(tmp_path, capsys, label, encode) -> None:
     path.write_bytes(encode(text.replace("\n", "\r\n")))
     assert main(["topology", "parse", str(path)]) == 0, label
     assert Topology.from_annotation(capsys.readouterr().out) == parse_nvidia_smi(text)
+
+
+def test_old_drivers_soc_becomes_the_contracts_sys() -> None:
+    """The annotation speaks the contract's legend (X, NV#, PIX, PXB, PHB, NODE, SYS)."""
+    topo = data("old-driver-soc.txt")
+    assert topo.link(0, 2) == "SYS"
+    assert "SOC" not in topo.to_json()
