@@ -7,6 +7,7 @@ both call these functions.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -170,10 +171,17 @@ def node_state(
         )
     lab = labels(node)
     known = set(topo.indices)
+    held = set(used)
+    if ack_report is not None:
+        # GPUs the ACK report marks unhealthy are never handed out: as good as in use.
+        from gputopo.topology.ack_report import unhealthy_gpus
+
+        with contextlib.suppress(TopologyError):  # unreadable health says nothing
+            held |= unhealthy_gpus(ack_report)
     return NodeState(
         name=name,
         topology=topo,
-        used=frozenset(i for i in used if i in known),
+        used=frozenset(i for i in held if i in known),
         zone=lab.get(names.ZONE_LABEL),
         rack=lab.get(names.RACK_LABEL),
         network_gbps=network_gbps(node),

@@ -604,7 +604,7 @@ class ClusterView:
                     used = self._used.get(name)
                     if used:
                         known = set(base.topology.indices)
-                        final = replace(base, used=frozenset(
+                        final = replace(base, used=base.used | frozenset(
                             g for gs in used.values() for g in gs if g in known))
                     self._final[name] = final
                 out.append(final)

@@ -286,3 +286,16 @@ def test_pinned_pods_waiting_for_the_scheduler_hold_their_gpus(kube, view) -> No
     assert view.node_states()[0].used == {2, 3}
     kube.remove(_pinned_pod("waiting", "a", "2,3"))
     assert wait_for(lambda: view.node_states()[0].used == frozenset())
+
+
+def test_gpus_an_ack_report_marks_unhealthy_are_never_offered(kube, view) -> None:
+    kube.apply(node("ack", topology=None))
+    cm = report_configmap(Topology.from_annotation(TOPO), node="ack")
+    devices = json.loads(cm["data"]["devices"])
+    devices["3"] = "Unhealthy"
+    cm["data"]["devices"] = json.dumps(devices)
+    kube.apply(cm)
+    kube.apply(bound_pod("p", "ack", "0"))
+    view.start()
+    assert view.wait_synced(5)
+    assert wait_for(lambda: [s.used for s in view.node_states()] == [{0, 3}])

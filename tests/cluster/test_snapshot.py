@@ -54,3 +54,17 @@ def test_bad_cluster_file_names_file_and_object(tmp_path: Path) -> None:
     with pytest.raises(InputError) as exc:
         ClusterSnapshot.from_file(path)
     assert str(path) in str(exc.value) and "metadata.name" in str(exc.value)
+
+
+def test_unhealthy_gpus_of_an_ack_report_count_as_used(tmp_path: Path) -> None:
+    from gputopo.topology.ack_report import report_configmap
+    from gputopo.topology.model import Topology
+
+    cm = report_configmap(Topology.from_annotation(dgx1_annotation()), node="ack")
+    devices = json.loads(cm["data"]["devices"])
+    devices["5"] = "Unhealthy"
+    cm["data"]["devices"] = json.dumps(devices)
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump_all([node("ack", topology=None), cm]))
+    (state,) = ClusterSnapshot.from_file(path).node_states()
+    assert state.used == {5}
