@@ -50,6 +50,7 @@ from gputopo.cluster.reservations import (
 from gputopo.placement.types import GangRequest, NodeState, Placement, ReplicaSlot
 from webhook import metrics
 from webhook.jobs import pod_gpus
+from webhook.node_fit import node_fits
 from webhook.placement_mutations import (
     GPU_RESOURCES,
     apply_slot,
@@ -174,6 +175,30 @@ def replica_ordinal(specs: object, gpu_types: Mapping[str, int], replica_type: s
         count = rs.get("replicas", 1) if isinstance(rs, Mapping) else 1
         offset += count if isinstance(count, int) and count >= 0 else 1
     return index
+
+
+def nodes_for_pod(ctx: AdmissionContext) -> tuple[list[NodeState], int]:
+    """The topology nodes this pod could be scheduled on at all (its nodeSelector, required
+    node affinity and tolerations), and how many were ruled out. A node whose object the
+    cluster view does not hold is kept: nothing is known against it."""
+    nodes = ctx.cluster.node_states()
+    spec = ctx.pod.get("spec") if isinstance(ctx.pod.get("spec"), dict) else {}
+    fit = []
+    for n in nodes:
+        node = ctx.cluster.object(api_version="v1", kind="Node", namespace=None, name=n.name)
+        if node is None or node_fits(spec, node):
+            fit.append(n)
+    return fit, len(nodes) - len(fit)
+
+
+def _ruled_out(reason: str, fit: Sequence[NodeState], excluded: int) -> str:
+    if not excluded:
+        return reason
+    if not fit:
+        return (f"none of the {excluded} topology node(s) fits the pod's nodeSelector, "
+                f"required node affinity and tolerations")
+    return (f"{reason} ({excluded} node(s) left out: the pod's nodeSelector, required node "
+            f"affinity or missing tolerations rule them out)")
 
 
 class PlacementStep:
@@ -313,7 +338,7 @@ class PlacementStep:
         except ReservationUnavailable as exc:
             log.warning("placement: expiring reservations failed (next gang retries): %s", exc)
         for attempt in range(1, self.max_attempts + 1):
-            bound = ctx.cluster.node_states()
+            bound, excluded = nodes_for_pod(ctx)
             held = self.store.held_gpus()
             placement = self.solver(exclude_held(bound, held), gang)
             if not placement.feasible:
@@ -325,7 +350,8 @@ class PlacementStep:
                 existing = self._await_reservation(key) if waiting else self.store.get(key)
                 if existing is not None:
                     return existing, False
-                return Unplaced(placement.reason or "no feasible placement")
+                return Unplaced(_ruled_out(placement.reason or "no feasible placement",
+                                           bound, excluded))
             try:
                 res = self.store.reserve(key, placement)
             except ReservationConflict as exc:
@@ -381,10 +407,12 @@ class PlacementStep:
         try:
             res = self.store.get(key)
             if res is None:
-                nodes = exclude_held(ctx.cluster.node_states(), self.store.held_gpus())
+                fit, excluded = nodes_for_pod(ctx)
+                nodes = exclude_held(fit, self.store.held_gpus())
                 placement = self.solver(nodes, gang)
                 if not placement.feasible:
-                    return Unplaced(placement.reason or "no feasible placement")
+                    return Unplaced(_ruled_out(placement.reason or "no feasible placement",
+                                               fit, excluded))
                 res = GangReservation.from_placement(key, placement, now=0.0, ttl_seconds=0.0)
                 # Nothing is assigned in a preview, so "lowest free slot" would show slot 0
                 # to every replica; the replica's position in the gang (types in spec
