@@ -45,10 +45,12 @@ def _requirement(req: object, value_of: Mapping[str, Any],
     if not isinstance(req, Mapping):
         return False
     key, op = req.get("key"), req.get("operator")
+    if not isinstance(key, str):
+        return False
     if key in unknown:
         return True
     values = req.get("values") if isinstance(req.get("values"), list) else []
-    have = value_of.get(key) if isinstance(key, str) else None
+    have = value_of.get(key)
     if op == "In":
         return have is not None and have in values
     if op == "NotIn":

@@ -59,3 +59,16 @@ def test_a_cordoned_node_fits_only_pods_tolerating_it():
     assert node_fits({}, node) is False
     assert node_fits({"tolerations": [{"key": "node.kubernetes.io/unschedulable",
                                        "operator": "Exists", "effect": "NoSchedule"}]}, node)
+
+
+@pytest.mark.parametrize("junk", [None, 1, "x", [], {}, [{}], {"a": 1}])
+def test_malformed_constraints_never_raise(junk):
+    """The review parser does not look inside affinity or tolerations: whatever a client
+    sends there must not crash the placement step."""
+    for spec in ({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                     "nodeSelectorTerms": [{"matchExpressions": [
+                         {"key": junk, "operator": "In", "values": junk}]}]}}}},
+                 {"affinity": {"nodeAffinity": junk}}, {"tolerations": junk},
+                 {"tolerations": [{"key": junk, "operator": junk, "effect": junk}]}):
+        node_fits(spec, NODE)
+        node_fits(spec, {"metadata": junk, "spec": {"taints": [junk]}})
