@@ -118,3 +118,20 @@ def test_shipped_policies_load():
     assert ack.mutations.scheduler_name == names.SCHEDULER_NAME
     assert tke.match.job_labels == {names.TACO_HARP_LABEL: names.TACO_HARP_VALUE}
     assert ack.priority < tke.priority
+
+
+def test_an_empty_policy_directory_is_an_error_not_a_silent_no_op(tmp_path):
+    """A broken mount or a wrong path: at start-up an error naming the directory; later,
+    emptied under a running server, the last good set stays in force."""
+    with pytest.raises(PolicyError) as info:
+        build_admitter(tmp_path, None, reload_interval_s=0)  # type: ignore[arg-type]
+    assert str(tmp_path) in info.value.line() and "no policy document" in info.value.line()
+
+    write_policy(tmp_path, "first")
+    store = PolicyStore(tmp_path)
+    assert store.reload() and store.ready
+    before = _failures()
+    (tmp_path / "first.yaml").unlink()
+    store.check()
+    assert _failures() == before + 1
+    assert [p.name for p in store.policies()] == ["first"]

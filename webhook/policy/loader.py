@@ -74,6 +74,10 @@ def load_policies(directory: Path) -> list[Policy]:
                 continue
             seen[policy.name] = source
             policies.append(policy)
+    if not errors and not policies:
+        # An empty directory is a broken mount or a wrong path far more often than a wish:
+        # a webhook that is ready but does nothing would hide it.
+        errors.append(PolicyError("no policy document (*.yaml) found", file=str(directory)))
     if errors:
         raise PolicySetError(errors)
     return order(policies)
