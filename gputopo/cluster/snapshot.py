@@ -56,9 +56,11 @@ class ClusterSnapshot:
         for k, doc in enumerate(docs):
             check_object(doc, file=str(path), position=k)
         items: list[dict[str, Any]] = []
-        for doc in docs:  # a `kubectl get -o yaml` List is flattened
+        for k, doc in enumerate(docs):  # a `kubectl get -o yaml` List is flattened
             if doc.get("kind", "").endswith("List") and isinstance(doc.get("items"), list):
-                items.extend(i for i in doc["items"] if isinstance(i, dict))
+                for item in doc["items"]:
+                    check_object(item, file=str(path), position=k)
+                    items.append(item)
             else:
                 items.append(doc)
         return cls(objects=items, source=str(path))
@@ -138,3 +140,6 @@ def check_object(doc: object, *, file: str, position: int) -> None:
     m = doc.get("metadata")
     if not isinstance(m, dict) or not isinstance(m.get("name"), str) or not m.get("name"):
         raise InputError("missing metadata.name", file=file, obj=f"{where} ({kind})")
+    if m.get("namespace") is not None and not isinstance(m.get("namespace"), str):
+        raise InputError("metadata.namespace must be a string", file=file,
+                         obj=f"{where} ({kind} {m['name']})")

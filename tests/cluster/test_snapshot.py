@@ -68,3 +68,15 @@ def test_unhealthy_gpus_of_an_ack_report_count_as_used(tmp_path: Path) -> None:
     path.write_text(yaml.safe_dump_all([node("ack", topology=None), cm]))
     (state,) = ClusterSnapshot.from_file(path).node_states()
     assert state.used == {5}
+
+
+@pytest.mark.parametrize("doc", [
+    {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "namespace": {"a": 1}}},
+    {"apiVersion": "v1", "kind": "NodeList", "items": [{"kind": "Node", "metadata": {}}]},
+])
+def test_malformed_objects_in_a_cluster_file_are_one_line_errors(tmp_path: Path, doc) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(InputError) as info:
+        ClusterSnapshot.from_file(path)
+    assert str(path) in info.value.line()
