@@ -336,7 +336,10 @@ def test_k8s_replicas_killed_mid_write_leak_nothing_and_double_nothing() -> None
                 p.wait(10)
                 killed += 1
         recovery = KubernetesReservationStore(ac, claim_grace_seconds=0.5)
-        time.sleep(0.6)  # past the claim grace: whatever a dead writer claimed is now dead
+        # past the claim grace: whatever a dead writer claimed is now dead. The margin
+        # covers a write the double was still finishing when its client was killed (on a
+        # loaded 2-core machine that took over 0.1 s and left a claim younger than grace).
+        time.sleep(1.5)
         recovery.expire(now=0)  # sweep (TTL far away for now=0: nothing expires)
         cms = client.CoreV1Api(ac).list_namespaced_config_map("gputopo-system").items
         gangs = [json.loads(c.data["reservation"]) for c in cms
