@@ -13,6 +13,7 @@ import base64
 import json
 import os
 import re
+import ssl
 import subprocess
 import sys
 import threading
@@ -87,16 +88,21 @@ def servers(kube, jobs, tmp_path):
             p.wait(timeout=10)
 
 
+def _trust(ca: str) -> ssl.SSLContext:
+    """A client context trusting only our CA (httpx deprecates ``verify=<path>``)."""
+    return ssl.create_default_context(cafile=ca)
+
+
 def _ready(url: str, ca: str) -> bool:
     """``/readyz`` answers 200 (the socket may be bound a moment before it accepts)."""
     try:
-        return httpx.get(f"{url}/readyz", verify=ca).status_code == 200
+        return httpx.get(f"{url}/readyz", verify=_trust(ca)).status_code == 200
     except httpx.TransportError:
         return False
 
 
 def _admit_all(url: str, ca: str, pods: list[dict], out: list[dict]) -> None:
-    with httpx.Client(verify=ca, timeout=30) as http:
+    with httpx.Client(verify=_trust(ca), timeout=30) as http:
         for i, pod in enumerate(pods):
             r = http.post(f"{url}/mutate", content=review_body(pod, f"{url}-{i}"))
             response = r.json()["response"]
