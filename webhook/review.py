@@ -30,7 +30,9 @@ class BadReview(InputError):
     """The body is not a well-formed ``admission.k8s.io/v1`` AdmissionReview."""
 
     def __init__(self, reason: str, *, path: str | None = None) -> None:
-        super().__init__(reason, obj=path)
+        self.path = path
+        # the reason usually names the field already; say it once in the one-line message
+        super().__init__(reason, obj=None if path and path in reason else path)
 
 
 @dataclass(frozen=True)
