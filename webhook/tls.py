@@ -5,12 +5,16 @@ in the served namespaces then fails. Certificates are rotated by cert-manager or
 replacing the Secret; the kubelet then swaps the mounted files atomically (``tls.crt`` ->
 ``..data/tls.crt``, with ``..data`` a symlink re-pointed to a new timestamped directory).
 A webhook that reads its certificate once breaks at the first renewal, so this module polls
-the files and loads a changed pair into the SAME :class:`ssl.SSLContext` the server listens
-with: every new handshake then presents the new certificate, without a restart.
+the files and hands a changed pair to every new handshake on the :class:`ssl.SSLContext` the
+server listens with (through its SNI callback, below), without a restart.
 
 A new pair is first loaded into a scratch context: OpenSSL replaces the certificate before
 it checks the key, so loading a mismatched pair straight into the live context would leave
-it with the new certificate and the old key (and break every handshake). A rejected pair is
+it with the new certificate and the old key (and break every handshake). A good new pair
+goes into a FRESH context that the listening context's SNI callback (called on every
+handshake, with or without SNI) switches each new connection to: an SSLContext holds one
+certificate PER KEY TYPE, so loading an ECDSA pair over an RSA one would keep presenting
+the old (possibly expired) RSA certificate to clients that prefer RSA. A rejected pair is
 logged and counted (``CERT_RELOADS{result="failure"}``) and the old one stays in force.
 Loads run on the event loop thread, the only thread that starts handshakes, so the context
 is never changed under a handshake being set up.
@@ -112,6 +116,9 @@ class CertificateReloader:
         self.context = server_context()
         self._current = read_pair(cert_dir)
         load_pair(self.context, self._current)
+        #: the context new handshakes are switched to (see the module docstring)
+        self._active = self.context
+        self.context.sni_callback = self._switch
         self._rejected_digest: str | None = None
         log.info(
             "serving certificate serial %x from %s, valid until %s",
@@ -157,8 +164,9 @@ class CertificateReloader:
                 exc,
             )
             return False
-        load_pair(self.context, pair)
-        self._current, self._rejected_digest = pair, None
+        fresh = server_context()
+        load_pair(fresh, pair)
+        self._active, self._current, self._rejected_digest = fresh, pair, None
         CERT_RELOADS.labels(result="success").inc()
         log.info(
             "serving certificate reloaded: serial %x, valid until %s",
@@ -166,6 +174,13 @@ class CertificateReloader:
             pair.not_after.isoformat(),
         )
         return True
+
+    def _switch(self, ssl_object: ssl.SSLObject, server_name: str | None,
+                context: ssl.SSLContext) -> None:
+        """SNI callback of the listening context: hand the handshake the current pair."""
+        active = self._active
+        if active is not context:
+            ssl_object.context = active
 
     async def run(self) -> None:
         """Poll until cancelled. An unexpected error is logged and polling goes on: the

@@ -220,3 +220,80 @@ def test_rotation_under_load_drops_no_request(
             worker.join(10)
     assert errors == []
     assert served > 10
+
+
+def _rsa_pair(work_dir: Path) -> dict[str, bytes]:
+    """A self-signed RSA serving pair for localhost/127.0.0.1 (cert-manager's default
+    key type; ``generate certs`` makes ECDSA)."""
+    import datetime as dt
+    import ipaddress
+
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name)
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([
+            x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    crt = cert.public_bytes(serialization.Encoding.PEM)
+    return {"ca.crt": crt, "tls.crt": crt, "tls.key": key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption())}
+
+
+def _serial_seen(port: int, *, rsa_only: bool, sni: bool) -> int | None:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    if rsa_only:  # a TLS 1.2 client that can only verify RSA signatures
+        context.maximum_version = ssl.TLSVersion.TLSv1_2
+        context.set_ciphers("ECDHE-RSA-AES128-GCM-SHA256:ECDHE-RSA-AES256-GCM-SHA384")
+    try:
+        with (
+            socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+            context.wrap_socket(raw, server_hostname="localhost" if sni else None) as tls,
+        ):
+            der = tls.getpeercert(binary_form=True)
+    except ssl.SSLError:
+        return None
+    assert der is not None
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+def test_rotation_to_another_key_type_stops_presenting_the_old_certificate(
+    tmp_path: Path,
+) -> None:
+    """RSA -> ECDSA (and back): an SSLContext keeps one certificate per key type, so a
+    pair loaded over one of another type used to leave the OLD certificate presented to
+    clients preferring that type — after rotation, after its expiry, forever."""
+    secret = tmp_path / "secret"
+    first = _rsa_pair(tmp_path)
+    project_secret(secret, first)
+    (tmp_path / "ca.crt").write_bytes(first["ca.crt"])
+    running = start_server(StandInAdmitter(), secret, tmp_path / "ca.crt")
+    try:
+        old = serial_of(first["tls.crt"])
+        assert _serial_seen(running.port, rsa_only=True, sni=True) == old
+        second = make_pair(tmp_path / "ecdsa")
+        project_secret(secret, second)
+        new = serial_of(second["tls.crt"])
+        assert wait_for(lambda: presented_serial(running.port) == new)
+        for sni in (True, False):  # by name, and by IP (no SNI sent)
+            assert _serial_seen(running.port, rsa_only=False, sni=sni) == new
+            assert _serial_seen(running.port, rsa_only=True, sni=sni) != old
+        third = _rsa_pair(tmp_path / "again")
+        project_secret(secret, third)
+        assert wait_for(lambda: presented_serial(running.port) == serial_of(third["tls.crt"]))
+        assert _serial_seen(running.port, rsa_only=True, sni=False) == serial_of(
+            third["tls.crt"])
+    finally:
+        running.stop()
