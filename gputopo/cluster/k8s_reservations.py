@@ -227,7 +227,12 @@ class KubernetesReservationStore:
             if k == NODE_KEY:
                 continue
             try:
-                out[int(k)] = json.loads(v)
+                entry = json.loads(v)
+                # edited by hand? anything but an object with a numeric "at" is unreadable
+                if not isinstance(entry, dict):
+                    raise TypeError(f"not a JSON object: {type(entry).__name__}")
+                float(entry.get("at", 0))
+                out[int(k)] = entry
             except (ValueError, TypeError):
                 log.warning("ledger %s: unreadable entry %s=%r: treated as held",
                             cm["metadata"]["name"], k, v)
@@ -247,7 +252,7 @@ class KubernetesReservationStore:
             return None
         try:
             return str(json.loads(cm["data"][DATA_KEY]).get("token", ""))
-        except (KeyError, ValueError, TypeError):
+        except (KeyError, ValueError, TypeError, AttributeError):
             return None
 
     def _find_gang_by_uid(self, uid: str) -> dict[str, Any] | None:
@@ -282,7 +287,7 @@ class KubernetesReservationStore:
         try:
             return GangReservation.from_json(json.loads(cm["data"][DATA_KEY]),
                                              version=cm["metadata"]["resourceVersion"])
-        except (KeyError, ValueError, TypeError) as exc:
+        except (KeyError, ValueError, TypeError, AttributeError) as exc:
             log.warning("reservation %s unreadable: %s", cm["metadata"].get("name"), exc)
             return None
 

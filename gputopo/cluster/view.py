@@ -509,6 +509,8 @@ class ClusterView:
                 self.reconcile_reservations()
             except ReservationUnavailable as exc:
                 log.warning("reservation reconcile failed (next round retries): %s", exc)
+            except Exception:  # never let one bad round end releasing for good
+                log.exception("reservation reconcile failed (next round retries)")
 
     # --- ClusterReader -----------------------------------------------------------------------
     def namespace(self, name: str) -> dict[str, Any] | None:

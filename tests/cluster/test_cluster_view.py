@@ -299,3 +299,32 @@ def test_gpus_an_ack_report_marks_unhealthy_are_never_offered(kube, view) -> Non
     view.start()
     assert view.wait_synced(5)
     assert wait_for(lambda: [s.used for s in view.node_states()] == [{0, 3}])
+
+
+def test_reconciler_survives_an_unexpected_error_and_keeps_releasing(kube) -> None:
+    """One round failing on something unforeseen (here: the store raising a plain error)
+    used to end the reconciler thread for good: from then on no orphan or expired
+    reservation was ever released."""
+    from gputopo.cluster.reservations import InMemoryReservationStore
+
+    class FlakyStore(InMemoryReservationStore):
+        failures = 2
+
+        def expire(self, now=None):  # type: ignore[no-untyped-def]
+            if self.failures:
+                self.failures -= 1
+                raise RuntimeError("unforeseen")
+            return super().expire(now)
+
+    store = FlakyStore()
+    orphan = GangKey("default", "PyTorchJob", "never-seen", "uid-orphan")
+    store.reserve(orphan, Placement(True, (ReplicaSlot(0, "a", (0,)),)), now=0)
+    view = ClusterView(api_client(kube.url), reservations=store, watch_timeout_seconds=2,
+                       reconcile_interval_seconds=0.05, job_grace_seconds=0)
+    view.start()
+    try:
+        assert view.wait_synced(5)
+        assert wait_for(lambda: store.get(orphan) is None)
+        assert store.failures == 0
+    finally:
+        view.stop()

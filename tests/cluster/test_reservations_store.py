@@ -377,3 +377,38 @@ def test_ttl_is_per_reservation_and_restarts_when_a_replica_comes() -> None:
     store.assign_slot(key("short"), ReplicaKey("worker", 0), now=4)  # one pod came at t=4
     assert store.expire(now=8) == []
     assert store.expire(now=9) == [key("short")]
+
+
+@pytest.mark.parametrize("value", [
+    "5", '"x"', "null", "[1]",
+    json.dumps({"gang": "u", "token": "t", "state": "claimed", "at": "yesterday"}),
+])
+def test_k8s_ledger_entry_edited_by_hand_is_held_never_a_crash(kube, kube_client,
+                                                                 value: str) -> None:
+    """An operator edits a ledger ConfigMap: a value that is valid JSON but not an entry
+    used to raise AttributeError/ValueError out of reserve() (a 500 for the admission) and
+    out of expire() (killing the view's reconciler, so nothing was released any more)."""
+    kube.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": ledger_name("n0"), "namespace": "gputopo-system",
+        "labels": {"gputopo.io/reservation": "ledger"}},
+        "data": {"node": "n0", "0": value}})
+    store = KubernetesReservationStore(kube_client)
+    with pytest.raises(ReservationConflict):
+        store.reserve(key(1), placement(("n0", (0,)),))
+    assert store.expire(now=1e12) == []
+    assert store.held_gpus() == {"n0": {0}}  # unreadable: conservatively held
+    store.reserve(key(1), placement(("n0", (1,)),))  # the rest of the node still works
+    # a gang record edited into JSON that is not an object is skipped, not a crash
+    from gputopo.cluster.k8s_reservations import gang_name
+
+    kube.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": gang_name(key(2)), "namespace": "gputopo-system",
+        "labels": {"gputopo.io/reservation": "gang"}}, "data": {"reservation": value}})
+    kube.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+        "name": ledger_name("n1"), "namespace": "gputopo-system",
+        "labels": {"gputopo.io/reservation": "ledger"}},
+        "data": {"node": "n1", "0": json.dumps({"gang": "uid-2", "token": "t",
+                                                 "state": "committed", "at": 0})}})
+    assert [r.key for r in store.list()] == [key(1)]
+    store.expire(now=1e12)
+    store.reserve(key(3), placement(("n1", (1,)),))
