@@ -432,20 +432,31 @@ class ClusterView:
         m = ob.meta(job)
         if store is None or not m.get("uid"):
             return
+        key = GangKey(str(m.get("namespace") or ""), str(job.get("kind") or ""),
+                      str(m.get("name") or ""), str(m["uid"]))
         # Off the watch thread: the store talks to the API, the lock must not wait on it.
-        threading.Thread(target=self._release, args=(str(m["uid"]), why),
+        threading.Thread(target=self._release, args=(str(m["uid"]), why, key),
                          daemon=True).start()
 
-    def _release(self, uid: str, why: str) -> None:
+    def _release(self, uid: str, why: str, key: GangKey | None = None) -> None:
         """Release the reservation of the job with this uid (the uid is what identifies a
-        gang; kind spellings or versions in keys do not matter)."""
+        gang; kind spellings or versions in keys do not matter). A record that ``list()``
+        cannot read (edited by hand) is released by the job's own ``key``: the Kubernetes
+        store names records by uid alone, so it is found and deleted all the same."""
         store = self.reservations
         try:
+            found = False
             for res in store.list() if store is not None else []:
-                if res.key.uid == uid and store is not None and store.release(res.key):
-                    log.info("reservation of %s released: job %s", res.key, why)
-                    with self._lock:
-                        self.released.append(res.key)
+                if res.key.uid == uid and store is not None:
+                    found = True
+                    if store.release(res.key):
+                        log.info("reservation of %s released: job %s", res.key, why)
+                        with self._lock:
+                            self.released.append(res.key)
+            if not found and key is not None and store is not None and store.release(key):
+                log.info("unreadable reservation of %s released: job %s", key, why)
+                with self._lock:
+                    self.released.append(key)
         except ReservationUnavailable as exc:
             log.warning("releasing the reservation of job uid %s (%s) failed; the "
                         "reconciler retries: %s", uid, why, exc)

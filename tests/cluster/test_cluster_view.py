@@ -328,3 +328,30 @@ def test_reconciler_survives_an_unexpected_error_and_keeps_releasing(kube) -> No
         assert store.failures == 0
     finally:
         view.stop()
+
+
+def test_deleting_a_job_removes_its_reservation_even_when_edited_unreadable(
+        kube, kube_client) -> None:
+    """A gang record edited by hand into something unreadable is skipped by ``list()``;
+    deleting its job used to leave it for ever (and every later gang of that uid 409)."""
+    from gputopo.cluster.k8s_reservations import gang_name
+
+    store = KubernetesReservationStore(kube_client)
+    obj = kube.apply(job("PyTorchJob", "edited"))
+    m = obj["metadata"]
+    key = GangKey(m["namespace"], "PyTorchJob", m["name"], m["uid"])
+    store.reserve(key, Placement(True, (ReplicaSlot(0, "a", (0,)),)))
+    (cm,) = [c for c in kube.objects("v1", "ConfigMap")
+             if c["metadata"]["name"] == gang_name(key)]
+    cm["data"]["reservation"] = "{broken"
+    kube.apply(cm)
+    view = ClusterView(api_client(kube.url), reservations=store, watch_timeout_seconds=2)
+    view.start()
+    try:
+        assert view.wait_synced(5)
+        kube.remove(obj)
+        assert wait_for(lambda: not [c for c in kube.objects("v1", "ConfigMap")
+                                     if c["metadata"]["name"] == gang_name(key)])
+        assert view.released == [key]
+    finally:
+        view.stop()
