@@ -658,6 +658,7 @@ def connect(kubeconfig: str | None = None, **kwargs: Any) -> ClusterView | None:
     falls back to the embedded demo. The view gets a KubernetesReservationStore on the same
     client, so deleted jobs release their GPUs.
     """
+    import yaml
     from kubernetes import config
     from kubernetes.config.config_exception import ConfigException
 
@@ -670,7 +671,7 @@ def connect(kubeconfig: str | None = None, **kwargs: Any) -> ClusterView | None:
     except ConfigException:
         try:
             config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-        except (ConfigException, OSError, TypeError) as exc:
+        except (ConfigException, OSError, TypeError, yaml.YAMLError) as exc:
             log.info("no in-cluster account and no usable kubeconfig: %s", exc)
             return None
     # 8 long-lived watches share the pool with reservation writes and GETs: the default

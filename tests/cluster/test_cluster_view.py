@@ -214,6 +214,16 @@ def test_connect_returns_none_without_credentials(monkeypatch, tmp_path: Path) -
     assert connect() is None
 
 
+def test_connect_returns_none_for_a_kubeconfig_that_is_not_yaml(monkeypatch, tmp_path) -> None:
+    # ``gputopo serve`` used to die with a yaml ParserError traceback on such a file.
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    cfg = tmp_path / "config"
+    cfg.write_text("apiVersion: v1\nclusters: [\n")
+    assert connect(str(cfg)) is None
+    monkeypatch.setenv("KUBECONFIG", str(cfg))
+    assert connect() is None
+
+
 def test_connect_with_a_kubeconfig_watches_that_cluster(kube, monkeypatch, tmp_path) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     kube.apply(node("a", topology=TOPO))
