@@ -400,7 +400,11 @@ class ClusterView:
         elif kind.name == "pods":
             self._pod_changed(old, new)
         elif kind.kind in names.TRAINING_JOB_KINDS and new is not None:
-            if _finished(new) and (old is None or not _finished(old)):
+            # Not for jobs found finished by the first list (often thousands, kept for
+            # their logs): one release thread and LIST each at every start; the reconciler
+            # releases those (after the grace) from one LIST.
+            first_list = not self._informers[kind.name].synced.is_set()
+            if _finished(new) and not first_list and (old is None or not _finished(old)):
                 self._release_job(new, "finished")
         elif kind.kind in names.TRAINING_JOB_KINDS and new is None and old is not None:
             self._release_job(old, "deleted")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -363,5 +364,35 @@ def test_deleting_a_job_removes_its_reservation_even_when_edited_unreadable(
         assert wait_for(lambda: not [c for c in kube.objects("v1", "ConfigMap")
                                      if c["metadata"]["name"] == gang_name(key)])
         assert view.released == [key]
+    finally:
+        view.stop()
+
+
+def test_jobs_already_finished_at_start_are_released_by_one_reconcile_not_a_thread_each(
+        kube, kube_client) -> None:
+    """Clusters keep finished jobs around by the thousand; the first list used to start one
+    release thread (a LIST of the reservations, then a GET) per finished job at every
+    webhook start — measured 2.6 s to sync with 1,000 of them instead of 0.07 s."""
+    store = KubernetesReservationStore(kube_client)
+    finished = []
+    for i in range(30):
+        obj = job("PyTorchJob", f"old-{i}")
+        obj["status"] = {"conditions": [{"type": "Succeeded", "status": "True"}]}
+        finished.append(kube.apply(obj)["metadata"])
+    m = finished[0]
+    key = GangKey(m["namespace"], "PyTorchJob", m["name"], m["uid"])
+    store.reserve(key, Placement(True, (ReplicaSlot(0, "a", (0,)),)), now=1000)
+    before = sum(n for k, n in kube.verbs.items() if k[2:] == ("configmaps", "gputopo-system"))
+    view = ClusterView(api_client(kube.url), reservations=store, watch_timeout_seconds=2,
+                       job_grace_seconds=30)
+    view.start()
+    try:
+        assert view.wait_synced(5)
+        time.sleep(0.3)
+        after = sum(n for k, n in kube.verbs.items()
+                    if k[2:] == ("configmaps", "gputopo-system"))
+        assert after == before
+        assert view.reconcile_reservations(now=1000 + 31) == [key]
+        assert store.held_gpus() == {}
     finally:
         view.stop()
