@@ -150,7 +150,10 @@ class _Informer:
         with self.view._lock:
             for key, old in list(self.store.items()):
                 del self.store[key]
-                self.view._changed(self.kind, old, None)
+                # Out of sight is not deleted: a job's reservation is released only when
+                # the reconciler confirms the job gone (a 403 may be an RBAC hiccup).
+                if self.kind.kind not in names.TRAINING_JOB_KINDS:
+                    self.view._changed(self.kind, old, None)
         self.synced.set()
         self.view._note_synced()
 

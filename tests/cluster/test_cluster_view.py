@@ -396,3 +396,26 @@ def test_jobs_already_finished_at_start_are_released_by_one_reconcile_not_a_thre
         assert store.held_gpus() == {}
     finally:
         view.stop()
+
+
+def test_losing_sight_of_the_jobs_releases_no_reservation(kube, kube_client) -> None:
+    """The jobs' list answering 403 mid-run (a ClusterRole re-applied by an upgrade) empties
+    the view's jobs; that used to count as every job deleted and release every live gang's
+    reservation. Whether a job is gone is the reconciler's to confirm (by GET)."""
+    store = KubernetesReservationStore(kube_client)
+    m = kube.apply(job("PyTorchJob", "alive"))["metadata"]
+    key = GangKey(m["namespace"], "PyTorchJob", m["name"], m["uid"])
+    store.reserve(key, Placement(True, (ReplicaSlot(0, "a", (0,)),)), now=1000)
+    view = ClusterView(api_client(kube.url), reservations=store, watch_timeout_seconds=1,
+                       backoff_initial=0.05, job_grace_seconds=30)
+    view.start()
+    try:
+        assert view.wait_synced(5)
+        kube.forbidden.add("pytorchjobs")
+        assert wait_for(lambda: view.stats()["pytorchjobs.v1"]["objects"] == 0, timeout=5)
+        time.sleep(0.3)
+        assert store.get(key) is not None and view.released == []
+        assert view.reconcile_reservations(now=1000 + 31) == []  # GET says 403: keep
+        assert store.get(key) is not None
+    finally:
+        view.stop()
