@@ -34,6 +34,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
+from gputopo.cluster.reservations import run_by
 from webhook.metrics import LATENCY, REQUESTS
 from webhook.tls import CertificateReloader
 
@@ -49,6 +50,10 @@ DEFAULT_PORT = 8443
 #: and that admission fails with "EOF" (knative/pkg#1509, kubernetes#127335).
 KEEP_ALIVE_SECONDS = 120
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
+#: Seconds from a review's arrival by which its calls to the API server must end: the
+#: webhook's timeoutSeconds is 5, and admissions run one at a time, so one that queued
+#: behind slow ones (API server slow) must not start a full budget of its own.
+ADMISSION_BUDGET_SECONDS = 4.0
 
 
 class Admitter(Protocol):
@@ -98,6 +103,7 @@ def create_app(
     @app.post("/mutate")
     async def mutate(request: Request) -> Response:
         started = time.perf_counter()
+        answer_by = time.monotonic() + ADMISSION_BUDGET_SECONDS
         try:
             body = await read_body(request, max_body_bytes)
         except BodyTooLarge as exc:
@@ -105,7 +111,8 @@ def create_app(
             return _error(400, str(exc), close=True)
         try:
             loop = asyncio.get_running_loop()
-            status, payload = await loop.run_in_executor(executor, admitter.handle_body, body)
+            status, payload = await loop.run_in_executor(
+                executor, run_by, answer_by, admitter.handle_body, body)
         except RecursionError:
             # Only the input's nesting depth drives recursion this deep (a real Pod nests
             # ~20 levels): bad input, not a bug of ours.

@@ -52,6 +52,7 @@ from gputopo.cluster.reservations import (
     ReplicaKey,
     ReservationConflict,
     ReservationUnavailable,
+    admission_deadline,
     pick_slot,
 )
 from gputopo.placement.types import Placement, ReplicaSlot
@@ -136,7 +137,9 @@ class KubernetesReservationStore:
         store is left as after any lost connection: claims without a gang record die after
         the claim grace, a recorded gang lives until its TTL.
         """
-        self._budget.until = time.monotonic() + seconds
+        until = time.monotonic() + seconds
+        arrived_by = admission_deadline()  # the request's own, counted from its arrival
+        self._budget.until = until if arrived_by is None else min(until, arrived_by)
         try:
             yield
         finally:

@@ -35,6 +35,25 @@ from gputopo.placement.types import Placement, ReplicaSlot
 #: that never comes does not block GPUs for long.
 DEFAULT_TTL_SECONDS = 600.0
 
+_admission = threading.local()
+
+
+def run_by(until: float, call: Any, *args: Any) -> Any:
+    """``call(*args)`` with ``until`` (a ``time.monotonic()`` instant) as this thread's
+    admission deadline: API-backed stores end their calls by then (see
+    :func:`admission_deadline`). The server sets it from the request's ARRIVAL, so an
+    admission that queued behind slow ones does not get a fresh budget of its own."""
+    _admission.until = until
+    try:
+        return call(*args)
+    finally:
+        _admission.until = None
+
+
+def admission_deadline() -> float | None:
+    """The ``time.monotonic()`` instant this thread's admission must be answered by."""
+    return getattr(_admission, "until", None)
+
 
 class ReservationConflict(GputopoError):
     """Some GPU of the placement is already held by another gang: re-solve with fresh state.

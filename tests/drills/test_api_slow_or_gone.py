@@ -75,3 +75,35 @@ def test_slow_then_gone_api_answers_from_the_cache_in_time(kube, tmp_path) -> No
         assert placed_jobs == {f"PyTorchJob team-a/drill-{k}" for k in range(4)}
         assert ledger.double_allocated() == 0
         assert ledger.lost(hook.store) == 0
+
+
+def test_concurrent_admissions_on_a_slow_api_all_answer_in_time(kube, tmp_path) -> None:
+    """Admissions run one at a time; each had its own store budget (3 s) counted from when
+    it STARTED, so with the API slow, reviews that arrived together were answered after
+    3, 6, 9 s — past the API server's timeout, even a pod that requests no GPU. The budget
+    now counts from each review's arrival."""
+    import json
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from admitkit import client_for, post, review
+
+    jobs = seed(kube, *(pytorchjob(f"busy-{k}", workers=2, gpus=1) for k in range(3)))
+    plain = {"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": "web", "namespace": jobs[0]["metadata"]["namespace"]},
+             "spec": {"containers": [{"name": "c", "image": "nginx"}]}}
+    with live_webhook(kube, tmp_path, backoff_max=0.5) as hook:
+        kube.latency = 1.5
+        bodies = [json.dumps(review(p)).encode()
+                  for p in [worker_pod(j, 0) for j in jobs] + [plain]]
+
+        def admit(body: bytes) -> float:
+            with client_for(hook.server) as client:
+                started = time.perf_counter()
+                assert post(client, body).status_code == 200
+                return time.perf_counter() - started
+
+        with ThreadPoolExecutor(len(bodies)) as pool:
+            seconds = list(pool.map(admit, bodies))
+        kube.latency = 0.0
+    assert max(seconds) < WEBHOOK_TIMEOUT_S, seconds
