@@ -99,7 +99,7 @@ def read_pair(cert_dir: Path) -> CertificatePair:
 def load_pair(context: ssl.SSLContext, pair: CertificatePair) -> None:
     """Make ``context`` present ``pair`` on its next handshakes."""
     with _as_files(pair.cert_pem, pair.key_pem) as (cert_file, key_file):
-        context.load_cert_chain(cert_file, key_file)
+        context.load_cert_chain(cert_file, key_file, password=_no_password)
 
 
 class CertificateReloader:
@@ -198,12 +198,25 @@ def _check_loadable(cert_pem: bytes, key_pem: bytes, *, source: str) -> None:
     scratch = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
         with _as_files(cert_pem, key_pem) as (cert_file, key_file):
-            scratch.load_cert_chain(cert_file, key_file)
+            scratch.load_cert_chain(cert_file, key_file, password=_no_password)
+    except _EncryptedKey as exc:
+        raise InputError(str(exc), file=source) from exc
     except ssl.SSLError as exc:
         reason = exc.reason or str(exc)
         raise InputError(
             f"{CERT_FILE}/{KEY_FILE} do not form a usable pair: {reason}", file=source
         ) from exc
+
+
+class _EncryptedKey(Exception):
+    pass
+
+
+def _no_password() -> bytes:
+    """Asked for when the key is encrypted. Without it OpenSSL prompts on the terminal
+    (a hang, in the event loop) or, with none, fails with a bare OSError."""
+    raise _EncryptedKey(f"{KEY_FILE} is encrypted; a kubernetes.io/tls Secret holds the key "
+                        "unencrypted")
 
 
 @contextlib.contextmanager

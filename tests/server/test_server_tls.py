@@ -297,3 +297,27 @@ def test_rotation_to_another_key_type_stops_presenting_the_old_certificate(
             third["tls.crt"])
     finally:
         running.stop()
+
+
+def test_an_encrypted_key_is_refused_in_one_line_never_prompted_for(tmp_path: Path) -> None:
+    """OpenSSL asks for the password of an encrypted key on the terminal: ``gputopo serve``
+    hung there (or, without a terminal, died with a bare OSError traceback), and a rotation
+    to such a key would have hung the event loop."""
+    from cryptography.hazmat.primitives import serialization
+
+    good = make_pair(tmp_path / "good")
+    key = serialization.load_pem_private_key(good["tls.key"], password=None)
+    encrypted = key.private_bytes(serialization.Encoding.PEM,
+                                  serialization.PrivateFormat.PKCS8,
+                                  serialization.BestAvailableEncryption(b"secret"))
+    bad_dir = tmp_path / "bad"
+    project_secret(bad_dir, {**good, "tls.key": encrypted})
+    with pytest.raises(InputError, match=r"tls\.key is encrypted"):
+        CertificateReloader(bad_dir)
+
+    secret = tmp_path / "secret"
+    project_secret(secret, good)
+    reloader = CertificateReloader(secret)
+    project_secret(secret, {**good, "tls.key": encrypted})
+    assert reloader.check() is False  # rejected, the good pair stays
+    assert reloader.serial == serial_of(good["tls.crt"])
