@@ -328,8 +328,9 @@ class KubernetesReservationStore:
         created: dict[str, Any] | None = None
         try:
             started = float(self._clock())
+            recorded = self._recorded_elsewhere(res.key.uid)
             for node in sorted(wanted):
-                self._claim(node, wanted[node], res)
+                self._claim(node, wanted[node], res, recorded.get(node, {}))
                 claimed.append(node)
             if float(self._clock()) - started > self.claim_grace_seconds / 2:
                 # So slow that others may soon take these claims for abandoned: give up
@@ -361,38 +362,70 @@ class KubernetesReservationStore:
         return GangReservation.from_json(res.to_json(),
                                          version=created["metadata"]["resourceVersion"])
 
-    def _claim(self, node: str, gpus: frozenset[int], res: GangReservation) -> None:
+    def _recorded_elsewhere(self, uid: str) -> dict[str, dict[int, str]]:
+        """node → {GPU: entry} of every OTHER gang's record: what the ledgers must hold.
+
+        Why: a ledger deleted or emptied by hand (or lost) forgets GPUs whose gang record
+        still hands them out; claiming by the ledger alone would give them out twice.
+        """
+        out: dict[str, dict[int, str]] = {}
+        for cm in self._list("gang"):
+            other = self._parse_gang(cm)
+            if other is None or other.key.uid == uid:
+                continue
+            entry = json.dumps({"gang": other.key.uid, "token": other.token,
+                                "state": "committed", "at": other.created_at}, sort_keys=True)
+            for node, gpus in other.gpus().items():
+                for g in gpus:
+                    out.setdefault(node, {})[g] = entry
+        return out
+
+    def _claim(self, node: str, gpus: frozenset[int], res: GangReservation,
+               recorded: dict[int, str] | None = None) -> None:
         # Ledger timestamps are always wall-clock (never the caller's ``now``): the claim
         # grace is about real time passing for a writer that may have died.
         t = float(self._clock())
         entry = json.dumps({"gang": res.key.uid, "token": res.token, "state": "claimed",
                             "at": t}, sort_keys=True)
         name = ledger_name(node)
+        recorded = recorded or {}
         for _ in range(MAX_ATTEMPTS):
             cm = self._read(name)
-            if cm is None:
-                body = {"apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": name, "namespace": self.namespace,
-                                     "labels": self._labels("ledger")},
-                        "data": {NODE_KEY: node, **{str(g): entry for g in sorted(gpus)}}}
-                if self._create(body) is not None:
-                    return
-                continue
-            entries = self._entries(cm)
+            entries = self._entries(cm) if cm is not None else {}
+            # GPUs another gang's record holds but this ledger forgot: put them back
+            missing = {g: e for g, e in recorded.items() if g not in entries}
             cache: dict[str, str | None] = {}
-            taken = sorted(g for g in gpus if g in entries
+            taken = sorted(g for g in gpus if (g in entries
                            and entries[g].get("token") != res.token
-                           and not self._dead(entries[g], t, cache))
+                           and not self._dead(entries[g], t, cache)) or g in missing)
+            data = dict(cm.get("data") or {}) if cm is not None else {NODE_KEY: node}
+            data.update({str(g): e for g, e in missing.items()})
+            if not taken:
+                data.update({str(g): entry for g in gpus})
+            elif not missing:
+                self._count("gpu_taken")
+                raise ReservationConflict(
+                    f"{res.key}: GPUs {taken} of node {node} are held by another gang",
+                    {node: taken})
+            if cm is None:
+                written = self._create({"apiVersion": "v1", "kind": "ConfigMap",
+                                        "metadata": {"name": name, "namespace": self.namespace,
+                                                     "labels": self._labels("ledger")},
+                                        "data": data})
+            else:
+                cm["data"] = data
+                written = self._replace(cm)
+            if written is None:
+                continue
+            if missing:
+                log.warning("ledger %s: restored GPUs %s of other gangs' records",
+                            name, sorted(missing))
             if taken:
                 self._count("gpu_taken")
                 raise ReservationConflict(
                     f"{res.key}: GPUs {taken} of node {node} are held by another gang",
                     {node: taken})
-            data = dict(cm.get("data") or {})
-            data.update({str(g): entry for g in gpus})
-            cm["data"] = data
-            if self._replace(cm) is not None:
-                return
+            return
         raise ReservationUnavailable(f"ledger {name}: gave up after {MAX_ATTEMPTS} conflicts")
 
     def _commit(self, node: str, gpus: frozenset[int], res: GangReservation) -> None:

@@ -412,3 +412,30 @@ def test_k8s_ledger_entry_edited_by_hand_is_held_never_a_crash(kube, kube_client
     assert [r.key for r in store.list()] == [key(1)]
     store.expire(now=1e12)
     store.reserve(key(3), placement(("n1", (1,)),))
+
+
+@pytest.mark.parametrize("how", ["deleted", "emptied"])
+def test_k8s_ledger_lost_by_hand_is_restored_from_the_records_not_given_twice(
+        kube, kube_client, how: str) -> None:
+    """An operator deletes (or empties) a node's ledger while a gang recorded on it still
+    has slots to hand out: the next reservation used to claim those GPUs from the empty
+    ledger, and the first gang's next replica got the same GPU — handed out twice."""
+    store = KubernetesReservationStore(kube_client)
+    store.reserve(key("a"), placement(("n0", (0,)), ("n0", (1,))))
+    store.assign_slot(key("a"), ReplicaKey("worker", 0))
+    (ledger,) = [c for c in kube.objects("v1", "ConfigMap")
+                 if c["metadata"]["name"] == ledger_name("n0")]
+    if how == "deleted":
+        kube.remove(ledger)
+    else:
+        ledger["data"] = {"node": "n0"}
+        kube.apply(ledger)
+    other = KubernetesReservationStore(api_client(kube.url))  # another webhook replica
+    with pytest.raises(ReservationConflict):
+        other.reserve(key("b"), placement(("n0", (1,)), ("n0", (2,))))
+    assert other.held_gpus() == {"n0": {0, 1}}  # the ledger knows them again
+    other.reserve(key("b"), placement(("n0", (2,)), ("n0", (3,))))
+    _, slot = store.assign_slot(key("a"), ReplicaKey("worker", 1))
+    assert slot.gpus == (1,)
+    a = audit(kube)
+    assert a["double_allocated"] == 0 and a["unbacked"] == 0
