@@ -13,19 +13,14 @@ TESTS = Path(__file__).resolve().parents[1]
 if str(TESTS) not in sys.path:  # the double is a package under tests/
     sys.path.insert(0, str(TESTS))
 
-from k8s_double import KubeApiDouble, api_client  # noqa: E402
+from k8s_double import KubeApiDouble, api_client, running_double  # noqa: E402
 
 
 @pytest.fixture
 def kube() -> Iterator[KubeApiDouble]:
     """A fresh API test double on a free loopback port, with the gputopo namespace."""
-    api = KubeApiDouble(bookmark_interval=0.2).start()
-    api.apply({"apiVersion": "v1", "kind": "Namespace",
-               "metadata": {"name": "gputopo-system"}})
-    try:
+    with running_double() as api:
         yield api
-    finally:
-        api.stop()
 
 
 @pytest.fixture

@@ -18,18 +18,11 @@ for folder in (TESTS / "server", TESTS / "hardening", TESTS / "drills", TESTS):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 
-from k8s_double import KubeApiDouble  # noqa: E402
-
-from gputopo import names  # noqa: E402
+from k8s_double import KubeApiDouble, running_double  # noqa: E402
 
 
 @pytest.fixture
 def kube() -> Iterator[KubeApiDouble]:
     """A fresh API test double on a free loopback port, with gputopo's namespace."""
-    api = KubeApiDouble(bookmark_interval=0.2).start()
-    api.apply({"apiVersion": "v1", "kind": "Namespace",
-               "metadata": {"name": names.GPUTOPO_NAMESPACE}})
-    try:
+    with running_double() as api:
         yield api
-    finally:
-        api.stop()

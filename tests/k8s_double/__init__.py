@@ -7,7 +7,7 @@ on its first line); point the official client at it with :func:`api_client`.
 
 from k8s_double.client import api_client, configuration
 from k8s_double.process import DoubleProcess, double_process
-from k8s_double.server import RESOURCES, ApiError, KubeApiDouble, Resource
+from k8s_double.server import RESOURCES, ApiError, KubeApiDouble, Resource, running_double
 
 __all__ = ["RESOURCES", "ApiError", "DoubleProcess", "KubeApiDouble", "Resource",
-           "api_client", "configuration", "double_process"]
+           "api_client", "configuration", "double_process", "running_double"]

@@ -36,6 +36,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -709,3 +710,18 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, dict(self.api.stats))
         else:
             self._send_json(404, {"error": f"unknown control {what}"})
+
+
+@contextlib.contextmanager
+def running_double(*, bookmark_interval: float = 0.2) -> Iterator[KubeApiDouble]:
+    """A started double holding gputopo's namespace, stopped on exit: the fixture every
+    test folder that talks to the API uses."""
+    from gputopo import names
+
+    api = KubeApiDouble(bookmark_interval=bookmark_interval).start()
+    api.apply({"apiVersion": "v1", "kind": "Namespace",
+               "metadata": {"name": names.GPUTOPO_NAMESPACE}})
+    try:
+        yield api
+    finally:
+        api.stop()

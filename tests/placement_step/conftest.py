@@ -77,12 +77,7 @@ if str(TESTS) not in sys.path:  # the Kubernetes API test double is a package un
 @pytest.fixture
 def kube():
     """The Kubernetes API TEST DOUBLE on a free loopback port, with gputopo's namespace."""
-    from k8s_double import KubeApiDouble
+    from k8s_double import running_double
 
-    api = KubeApiDouble(bookmark_interval=0.2).start()
-    api.apply({"apiVersion": "v1", "kind": "Namespace",
-               "metadata": {"name": names.GPUTOPO_NAMESPACE}})
-    try:
+    with running_double() as api:
         yield api
-    finally:
-        api.stop()
