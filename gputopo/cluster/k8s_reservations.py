@@ -174,23 +174,19 @@ class KubernetesReservationStore:
 
     def _create(self, body: dict[str, Any]) -> dict[str, Any] | None:
         """The created object, or None when it already exists (409 AlreadyExists)."""
-        try:
-            resp = self.core.create_namespaced_config_map(
-                self.namespace, body, _preload_content=False,
-                _request_timeout=self._timeout())
-        except ApiException as exc:
-            if exc.status == 409:
-                self._count("api_409")
-                return None
-            raise
-        return json.loads(resp.data)
+        return self._write(lambda: self.core.create_namespaced_config_map(
+            self.namespace, body, _preload_content=False, _request_timeout=self._timeout()))
 
     def _replace(self, obj: dict[str, Any]) -> dict[str, Any] | None:
         """The updated object, or None on 409 Conflict (stale resourceVersion)."""
+        return self._write(lambda: self.core.replace_namespaced_config_map(
+            obj["metadata"]["name"], self.namespace, obj, _preload_content=False,
+            _request_timeout=self._timeout()))
+
+    def _write(self, call: Callable[[], Any]) -> dict[str, Any] | None:
+        """The object a write returned, or None (counted) when the API answered 409."""
         try:
-            resp = self.core.replace_namespaced_config_map(
-                obj["metadata"]["name"], self.namespace, obj, _preload_content=False,
-                _request_timeout=self._timeout())
+            resp = call()
         except ApiException as exc:
             if exc.status == 409:
                 self._count("api_409")
