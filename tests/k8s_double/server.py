@@ -523,6 +523,18 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError as exc:
             raise ApiError(400, "BadRequest", f"body is not JSON: {exc}") from exc
 
+    def _object_body(self) -> dict[str, Any]:
+        """The body of a create or update: an object, as the real API server insists.
+
+        Why: a writer killed after its headers went out leaves an empty body; taking that
+        for ``{}`` replaced objects with label-less blanks no real API server would write.
+        """
+        body = self._body()
+        if not isinstance(body, dict):
+            raise ApiError(400, "BadRequest", "Object 'Kind' is missing in the request body "
+                           "(empty or not a JSON object)")
+        return body
+
     def _route(self) -> tuple[Resource, str | None, str | None, dict[str, str]]:
         parts = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
@@ -576,9 +588,13 @@ class _Handler(BaseHTTPRequestHandler):
             elif m == "GET":
                 self._send_json(200, api.get(res, ns or "", name))
             elif m == "POST" and name is None:
-                self._send_json(201, api.create(res, ns, self._body() or {}))
+                self._send_json(201, api.create(res, ns, self._object_body()))
             elif m == "PUT" and name:
-                self._send_json(200, api.replace(res, ns or "", name, self._body() or {}))
+                body = self._object_body()
+                if (body.get("metadata") or {}).get("name", name) != name:
+                    raise ApiError(400, "BadRequest", "the name of the object does not "
+                                   "match the name on the URL")
+                self._send_json(200, api.replace(res, ns or "", name, body))
             elif m == "PATCH" and name:
                 ctype = self.headers.get("Content-Type", "application/merge-patch+json")
                 self._send_json(200, api.patch(res, ns or "", name, self._body(), ctype))
