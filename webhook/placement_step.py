@@ -37,6 +37,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
+from gputopo.cluster.node_fit import NodeFacts, PodConstraints
 from gputopo.cluster.reservations import (
     GangKey,
     GangReservation,
@@ -50,7 +51,6 @@ from gputopo.cluster.reservations import (
 from gputopo.placement.types import GangRequest, NodeState, Placement, ReplicaSlot
 from webhook import metrics
 from webhook.jobs import pod_gpus
-from webhook.node_fit import node_fits
 from webhook.placement_mutations import (
     GPU_RESOURCES,
     apply_slot,
@@ -120,18 +120,39 @@ def gpu_counts_by_replica_type(job: JobInfo, gpu_resources: frozenset[str]) -> d
     return out
 
 
-def exclude_held(nodes: Sequence[NodeState], held: Mapping[str, set[int]]) -> list[NodeState]:
-    """Nodes with reserved GPUs marked used, so the solver never offers them again."""
+HeldMemo = dict[str, tuple[NodeState, frozenset[int], NodeState]]
+
+
+def exclude_held(nodes: Sequence[NodeState], held: Mapping[str, set[int]],
+                 memo: HeldMemo | None = None) -> list[NodeState]:
+    """Nodes with reserved GPUs marked used, so the solver never offers them again.
+
+    ``memo`` (the placement step's, refilled on every call) keeps the NodeState made for a
+    node whose state and reserved GPUs did not change since the last gang: a third of a
+    1,000-node cluster holds reserved GPUs, and one frozen-dataclass copy each is ~0.5 ms
+    per new gang; with the memo only the few nodes that changed are copied.
+    """
+    old = memo if memo is not None else {}
+    fresh: HeldMemo = {}
     out = []
     for n in nodes:
         extra = held.get(n.name)
-        # built directly: dataclasses.replace re-runs field introspection per node, twice
-        # the cost of the whole loop at 1,000 nodes (measured by bench/admission.py)
-        out.append(
-            NodeState(name=n.name, topology=n.topology, used=n.used | frozenset(extra),
-                      zone=n.zone, rack=n.rack, network_gbps=n.network_gbps)
-            if extra else n
-        )
+        if not extra:
+            out.append(n)
+            continue
+        hit = old.get(n.name)
+        if hit is None or hit[0] is not n or hit[1] != extra:
+            # built directly: dataclasses.replace re-runs field introspection per node,
+            # twice the cost of the whole loop at 1,000 nodes (bench/admission.py); every
+            # field is passed on (tests/placement_step/test_exclude_held.py checks that)
+            hit = (n, frozenset(extra), NodeState(
+                name=n.name, topology=n.topology, used=n.used | frozenset(extra), zone=n.zone,
+                rack=n.rack, network_gbps=n.network_gbps, facts=n.facts))
+        fresh[n.name] = hit
+        out.append(hit[2])
+    if memo is not None:
+        memo.clear()
+        memo.update(fresh)
     return out
 
 
@@ -180,13 +201,23 @@ def replica_ordinal(specs: object, gpu_types: Mapping[str, int], replica_type: s
 def nodes_for_pod(ctx: AdmissionContext) -> tuple[list[NodeState], int]:
     """The topology nodes this pod could be scheduled on at all (its nodeSelector, required
     node affinity and tolerations), and how many were ruled out. A node whose object the
-    cluster view does not hold is kept: nothing is known against it."""
+    cluster view does not hold is kept: nothing is known against it.
+
+    Why the facts on each NodeState: this runs over every node of the cluster for each new
+    gang, inside its admission; looking each Node object up and re-reading its labels and
+    taints cost ~3 ms at 1,000 nodes, about as much as the solve itself.
+    """
     nodes = ctx.cluster.node_states()
     spec = ctx.pod.get("spec") if isinstance(ctx.pod.get("spec"), dict) else {}
+    pod = PodConstraints.of(spec)
     fit = []
     for n in nodes:
-        node = ctx.cluster.object(api_version="v1", kind="Node", namespace=None, name=n.name)
-        if node is None or node_fits(spec, node):
+        facts = n.facts
+        if facts is None:  # a reader that builds bare NodeStates: read the object
+            node = ctx.cluster.object(api_version="v1", kind="Node", namespace=None,
+                                      name=n.name)
+            facts = NodeFacts.of(node) if node is not None else None
+        if facts is None or pod.admits(facts):
             fit.append(n)
     return fit, len(nodes) - len(fit)
 
@@ -218,6 +249,7 @@ class PlacementStep:
         self._solver = solver
         self.max_attempts = max(1, int(max_attempts))
         self.settle_seconds = max(0.0, float(settle_seconds))
+        self._held_memo: HeldMemo = {}  # exclude_held's copies, reused across gangs
 
     @property
     def solver(self) -> Solver:
@@ -340,7 +372,7 @@ class PlacementStep:
         for attempt in range(1, self.max_attempts + 1):
             bound, excluded = nodes_for_pod(ctx)
             held = self.store.held_gpus()
-            placement = self.solver(exclude_held(bound, held), gang)
+            placement = self.solver(exclude_held(bound, held, self._held_memo), gang)
             if not placement.feasible:
                 # After a conflict, or when GPUs claimed by a reservation still being written
                 # stand in the way, they may be going to this very gang: give it a moment.
@@ -408,7 +440,7 @@ class PlacementStep:
             res = self.store.get(key)
             if res is None:
                 fit, excluded = nodes_for_pod(ctx)
-                nodes = exclude_held(fit, self.store.held_gpus())
+                nodes = exclude_held(fit, self.store.held_gpus(), self._held_memo)
                 placement = self.solver(nodes, gang)
                 if not placement.feasible:
                     return Unplaced(_ruled_out(placement.reason or "no feasible placement",

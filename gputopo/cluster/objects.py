@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gputopo import names
+from gputopo.cluster.node_fit import NodeFacts
 from gputopo.errors import TopologyError
 from gputopo.placement.types import NodeState
 from gputopo.topology.model import Topology
@@ -185,4 +186,5 @@ def node_state(
         zone=lab.get(names.ZONE_LABEL),
         rack=lab.get(names.RACK_LABEL),
         network_gbps=network_gbps(node),
+        facts=NodeFacts.of(node),
     )

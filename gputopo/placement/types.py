@@ -8,10 +8,13 @@ them synthetically; none of them should depend on how the solver searches.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gputopo.names import DEFAULT_NETWORK_GBPS
 from gputopo.topology.model import Topology
+
+if TYPE_CHECKING:
+    from gputopo.cluster.node_fit import NodeFacts
 
 
 @dataclass(frozen=True)
@@ -20,6 +23,10 @@ class NodeState:
 
     ``used`` holds driver indices of GPUs that are taken (bound pods and reservations);
     ``network_gbps`` is the node's network in Gbit/s (annotation ``gputopo.io/network-gbps``).
+    ``facts`` is what the scheduler's node filters read of the Node object (labels, taints),
+    kept beside the state so that a pod's nodeSelector and tolerations can be checked
+    against 1,000s of nodes without looking each object up; None for nodes built without
+    one (benchmarks, tests). Not part of equality: the solver never reads it.
     """
 
     name: str
@@ -28,6 +35,7 @@ class NodeState:
     zone: str | None = None
     rack: str | None = None
     network_gbps: float = DEFAULT_NETWORK_GBPS
+    facts: NodeFacts | None = field(default=None, compare=False, repr=False)
 
     @property
     def free(self) -> tuple[int, ...]:

@@ -66,3 +66,44 @@ def test_live_view_places_gangs_and_a_deleted_job_frees_its_gpus(kube):
         admitter.close()
         view.stop()
         api.close()
+
+
+def test_a_node_tainted_or_cordoned_after_sync_gets_no_new_gang(kube):
+    """The node facts the fit check reads travel with the cached NodeStates: a taint or a
+    cordon arriving by watch must reach the next gang, not the facts of the first list."""
+    from k8s_double import api_client
+
+    docs = load_documents(demo_cluster_path())
+    for obj in docs:
+        kube.apply(obj)
+    nodes = sorted(o["metadata"]["name"] for o in docs if o["kind"] == "Node")
+    jobs = [kube.apply(mpijob(f"taint-{k}", workers=1)) for k in range(3)]
+    api = api_client(kube.url)
+    view = ClusterView(api, reservations=KubernetesReservationStore(api)).start()
+    admitter = build_admitter(None, view, placement=placement_step_for(view),
+                              reload_interval_s=0)
+    try:
+        assert view.wait_synced(10)
+        assert _wait(lambda: len(view.node_states()) == 2)
+        first = admit(admitter, worker_pod(jobs[0], 0), dry_run=False)
+        busy = pinned_node(first)
+        # taint the node the first gang chose (the least free node would be preferred)
+        node = next(o for o in docs if o["kind"] == "Node" and o["metadata"]["name"] == busy)
+        node = {**node, "spec": {"taints": [{"key": "maintenance", "effect": "NoSchedule"}]}}
+        kube.apply(node)
+        assert _wait(lambda: next(n for n in view.node_states() if n.name == busy)
+                     .facts.blocking_taints)
+        second = admit(admitter, worker_pod(jobs[1], 0), dry_run=False)
+        other = next(n for n in nodes if n != busy)
+        assert pinned_node(second) == other
+        # cordon the other one too: nowhere left for an untolerating pod
+        node = next(o for o in docs if o["kind"] == "Node" and o["metadata"]["name"] == other)
+        kube.apply({**node, "spec": {"unschedulable": True}})
+        assert _wait(lambda: next(n for n in view.node_states() if n.name == other)
+                     .facts.blocking_taints)
+        third = admit(admitter, worker_pod(jobs[2], 0), dry_run=False)
+        assert not record(third)["placed"]
+    finally:
+        admitter.close()
+        view.stop()
+        api.close()

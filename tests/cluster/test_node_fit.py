@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.node_fit import node_fits
+from gputopo.cluster.node_fit import node_fits
 
 NODE = {"metadata": {"name": "n1", "labels": {"pool": "a", "gpus": "8",
                                               "kubernetes.io/os": "linux"}},
