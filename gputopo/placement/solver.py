@@ -173,16 +173,91 @@ def _options(topology: Topology, free_mask: int, k: int) -> tuple[_Option, ...]:
     return tuple(kept)
 
 
-@dataclass
+@dataclass(eq=False)
+class _Kind:
+    """What every node of one topology with one set of used GPUs shares, whatever its name.
+
+    Why cached across solves (:func:`_kind`): a busy cluster has a few hundred such kinds
+    for thousands of nodes, and between two admissions most nodes keep theirs, so the free
+    mask, its count and the best one-node option are worked out once per kind, not once per
+    node and call.
+    """
+
+    topology: Topology
+    used: frozenset[int]
+    free_mask: int
+    free: int  # free GPUs
+    size: int  # GPUs on the node
+    opened: bool  # no GPU in use yet
+
+    def __post_init__(self) -> None:
+        self._best: dict[int, _Option] = {}
+        self._head: tuple[str, tuple[int, ...]] | None = None
+
+    def best(self, k: int) -> _Option:
+        """The best ``k``-GPU share of the free GPUs (the first Pareto option)."""
+        opt = self._best.get(k)
+        if opt is None:
+            opt = self._best[k] = _options(self.topology, self.free_mask, k)[0]
+        return opt
+
+    def head(self) -> tuple[str, tuple[int, ...]]:
+        """(topology JSON, sorted used GPUs): the classes' sort key without the network."""
+        if self._head is None:
+            self._head = (_topology_json(self.topology), tuple(sorted(self.used)))
+        return self._head
+
+
+@lru_cache(maxsize=1 << 14)
+def _kind(topology: Topology, used: frozenset[int]) -> _Kind:
+    idx = topology.indices
+    pos = {g: p for p, g in enumerate(idx)}
+    mask = ((1 << len(idx)) - 1) & ~sum(1 << pos[u] for u in used if u in pos)
+    return _Kind(topology, used, mask, mask.bit_count(), len(idx), not used)
+
+
+@lru_cache(maxsize=1 << 10)
+def _topology_json(topology: Topology) -> str:
+    return topology.to_json()
+
+
+@dataclass(eq=False)
+class _Group:
+    """The nodes of one solve that share a kind and a network: one pass over the nodes
+    builds these, and everything after it (feasibility, one-node search, scopes) works on
+    groups."""
+
+    kind: _Kind
+    network_gbps: float
+    nodes: list[NodeState]
+
+    def canon(self) -> tuple[str, tuple[int, ...], float]:
+        return (*self.kind.head(), self.network_gbps)
+
+
+@dataclass(eq=False)
 class _Class:
-    """Interchangeable nodes: same topology, same used GPUs, same network."""
+    """Interchangeable nodes of one scope: same topology, same used GPUs, same network."""
 
     topology: Topology
     free_mask: int
     network_gbps: float
     opened: bool  # no GPU in use yet
-    names: list[str]
+    nodes: list[NodeState]  # any order; :meth:`by_name` sorts them when a plan needs names
     canon: tuple[str, tuple[int, ...], float]
+
+    def __post_init__(self) -> None:
+        self._sorted: list[NodeState] | None = None
+
+    def by_name(self) -> list[NodeState]:
+        """The nodes by name: a plan's q nodes of this class are the first q."""
+        if self._sorted is None:
+            self._sorted = sorted(self.nodes, key=_name)
+        return self._sorted
+
+
+def _name(node: NodeState) -> str:
+    return node.name
 
 
 @dataclass(frozen=True)
@@ -190,6 +265,7 @@ class _Candidate:
     score: Score
     tie: tuple[tuple[str, tuple[int, ...]], ...]
     shares: dict[str, tuple[int, ...]]
+    nodes: dict[str, NodeState]  # the touched nodes by name
 
     def better_than(self, other: _Candidate | None) -> bool:
         """Higher score wins; equal scores go to the smaller (node, GPUs) list."""
@@ -207,14 +283,14 @@ def solve(nodes: Sequence[NodeState], gang: GangRequest) -> Placement:
     """
     _check_input(nodes, gang)
     solver = _Search(nodes, gang)
-    reason = _infeasible_reason(nodes, gang, solver.free_count)
+    reason = _infeasible_reason(solver.groups, gang, len(nodes))
     if reason:
         return Placement(feasible=False, reason=reason)
     best = solver.single_node()
     if gang.replicas > 1:
         best = solver.multi_node(best)
     assert best is not None  # _infeasible_reason guarantees one fits
-    return _placement(nodes, gang, best)
+    return _placement(gang, best)
 
 
 def _check_input(nodes: Sequence[NodeState], gang: GangRequest) -> None:
@@ -226,51 +302,54 @@ def _check_input(nodes: Sequence[NodeState], gang: GangRequest) -> None:
     cap = gang.max_replicas_per_node
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
         raise InputError(f"replicas per node must be a positive integer, not {cap!r}")
+    names = [n.name for n in nodes]
+    if len(set(names)) == len(names):
+        return  # the common case, checked at C speed
     seen: set[str] = set()
-    for n in nodes:
-        if n.name in seen:
-            raise InputError(f"node {n.name!r} appears twice")
-        seen.add(n.name)
+    for name in names:
+        if name in seen:
+            raise InputError(f"node {name!r} appears twice")
+        seen.add(name)
 
 
-def _infeasible_reason(
-    nodes: Sequence[NodeState], gang: GangRequest, free_count: dict[str, int]
-) -> str:
+def _infeasible_reason(groups: list[_Group], gang: GangRequest, node_count: int) -> str:
     g, r, total = gang.gpus_per_replica, gang.replicas, gang.total_gpus
     shape = f"{r} x {g} GPU{'s' if g > 1 else ''}"
-    if not nodes:
+    if not groups:
         # the cluster view leaves activated nodes with unusable topology data out, too
         return (
             "no node is activated for topology placement with usable topology data "
             "(label ack.node.gpu.schedule=topology, annotation gputopo.io/topology or an ACK "
             f"report), so {shape} cannot be placed"
         )
-    cluster_gpus = sum(len(n.topology.gpus) for n in nodes)
+    plural = "s" if node_count > 1 else ""
+    cluster_gpus = sum(grp.kind.size * len(grp.nodes) for grp in groups)
     if total > cluster_gpus:
         return (
             f"the gang needs {total} GPUs ({shape}) but the whole cluster has only "
-            f"{cluster_gpus} on {len(nodes)} node{'s' if len(nodes) > 1 else ''}"
+            f"{cluster_gpus} on {node_count} node{plural}"
         )
-    largest = max(len(n.topology.gpus) for n in nodes)
+    largest = max(grp.kind.size for grp in groups)
     if g > largest:
         return f"each replica needs {g} GPUs on one node but the largest node has {largest}"
-    most = min(nodes, key=lambda n: (-free_count[n.name], n.name))
-    if free_count[most.name] < g:
-        if not any(free_count.values()):
+    most_free = max(grp.kind.free for grp in groups)
+    if most_free < g:
+        if not most_free:
             return f"cluster full: all {cluster_gpus} GPUs are in use"
+        most = min(n.name for grp in groups if grp.kind.free == most_free for n in grp.nodes)
         return (
             f"no node has {g} free GPUs for one replica right now "
-            f"(most free: {free_count[most.name]} on {most.name})"
+            f"(most free: {most_free} on {most})"
         )
     per_node = gang.per_node
-    fits = sum(min(c // g, per_node) for c in free_count.values())
+    fits = sum(min(grp.kind.free // g, per_node) * len(grp.nodes) for grp in groups)
     if fits < r:
-        free = sum(free_count.values())
+        free = sum(grp.kind.free * len(grp.nodes) for grp in groups)
         capped = f", at most {per_node} per node" if per_node < r else ""
         if free == cluster_gpus:  # nothing is in use: the nodes are too few or too small
             return (
                 f"only {fits} of {r} replicas of {g} GPUs fit even with every GPU free "
-                f"({cluster_gpus} GPUs on {len(nodes)} node{'s' if len(nodes) > 1 else ''}, "
+                f"({cluster_gpus} GPUs on {node_count} node{plural}, "
                 f"each replica on one node{capped})"
             )
         return (
@@ -312,125 +391,100 @@ _Opts = list[dict[int, tuple[_Option, ...]]]  # per class: replicas on a node ->
 _Plan = list[tuple[int, int, _Option]]  # per chosen node: (class position, replicas, share)
 
 
+def _classes(pieces: Iterable[tuple[_Group, list[NodeState]]]) -> list[_Class]:
+    """One scope's classes from its pieces of groups, in the search's order (by canon)."""
+    merged: dict[_Group, list[NodeState]] = {}
+    for grp, members in pieces:
+        have = merged.get(grp)
+        merged[grp] = members if have is None else have + members
+    out = [
+        _Class(
+            topology=grp.kind.topology,
+            free_mask=grp.kind.free_mask,
+            network_gbps=grp.network_gbps,
+            opened=grp.kind.opened,
+            nodes=members,
+            canon=grp.canon(),
+        )
+        for grp, members in merged.items()
+    ]
+    out.sort(key=lambda c: c.canon)
+    return out
+
+
 class _Search:
-    """One solve: the nodes indexed once, then the one-node and multi-node searches."""
+    """One solve: the nodes grouped in one pass, then the one-node and multi-node searches."""
 
     def __init__(self, nodes: Sequence[NodeState], gang: GangRequest) -> None:
-        self.nodes = list(nodes)
-        self.by_name = {n.name: n for n in nodes}
-        # Free-GPU bitmask per node, computed once per distinct (topology, used set).
-        positions: dict[Topology, tuple[dict[int, int], int]] = {}
-        masks: dict[tuple[Topology, frozenset[int]], int] = {}
-        self.free_mask: dict[str, int] = {}
-        for n in nodes:
-            key = (n.topology, n.used)
-            mask = masks.get(key)
-            if mask is None:
-                if n.topology not in positions:
-                    idx = n.topology.indices
-                    positions[n.topology] = ({g: p for p, g in enumerate(idx)}, (1 << len(idx)) - 1)
-                pos, full = positions[n.topology]
-                mask = full & ~sum(1 << pos[u] for u in n.used if u in pos)
-                masks[key] = mask
-            self.free_mask[n.name] = mask
-        self.free_count = {name: m.bit_count() for name, m in self.free_mask.items()}
+        # The only loop over every node of a one-node gang: nodes alike in topology, used
+        # GPUs and network land in one group (a busy 1,000-node cluster has a few hundred).
+        buckets: dict[tuple[Topology, frozenset[int], float], list[NodeState]] = {}
+        for node in nodes:
+            key = (node.topology, node.used, node.network_gbps)
+            members = buckets.get(key)
+            if members is None:
+                buckets[key] = [node]
+            else:
+                members.append(node)
+        self.groups = [
+            _Group(_kind(topology, used), net, members)
+            for (topology, used, net), members in buckets.items()
+        ]
         self.gang = gang
         self.g = gang.gpus_per_replica
         self.r = gang.replicas
         self.per_node = gang.per_node
         self.n = gang.total_gpus
-        self._json: dict[int, str] = {}
         self._memo: dict[tuple, _Plan | None] = {}
 
-    def _canon(self, topology: Topology) -> str:
-        key = id(topology)
-        if key not in self._json:
-            self._json[key] = topology.to_json()
-        return self._json[key]
-
-    def _classes(self, members: Iterable[NodeState], *, by_network: bool) -> list[_Class]:
-        groups: dict[tuple, _Class] = {}
-        for node in members:
-            if self.free_count[node.name] < self.g:
-                continue
-            net = node.network_gbps if by_network else 0.0
-            key = (node.topology, node.used, net)
-            cls = groups.get(key)
-            if cls is None:
-                canon = (self._canon(node.topology), tuple(sorted(node.used)), net)
-                cls = _Class(
-                    topology=node.topology,
-                    free_mask=self.free_mask[node.name],
-                    network_gbps=node.network_gbps,
-                    opened=not node.used,
-                    names=[],
-                    canon=canon,
-                )
-                groups[key] = cls
-            cls.names.append(node.name)
-        out = sorted(groups.values(), key=lambda c: c.canon)
-        for c in out:
-            c.names.sort()
-        return out
-
-    def _candidate(self, shares: dict[str, tuple[int, ...]]) -> _Candidate:
-        return _Candidate(score_by_name(self.by_name, self.gang, shares), tie_break(shares), shares)
+    def _candidate(
+        self, shares: dict[str, tuple[int, ...]], nodes: dict[str, NodeState]
+    ) -> _Candidate:
+        return _Candidate(score_by_name(nodes, self.gang, shares), tie_break(shares), shares, nodes)
 
     # --- one node -------------------------------------------------------------------
     def single_node(self) -> _Candidate | None:
-        """Best placement of the whole gang on one node, or None if no node has room."""
+        """Best placement of the whole gang on one node, or None if no node has room.
+
+        Alike nodes have the same best share and key, so the key is worked out per group;
+        node names are looked at only in the groups that tie for the best key.
+        """
         if self.per_node < self.r:
             return None  # the gang may not share one node
-        best: tuple[tuple, tuple, str, _Option] | None = None
-        for cls in self._classes(self.nodes, by_network=False):
-            if cls.free_mask.bit_count() < self.n:
+        n = self.n
+        best_key: tuple | None = None
+        tied: list[tuple[_Group, _Option]] = []
+        for grp in self.groups:
+            kind = grp.kind
+            if kind.free < n:
                 continue
-            opt = _options(cls.topology, cls.free_mask, self.n)[0]
-            k1 = 0.0 if self.n == 1 else round(opt.bw, ROUND)
-            key = (k1, opt.pair, opt.health, -int(cls.opened))
-            tie = (cls.names[0], opt.gpus)
-            if best is None or key > best[0] or (key == best[0] and tie < best[1]):
-                best = (key, tie, cls.names[0], opt)
-        if best is None:
+            opt = kind.best(n)
+            k1 = 0.0 if n == 1 else round(opt.bw, ROUND)
+            key = (k1, opt.pair, opt.health, -int(kind.opened))
+            if best_key is None or key > best_key:
+                best_key, tied = key, [(grp, opt)]
+            elif key == best_key:
+                tied.append((grp, opt))
+        if not tied:
             return None
-        return self._candidate({best[2]: best[3].gpus})
+        node, opt = min(
+            ((min(grp.nodes, key=_name), opt) for grp, opt in tied),
+            key=lambda t: (t[0].name, t[1].gpus),
+        )
+        return self._candidate({node.name: opt.gpus}, {node.name: node})
 
     # --- several nodes --------------------------------------------------------------
     def multi_node(self, best: _Candidate | None) -> _Candidate | None:
         """Best placement over several nodes if it beats ``best``; else ``best``."""
         if best is not None:
             # Cheapest bound first: the whole cluster at rack speed, no intra-node cost.
-            jmax = max(min(self.per_node, c // self.g) for c in self.free_count.values())
-            net = max(n.network_gbps for n in self.nodes)
+            jmax = max(min(self.per_node, grp.kind.free // self.g) for grp in self.groups)
+            net = max(grp.network_gbps for grp in self.groups)
             m_lb = max(2, math.ceil(self.r / jmax))
             if round(_f(self.n, m_lb, 0.0, net, 1.0), ROUND) < best.score.bus_bandwidth:
                 return best
-        scopes: list[tuple[str, list[NodeState]]] = []
-        racks: dict[tuple[str | None, str], list[NodeState]] = {}
-        zones: dict[str, list[NodeState]] = {}
-        for node in self.nodes:
-            if node.rack is not None:
-                racks.setdefault((node.zone, node.rack), []).append(node)
-            if node.zone is not None:
-                zones.setdefault(node.zone, []).append(node)
-        rack_sets = set()
-        for key in sorted(racks, key=lambda k: (k[0] or "", k[1])):
-            members = racks[key]
-            if len(members) >= 2:
-                scopes.append(("rack", members))
-                rack_sets.add(frozenset(n.name for n in members))
-        for zone in sorted(zones):
-            members = zones[zone]
-            if len(members) >= 2 and frozenset(n.name for n in members) not in rack_sets:
-                scopes.append(("zone", members))
-        everyone = frozenset(n.name for n in self.nodes)
-        narrower = rack_sets | {frozenset(n.name for n in z) for z in zones.values()}
-        if len(self.nodes) >= 2 and everyone not in narrower:
-            scopes.append(("cluster", self.nodes))
-
         rated = []
-        for span, members in scopes:
-            classes = self._classes(members, by_network=True)
+        for span, classes in self._scopes():
             ub = self._upper_bound(classes, span)
             if ub is not None:
                 rated.append((-ub, SPAN_RANK[span], span, classes))
@@ -443,9 +497,65 @@ class _Search:
                 best = cand
         return best
 
+    def _scopes(self) -> list[tuple[str, list[_Class]]]:
+        """Every rack, zone and the whole cluster that can hold a multi-node gang, each with
+        its classes of nodes that have room for a replica.
+
+        A scope counts every node for its size (two nodes or more), as the span does; a
+        zone that is exactly one rack, and a cluster that is exactly one rack or zone, are
+        searched once, in the narrower scope. One pass over the nodes splits the groups by
+        (zone, rack); zones and the cluster are unions of those pieces.
+        """
+        g = self.g
+        size: dict[tuple[str | None, str | None], int] = {}
+        pieces: dict[tuple[str | None, str | None], list[tuple[_Group, list[NodeState]]]] = {}
+        eligible: list[_Group] = []
+        for grp in self.groups:
+            if grp.kind.free < g:
+                for node in grp.nodes:
+                    loc = (node.zone, node.rack)
+                    size[loc] = size.get(loc, 0) + 1
+                continue
+            eligible.append(grp)
+            split: dict[tuple[str | None, str | None], list[NodeState]] = {}
+            for node in grp.nodes:
+                loc = (node.zone, node.rack)
+                members = split.get(loc)
+                if members is None:
+                    split[loc] = [node]
+                else:
+                    members.append(node)
+            for loc, members in split.items():
+                size[loc] = size.get(loc, 0) + len(members)
+                pieces.setdefault(loc, []).append((grp, members))
+
+        zone_size: dict[str, int] = {}
+        zone_locs: dict[str, list[tuple[str | None, str | None]]] = {}
+        for loc, count in size.items():
+            if loc[0] is not None:
+                zone_size[loc[0]] = zone_size.get(loc[0], 0) + count
+                zone_locs.setdefault(loc[0], []).append(loc)
+
+        def one_rack(locs: list[tuple[str | None, str | None]]) -> bool:
+            return len(locs) == 1 and locs[0][1] is not None
+
+        scopes: list[tuple[str, list[_Class]]] = []
+        racks = [loc for loc in size if loc[1] is not None and size[loc] >= 2]
+        for loc in sorted(racks, key=lambda k: (k[0] or "", k[1])):
+            scopes.append(("rack", _classes(pieces.get(loc, ()))))
+        for zone in sorted(zone_size):
+            locs = zone_locs[zone]
+            if zone_size[zone] >= 2 and not one_rack(locs):
+                scopes.append(("zone", _classes(p for loc in locs for p in pieces.get(loc, ()))))
+        node_count = sum(size.values())
+        everyone_one_zone = len(zone_size) == 1 and next(iter(zone_size.values())) == node_count
+        if node_count >= 2 and not everyone_one_zone and not one_rack(list(size)):
+            scopes.append(("cluster", _classes((grp, grp.nodes) for grp in eligible)))
+        return scopes
+
     def _upper_bound(self, classes: list[_Class], span: str) -> float | None:
         cap = [min(self.per_node, c.free_mask.bit_count() // self.g) for c in classes]
-        if sum(min(len(c.names), self.r) * j for c, j in zip(classes, cap, strict=True)) < self.r:
+        if sum(min(len(c.nodes), self.r) * j for c, j in zip(classes, cap, strict=True)) < self.r:
             return None
         jmax = max(cap)
         m_lb = max(2, math.ceil(self.r / jmax))
@@ -453,19 +563,22 @@ class _Search:
         return round(_f(self.n, m_lb, 0.0, net, SPAN_FACTOR[span]), ROUND)
 
     def _scope(self, span: str, classes: list[_Class], floor: float | None) -> _Candidate | None:
-        sig = (span, tuple((c.canon, min(len(c.names), self.r)) for c in classes))
+        sig = (span, tuple((c.canon, min(len(c.nodes), self.r)) for c in classes))
         if sig not in self._memo:
             self._memo[sig] = self._plan(span, classes, floor)
         plan = self._memo[sig]
         if plan is None:
             return None
         shares: dict[str, tuple[int, ...]] = {}
+        touched: dict[str, NodeState] = {}
         used_in_class: dict[int, int] = {}
         for ci, _j, opt in plan:
             pos = used_in_class.get(ci, 0)
             used_in_class[ci] = pos + 1
-            shares[classes[ci].names[pos]] = opt.gpus
-        return self._candidate(shares)
+            node = classes[ci].by_name()[pos]
+            shares[node.name] = opt.gpus
+            touched[node.name] = node
+        return self._candidate(shares, touched)
 
     def _plan(self, span: str, classes: list[_Class], floor: float | None) -> _Plan | None:
         """Stages a-c of the module docstring for one scope: [(class, replicas, option)].
@@ -475,7 +588,7 @@ class _Search:
         """
         r, g, n = self.r, self.g, self.n
         factor = SPAN_FACTOR[span]
-        counts = [min(len(c.names), r) for c in classes]
+        counts = [min(len(c.nodes), r) for c in classes]
         opts: _Opts = []
         for c in classes:
             jmax = min(self.per_node, c.free_mask.bit_count() // g)
@@ -675,15 +788,14 @@ def _rev(gpus: tuple[int, ...]) -> tuple[int, ...]:
 
 
 # --- output -----------------------------------------------------------------------------
-def _placement(nodes: Sequence[NodeState], gang: GangRequest, best: _Candidate) -> Placement:
-    by_name = {n.name: n for n in nodes}
+def _placement(gang: GangRequest, best: _Candidate) -> Placement:
     g = gang.gpus_per_replica
     slots = []
     for name in sorted(best.shares):
         gpus = sorted(best.shares[name])
         for start in range(0, len(gpus), g):
             slots.append(ReplicaSlot(len(slots), name, tuple(gpus[start : start + g])))
-    touched = [by_name[name] for name in sorted(best.shares)]
+    touched = [best.nodes[name] for name in sorted(best.shares)]
     span = span_of(touched)
     if gang.total_gpus == 1:
         bus = 0.0
