@@ -39,7 +39,7 @@ NODE_DATA_ERRORS = Counter(
 )
 PLACEMENTS = Counter(
     "gputopo_gang_placements_total",
-    "Gang placement decisions by result (placed, reused, unplaced, denied).",
+    "Gang placement decisions by result (placed, reused, moved, unplaced, denied).",
     ["result"],
 )
 CERT_RELOADS = Counter(

@@ -60,6 +60,7 @@ from webhook.placement_mutations import (
 )
 from webhook.placement_ports import replicas_per_node_cap
 from webhook.policy.schema import OWNER_KINDS, PlacementSettings, Policy
+from webhook.slot_repair import repair_scopes, slot_node_problem
 from webhook.steps import AdmissionContext, JobInfo
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,7 @@ class Granted:
     reservation: GangReservation
     slot: ReplicaSlot
     fresh: bool
+    moved: str = ""  # why the slot just left its node ("" when it did not)
 
 
 def placement_settings(policy: Policy | None) -> PlacementSettings:
@@ -345,10 +347,53 @@ class PlacementStep:
                     f"all {len(res.slots)} slots reserved for the gang belong to other "
                     f"replicas ({', '.join(r.wire() for r in sorted(res.assigned))})"
                 )
+            res, slot = got
+            spec = ctx.pod.get("spec") if isinstance(ctx.pod.get("spec"), dict) else {}
+            problem = slot_node_problem(ctx.cluster.node_states(), spec, slot)
+            if problem:
+                moved = self._move(ctx, key, res, slot, gang, problem)
+                if isinstance(moved, Unplaced):
+                    return moved
+                res, slot = moved, moved.slot(slot.replica)
         except ReservationUnavailable as exc:
             return Unplaced(f"the reservation store is unavailable: {exc}")
-        res, slot = got
-        return Granted(reservation=res, slot=slot, fresh=fresh)
+        return Granted(reservation=res, slot=slot, fresh=fresh, moved=problem)
+
+    def _move(
+        self, ctx: AdmissionContext, key: GangKey, res: GangReservation, slot: ReplicaSlot,
+        gang: GangRequest, problem: str,
+    ) -> GangReservation | Unplaced:
+        """Move ``slot`` to the best free GPUs for one replica near the rest of the gang
+        (see :mod:`webhook.slot_repair`); re-solve when another gang takes them first."""
+        one = GangRequest(1, gang.gpus_per_replica)
+        others = [s for s in res.slots if s.replica != slot.replica]
+        for _ in range(self.max_attempts):
+            fit, excluded = nodes_for_pod(ctx)
+            free = exclude_held(fit, self.store.held_gpus(), self._held_memo)
+            choice = None
+            for scope in repair_scopes(free, others, gang.per_node):
+                placement = self.solver(scope, one)
+                if placement.feasible:
+                    choice = placement.slots[0]
+                    break
+            if choice is None:
+                return Unplaced(_ruled_out(
+                    f"{problem}, and no other node has {gang.gpus_per_replica} free GPU(s) "
+                    "for this pod's slot", fit, excluded))
+            try:
+                moved = self.store.move_slot(key, slot.replica, choice.node, choice.gpus,
+                                             from_node=slot.node)
+            except ReservationConflict as exc:
+                log.info("placement: %s: moving slot %d conflicted: %s", key, slot.replica,
+                         exc)
+                continue
+            if moved is None:
+                return Unplaced("the gang's reservation was released while its slot moved")
+            log.warning("placement: %s: slot %d moved from %s to %s: %s", key, slot.replica,
+                        slot.node, moved.slot(slot.replica).node, problem)
+            return moved
+        return Unplaced(f"{problem}, and the GPUs chosen for its slot were taken by "
+                        f"concurrent admissions {self.max_attempts} times in a row")
 
     def _reserve(
         self, ctx: AdmissionContext, key: GangKey, gang: GangRequest
@@ -490,8 +535,14 @@ class PlacementStep:
                 f"{slot.node}, GPUs {gpu_list(slot.gpus)} of the job's "
                 f"{gpu_list(visible)} there; nothing was reserved"
             )
+        if granted.moved:
+            ctx.warnings.append(
+                f"placement: this pod's slot moved to node {slot.node}, GPUs "
+                f"{gpu_list(slot.gpus)}: {granted.moved}"
+            )
         if not preview:
-            metrics.PLACEMENTS.labels(result="placed" if granted.fresh else "reused").inc()
+            metrics.PLACEMENTS.labels(result="moved" if granted.moved else
+                                      "placed" if granted.fresh else "reused").inc()
         if not ctx.request.dry_run:
             metrics.MUTATIONS.labels(
                 kind="placement", policy=policy_name(policy),

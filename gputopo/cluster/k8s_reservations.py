@@ -450,15 +450,17 @@ class KubernetesReservationStore:
         if nodes:
             self._count("rollback")
 
-    def _unclaim(self, node: str, token: str) -> None:
-        """Remove this token's entries from the node's ledger (no-op when none are left)."""
+    def _unclaim(self, node: str, token: str, only: frozenset[int] | None = None) -> None:
+        """Remove this token's entries (of GPUs ``only``, if given) from the node's ledger
+        (no-op when none are left)."""
         name = ledger_name(node)
         for _ in range(MAX_ATTEMPTS):
             cm = self._read(name)
             if cm is None:
                 return
             data = dict(cm.get("data") or {})
-            mine = [k for k, e in self._entries(cm).items() if e.get("token") == token]
+            mine = [k for k, e in self._entries(cm).items() if e.get("token") == token
+                    and (only is None or k in only)]
             if not mine:
                 return
             for g in mine:
@@ -498,6 +500,65 @@ class KubernetesReservationStore:
         except (ApiException, *_TRANSPORT_ERRORS) as exc:
             raise ReservationUnavailable(f"assigning a slot of {key}: {exc}") from exc
         raise ReservationUnavailable(f"{key}: gave up after {MAX_ATTEMPTS} conflicts")
+
+    def move_slot(
+        self, key: GangKey, number: int, node: str, gpus: tuple[int, ...], *, from_node: str
+    ) -> GangReservation | None:
+        """Claim the new GPUs with the gang's token, point the slot at them in the gang
+        record (compare-and-swap), commit them, then drop the old node's entries.
+
+        Why this order: a claim carrying the token of an existing gang record is never
+        taken for abandoned (see ``_dead``), and a crash before the record names the new
+        GPUs leaves only entries that die with the gang (the sweep removes them after its
+        release) — never a GPU handed out twice."""
+        want = frozenset(gpus)
+        try:
+            cm = self._read(gang_name(key))
+            res = self._parse_gang(cm)
+            if cm is None or res is None:
+                return None
+            if res.slot(number).node != from_node:
+                return res
+            own = want & res.gpus().get(node, frozenset())
+            if own:
+                raise ReservationConflict(f"{key}: GPUs {sorted(own)} of {node} already "
+                                          "belong to another slot of the gang", {node: own})
+            old = frozenset(res.slot(number).gpus)
+            self._claim(node, want, res, self._recorded_elsewhere(key.uid).get(node, {}))
+            try:
+                done = None
+                for _ in range(MAX_ATTEMPTS):
+                    assert cm is not None and res is not None
+                    moved = res.with_slot_moved(number, node, tuple(gpus))
+                    cm["data"] = {DATA_KEY: json.dumps(moved.to_json(), sort_keys=True)}
+                    done = self._replace(cm)
+                    if done is not None:
+                        break
+                    cm = self._read(gang_name(key))
+                    res = self._parse_gang(cm)
+                    if cm is None or res is None or res.slot(number).node != from_node:
+                        # released, or another webhook replica moved it first
+                        self._unclaim(node, moved.token, want)
+                        return res
+                if done is None:
+                    raise ReservationUnavailable(f"{key}: gave up after {MAX_ATTEMPTS} "
+                                                 "conflicts")
+            except BaseException:
+                with contextlib.suppress(ApiException, *_TRANSPORT_ERRORS):
+                    self._unclaim(node, res.token, want)
+                raise
+            self._commit(node, want, moved)
+            self._unclaim(from_node, moved.token, old)
+        except ApiException as exc:
+            if exc.status == 404:  # released while we wrote it (the claim is undone above)
+                return None
+            raise ReservationUnavailable(f"moving slot {number} of {key}: {exc}") from exc
+        except _TRANSPORT_ERRORS as exc:
+            raise ReservationUnavailable(f"moving slot {number} of {key}: {exc}") from exc
+        self._count("moved")
+        self._drop_held()
+        return GangReservation.from_json(moved.to_json(),
+                                         version=done["metadata"]["resourceVersion"])
 
     def release(self, key: GangKey) -> bool:
         """Delete the gang ConfigMap (the commit point: its ledger entries are dead from

@@ -220,6 +220,13 @@ class GangReservation:
         return replace(self, assigned={**self.assigned, replica: number},
                        expires_at=now + self.ttl_seconds)
 
+    def with_slot_moved(self, number: int, node: str, gpus: tuple[int, ...]
+                        ) -> GangReservation:
+        """Slot ``number`` on (``node``, ``gpus``) instead; its replica keeps it."""
+        slots = tuple(ReplicaSlot(s.replica, node, tuple(gpus)) if s.replica == number else s
+                      for s in self.slots)
+        return replace(self, slots=slots)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "key": self.key.to_json(),
@@ -285,6 +292,16 @@ class ReservationStore(Protocol):
     ) -> tuple[GangReservation, ReplicaSlot] | None:
         """Give ``replica`` its slot (the same one every time). None when the gang has no
         reservation or every slot already belongs to another replica."""
+        ...
+
+    def move_slot(
+        self, key: GangKey, number: int, node: str, gpus: tuple[int, ...], *, from_node: str
+    ) -> GangReservation | None:
+        """Move slot ``number`` from ``from_node`` (gone, or no longer fit for the gang's
+        pods) to GPUs ``gpus`` of ``node``, claiming them like :meth:`reserve` does and
+        freeing the old ones. When the slot has already left ``from_node`` (another
+        webhook replica moved it) the reservation is returned unchanged. None when the
+        gang has no reservation; :class:`ReservationConflict` when a GPU is held."""
         ...
 
     def release(self, key: GangKey) -> bool:
@@ -374,6 +391,30 @@ class InMemoryReservationStore:
             if replica not in res.assigned:
                 res = self._bump(res.with_assignment(replica, n, now=t))
             return res, res.slot(n)
+
+    def move_slot(
+        self, key: GangKey, number: int, node: str, gpus: tuple[int, ...], *, from_node: str
+    ) -> GangReservation | None:
+        with self._lock:
+            res = self._gangs.get(key)
+            if res is None:
+                return None
+            old = res.slot(number)
+            if old.node != from_node:
+                return res
+            clash = sorted(g for g in gpus
+                           if self._owner.get((node, g)) not in (None, key))
+            mine = res.gpus().get(node, frozenset())
+            if clash or set(gpus) & mine:
+                raise ReservationConflict(
+                    f"{key}: GPUs {clash or sorted(set(gpus) & mine)} of {node} are "
+                    "already reserved", {node: clash or set(gpus) & mine})
+            for g in old.gpus:
+                if self._owner.get((old.node, g)) == key:
+                    del self._owner[(old.node, g)]
+            for g in gpus:
+                self._owner[(node, g)] = key
+            return self._bump(res.with_slot_moved(number, node, tuple(gpus)))
 
     def release(self, key: GangKey) -> bool:
         with self._lock:

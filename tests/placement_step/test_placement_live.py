@@ -107,3 +107,59 @@ def test_a_node_tainted_or_cordoned_after_sync_gets_no_new_gang(kube):
         admitter.close()
         view.stop()
         api.close()
+
+
+def _admit_with_warnings(admitter, pod):
+    import base64
+    import json
+
+    import jsonpatch
+    from placement_checks import review_body
+
+    status, answer = admitter.handle_body(review_body(pod, "uid-move"))
+    assert status == 200
+    response = answer["response"]
+    patch = json.loads(base64.b64decode(response["patch"])) if "patch" in response else []
+    return jsonpatch.apply_patch(pod, patch), response.get("warnings", [])
+
+
+def test_a_node_deleted_after_placement_moves_its_slots_to_a_node_that_exists(kube):
+    """The gang was placed on one node; the node is deleted (scaled down) before all pods
+    came, and a placed pod is recreated: no pod may stay pinned to the missing node, no
+    GPU may be handed out twice."""
+    from k8s_double import api_client
+
+    docs = load_documents(demo_cluster_path())
+    for obj in docs:
+        kube.apply(obj)
+    job = kube.apply(mpijob("move", workers=4))
+    api = api_client(kube.url)
+    view = ClusterView(api, reservations=KubernetesReservationStore(api)).start()
+    admitter = build_admitter(None, view, placement=placement_step_for(view),
+                              reload_interval_s=0)
+    try:
+        assert view.wait_synced(10)
+        assert _wait(lambda: len(view.node_states()) == 2)
+        first = [admit(admitter, worker_pod(job, i), dry_run=False) for i in range(2)]
+        home = pinned_node(first[0])
+        assert pinned_node(first[1]) == home
+        kube.remove(next(o for o in docs if o["kind"] == "Node"
+                         and o["metadata"]["name"] == home))
+        assert _wait(lambda: len(view.node_states()) == 1)
+        later, warnings = _admit_with_warnings(admitter, worker_pod(job, 2))
+        again, again_warnings = _admit_with_warnings(admitter, worker_pod(job, 0))
+        for pod, said in ((later, warnings), (again, again_warnings)):
+            assert record(pod)["placed"] and pinned_node(pod) != home
+            assert any("slot moved" in w and home in w for w in said), said
+        assert not set(gpu_group(later)) & set(gpu_group(again))
+        # the replica keeps its moved slot, and the gang's record says where it is
+        same, _ = _admit_with_warnings(admitter, worker_pod(job, 0))
+        assert (pinned_node(same), gpu_group(same)) == (pinned_node(again), gpu_group(again))
+        res = next(r for r in view.reservations.list() if r.key.name == "move")
+        assert sorted(s.node for s in res.slots).count(home) == 2  # slots 1 and 3 wait
+        assert set(view.reservations.held_gpus().get(pinned_node(again), set())) >= (
+            set(gpu_group(later)) | set(gpu_group(again)))
+    finally:
+        admitter.close()
+        view.stop()
+        api.close()

@@ -1,0 +1,48 @@
+"""Where a slot whose node is gone may go: the gang's own nodes, then its racks and zones,
+then anywhere; never past the gang's replicas-per-node cap."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gputopo.cluster.node_fit import NodeFacts
+from gputopo.placement.types import NodeState, ReplicaSlot
+from gputopo.topology.load import read_topology_file
+from webhook.slot_repair import repair_scopes, slot_node_problem
+
+TOPO = read_topology_file(str(Path(__file__).resolve().parents[1] / "fixtures" / "topologies"
+                              / "dgx1-v100.txt"))
+
+
+def _node(name: str, zone: str | None, rack: str | None, **facts) -> NodeState:
+    meta = {"name": name, "labels": facts.get("labels", {})}
+    return NodeState(name=name, topology=TOPO, zone=zone, rack=rack,
+                     facts=NodeFacts.of({"metadata": meta, "spec": facts.get("spec", {})}))
+
+
+NODES = [_node("a", "z1", "r1"), _node("b", "z1", "r1"), _node("c", "z1", "r2"),
+         _node("d", "z2", "r3"), _node("e", None, None)]
+
+
+def test_scopes_go_from_the_gang_s_nodes_outwards() -> None:
+    others = [ReplicaSlot(1, "a", (0,)), ReplicaSlot(2, "gone", (1,))]
+    scopes = [[n.name for n in s] for s in repair_scopes(NODES, others, per_node=8)]
+    assert scopes == [["a"], ["a", "b"], ["a", "b", "c"], ["a", "b", "c", "d", "e"]]
+
+
+def test_the_per_node_cap_keeps_full_nodes_out_of_every_scope() -> None:
+    others = [ReplicaSlot(1, "a", (0,))]
+    scopes = [[n.name for n in s] for s in repair_scopes(NODES, others, per_node=1)]
+    assert scopes == [["b"], ["b", "c"], ["b", "c", "d", "e"]]
+
+
+def test_the_slot_node_problem_names_a_missing_or_refusing_node() -> None:
+    slot = ReplicaSlot(0, "a", (0,))
+    assert slot_node_problem(NODES, {}, slot) == ""
+    assert "gone" in slot_node_problem(NODES[1:], {}, slot)
+    cordoned = [_node("a", "z1", "r1", spec={"unschedulable": True})]
+    assert "no longer admits" in slot_node_problem(cordoned, {}, slot)
+    tolerated = {"tolerations": [{"key": "node.kubernetes.io/unschedulable",
+                                  "operator": "Exists"}]}
+    assert slot_node_problem(cordoned, tolerated, slot) == ""
+    assert "no longer admits" in slot_node_problem(NODES, {"nodeSelector": {"pool": "x"}}, slot)
