@@ -188,7 +188,8 @@ class GangReservation:
         return tuple(sorted(self.gpus().get(node, frozenset())))
 
     def expired(self, now: float) -> bool:
-        return not self.complete and now >= self.expires_at
+        # the time first: it is one comparison, and every gang is asked at every new gang
+        return now >= self.expires_at and not self.complete
 
     # --- building and the wire form ------------------------------------------------------
     @classmethod
