@@ -37,7 +37,12 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from gputopo import names
 from gputopo.cluster import objects as ob
-from gputopo.cluster.reservations import GangKey, ReservationStore, ReservationUnavailable
+from gputopo.cluster.reservations import (
+    GangKey,
+    ReservationStore,
+    ReservationUnavailable,
+    admission_deadline,
+)
 from gputopo.cluster.snapshot import object_key
 from gputopo.errors import TopologyError
 from gputopo.placement.types import NodeState
@@ -49,6 +54,10 @@ _TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError, ValueError)
 #: Seconds a reservation may exist without its job in the view before it is released:
 #: the first pod of a job can be admitted before the watch has delivered the job itself.
 JOB_GRACE_SECONDS = 120.0
+#: Of an admission's budget, what an on-demand GET leaves for the reservation store after
+#: it, and the least time worth starting a GET with (a queued review may have none left).
+FETCH_RESERVE_SECONDS = 1.0
+MIN_FETCH_SECONDS = 0.05
 
 
 class _Gone(Exception):
@@ -563,8 +572,16 @@ class ClusterView:
             return hit[1]
         if now < self._api_quiet_until:  # the API just failed: answer from memory, fast
             return None
+        timeout = self.fetch_timeout
+        until = admission_deadline()  # inside an admission: its answer-by, from arrival
+        if until is not None:
+            timeout = min(timeout, until - now - FETCH_RESERVE_SECONDS)
+            if timeout < MIN_FETCH_SECONDS:
+                log.warning("GET %s %s/%s skipped: the admission's time is spent", kind,
+                            namespace, name)
+                return None
         try:
-            resp = self._get_call(api_version, kind, namespace, name)
+            resp = self._get_call(api_version, kind, namespace, name, timeout)
         except ApiException as exc:
             if exc.status not in (403, 404):
                 log.warning("GET %s %s/%s: %s", kind, namespace, name, _short(exc))
@@ -582,9 +599,9 @@ class ClusterView:
         self._on_demand[key] = (now, obj)
         return obj
 
-    def _get_call(self, api_version: str, kind: str, namespace: str | None, name: str
-                  ) -> Any:
-        t = {"_preload_content": False, "_request_timeout": self.fetch_timeout}
+    def _get_call(self, api_version: str, kind: str, namespace: str | None, name: str,
+                  timeout: float) -> Any:
+        t = {"_preload_content": False, "_request_timeout": timeout}
         if (api_version, kind) == ("v1", "Namespace"):
             return client.CoreV1Api(self.api_client).read_namespace(name, **t)
         if (api_version, kind) == ("batch/v1", "Job") and namespace:

@@ -419,3 +419,32 @@ def test_losing_sight_of_the_jobs_releases_no_reservation(kube, kube_client) -> 
         assert store.get(key) is not None
     finally:
         view.stop()
+
+
+def test_an_on_demand_get_ends_within_the_admission_s_budget(kube, view) -> None:
+    """A batch Job the watches do not hold is fetched by GET; on a slow API that GET may
+    take only what the review's answer-by leaves (minus the store's share), and a review
+    with no time left does not start one."""
+    from gputopo.cluster.reservations import run_by
+    from gputopo.cluster.view import FETCH_RESERVE_SECONDS
+
+    view.start()
+    assert view.wait_synced(10)
+    kube.apply({"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": "launcher", "namespace": "default"}})
+    kube.latency = 1.0  # every request now takes a second
+
+    def lookup() -> object:
+        return view.object(api_version="batch/v1", kind="Job", namespace="default",
+                           name="launcher")
+
+    started = time.monotonic()
+    got = run_by(started + FETCH_RESERVE_SECONDS + 0.3, lookup)
+    took = time.monotonic() - started
+    assert got is None and took < 0.8  # cut at ~0.3 s, not the 1 s fetch_timeout
+    gets = kube.verbs[("get", "batch", "jobs", "default")]
+    assert run_by(time.monotonic() + FETCH_RESERVE_SECONDS, lookup) is None
+    assert kube.verbs[("get", "batch", "jobs", "default")] == gets  # no time: no GET
+    kube.latency = 0.0
+    time.sleep(0.3)  # the failed GET quiets the API for backoff_max
+    assert run_by(time.monotonic() + 4, lookup)["metadata"]["name"] == "launcher"
