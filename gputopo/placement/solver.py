@@ -44,6 +44,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations
+from operator import attrgetter
 
 from gputopo.errors import InputError
 from gputopo.placement.objective import (
@@ -191,15 +192,19 @@ class _Kind:
     opened: bool  # no GPU in use yet
 
     def __post_init__(self) -> None:
-        self._best: dict[int, _Option] = {}
+        #: per gang size n: (one-node key, best n-GPU share), see :meth:`one_node`
+        self.rated: dict[int, tuple[tuple[float, float, int, int], _Option]] = {}
         self._head: tuple[str, tuple[int, ...]] | None = None
 
-    def best(self, k: int) -> _Option:
-        """The best ``k``-GPU share of the free GPUs (the first Pareto option)."""
-        opt = self._best.get(k)
-        if opt is None:
-            opt = self._best[k] = _options(self.topology, self.free_mask, k)[0]
-        return opt
+    def one_node(self, n: int) -> tuple[tuple[float, float, int, int], _Option]:
+        """The best ``n``-GPU share of the free GPUs (the first Pareto option) and its key
+        for the one-node search: (ring bandwidth, slowest pair, blocks kept, packing)."""
+        got = self.rated.get(n)
+        if got is None:
+            opt = _options(self.topology, self.free_mask, n)[0]
+            k1 = 0.0 if n == 1 else round(opt.bw, ROUND)
+            got = self.rated[n] = ((k1, opt.pair, opt.health, -int(self.opened)), opt)
+        return got
 
     def head(self) -> tuple[str, tuple[int, ...]]:
         """(topology JSON, sorted used GPUs): the classes' sort key without the network."""
@@ -208,12 +213,29 @@ class _Kind:
         return self._head
 
 
-@lru_cache(maxsize=1 << 14)
 def _kind(topology: Topology, used: frozenset[int]) -> _Kind:
     idx = topology.indices
     pos = {g: p for p, g in enumerate(idx)}
     mask = ((1 << len(idx)) - 1) & ~sum(1 << pos[u] for u in used if u in pos)
     return _Kind(topology, used, mask, mask.bit_count(), len(idx), not used)
+
+
+#: Kinds by topology, then by used set. Two levels, not one lru_cache on (topology, used):
+#: a Topology hashes in Python, a frozenset's hash is cached, and the inner lookup runs once
+#: per group and solve. Bounded by clearing: losing an entry costs only its recomputation.
+_KINDS: dict[Topology, dict[frozenset[int], _Kind]] = {}
+_KINDS_PER_TOPOLOGY = 1 << 13
+
+
+def _kinds_of(topology: Topology) -> dict[frozenset[int], _Kind]:
+    kinds = _KINDS.get(topology)
+    if kinds is None:
+        if len(_KINDS) >= 256:
+            _KINDS.clear()
+        kinds = _KINDS[topology] = {}
+    elif len(kinds) >= _KINDS_PER_TOPOLOGY:
+        kinds.clear()
+    return kinds
 
 
 @lru_cache(maxsize=1 << 10)
@@ -252,12 +274,11 @@ class _Class:
     def by_name(self) -> list[NodeState]:
         """The nodes by name: a plan's q nodes of this class are the first q."""
         if self._sorted is None:
-            self._sorted = sorted(self.nodes, key=_name)
+            self._sorted = sorted(self.nodes, key=_NAME)
         return self._sorted
 
 
-def _name(node: NodeState) -> str:
-    return node.name
+_NAME = attrgetter("name")
 
 
 @dataclass(frozen=True)
@@ -323,16 +344,25 @@ def _infeasible_reason(groups: list[_Group], gang: GangRequest, node_count: int)
             f"report), so {shape} cannot be placed"
         )
     plural = "s" if node_count > 1 else ""
-    cluster_gpus = sum(grp.kind.size * len(grp.nodes) for grp in groups)
+    per_node = gang.per_node
+    # One loop over the groups for every figure the reasons below need.
+    cluster_gpus = largest = most_free = fits = free = 0
+    for grp in groups:
+        kind, count = grp.kind, len(grp.nodes)
+        cluster_gpus += kind.size * count
+        free += kind.free * count
+        fits += min(kind.free // g, per_node) * count
+        if kind.size > largest:
+            largest = kind.size
+        if kind.free > most_free:
+            most_free = kind.free
     if total > cluster_gpus:
         return (
             f"the gang needs {total} GPUs ({shape}) but the whole cluster has only "
             f"{cluster_gpus} on {node_count} node{plural}"
         )
-    largest = max(grp.kind.size for grp in groups)
     if g > largest:
         return f"each replica needs {g} GPUs on one node but the largest node has {largest}"
-    most_free = max(grp.kind.free for grp in groups)
     if most_free < g:
         if not most_free:
             return f"cluster full: all {cluster_gpus} GPUs are in use"
@@ -341,10 +371,7 @@ def _infeasible_reason(groups: list[_Group], gang: GangRequest, node_count: int)
             f"no node has {g} free GPUs for one replica right now "
             f"(most free: {most_free} on {most})"
         )
-    per_node = gang.per_node
-    fits = sum(min(grp.kind.free // g, per_node) * len(grp.nodes) for grp in groups)
     if fits < r:
-        free = sum(grp.kind.free * len(grp.nodes) for grp in groups)
         capped = f", at most {per_node} per node" if per_node < r else ""
         if free == cluster_gpus:  # nothing is in use: the nodes are too few or too small
             return (
@@ -367,24 +394,36 @@ def _f(n: int, m: int, intra: float, net_gbps: float, factor: float) -> float:
     return 2 * (n - 1) / n / per_byte
 
 
-def _sumset(x: int, y: int, full: int) -> int:
-    """{a + b : a in x, b in y} over bitmasks, cut to ``full``."""
+def _sumset(x: int, y: int) -> int:
+    """{a + b : a in x, b in y} over bitmasks (uncut: the caller leaves room)."""
     low = (y & -y).bit_length() - 1
     run = y >> low
     if run & (run + 1) == 0:  # y is one run of ones: smear x by doubling
         width = run.bit_length()
         out, done = x, 1
         while done < width:
-            step = min(done, width - done)
+            step = done if done < width - done else width - done
             out |= out << step
             done += step
-        return (out << low) & full
+        return out << low
     out = 0
     while y:
         low = y & -y
         out |= x << (low.bit_length() - 1)
         y ^= low
-    return out & full
+    return out
+
+
+@lru_cache(maxsize=256)
+def _grid(r: int) -> tuple[int, int]:
+    """(row width, mask of the cells that count) of the (nodes, replicas) grid for R = r.
+
+    Row m holds the replica counts 0..r reachable with m nodes; a row is 2r + 2 bits wide
+    so adding a node's at most r replicas never spills into the next row before the cut.
+    """
+    width = 2 * r + 2
+    row = (1 << (r + 1)) - 1
+    return width, sum(row << (m * width) for m in range(r + 1))
 
 
 _Opts = list[dict[int, tuple[_Option, ...]]]  # per class: replicas on a node -> options
@@ -412,30 +451,55 @@ def _classes(pieces: Iterable[tuple[_Group, list[NodeState]]]) -> list[_Class]:
     return out
 
 
+def _merge_twins(groups: list[_Group]) -> list[_Group]:
+    """One group per (topology, used, network) when equal topologies came as several
+    objects (nodes whose annotations were parsed one by one)."""
+    merged: dict[tuple[Topology, frozenset[int], float], _Group] = {}
+    for grp in groups:
+        key = (grp.kind.topology, grp.kind.used, grp.network_gbps)
+        have = merged.get(key)
+        if have is None:
+            merged[key] = grp
+        else:
+            have.nodes = have.nodes + grp.nodes
+    return list(merged.values())
+
+
 class _Search:
     """One solve: the nodes grouped in one pass, then the one-node and multi-node searches."""
 
     def __init__(self, nodes: Sequence[NodeState], gang: GangRequest) -> None:
         # The only loop over every node of a one-node gang: nodes alike in topology, used
         # GPUs and network land in one group (a busy 1,000-node cluster has a few hundred).
-        buckets: dict[tuple[Topology, frozenset[int], float], list[NodeState]] = {}
+        # Keyed by the topology's id, not the topology: its __hash__ is a Python call, and
+        # equal topologies of different objects are merged per bucket below.
+        buckets: dict[tuple[int, frozenset[int], float], list[NodeState]] = {}
         for node in nodes:
-            key = (node.topology, node.used, node.network_gbps)
+            key = (id(node.topology), node.used, node.network_gbps)
             members = buckets.get(key)
             if members is None:
                 buckets[key] = [node]
             else:
                 members.append(node)
-        self.groups = [
-            _Group(_kind(topology, used), net, members)
-            for (topology, used, net), members in buckets.items()
-        ]
+        kinds_by_id: dict[int, dict[frozenset[int], _Kind]] = {}
+        self.groups: list[_Group] = []
+        for (tid, used, net), members in buckets.items():
+            kinds = kinds_by_id.get(tid)
+            if kinds is None:
+                kinds = kinds_by_id[tid] = _kinds_of(members[0].topology)
+            kind = kinds.get(used)
+            if kind is None:
+                kind = kinds[used] = _kind(members[0].topology, used)
+            self.groups.append(_Group(kind, net, members))
+        if len({id(k) for k in kinds_by_id.values()}) < len(kinds_by_id):
+            self.groups = _merge_twins(self.groups)
         self.gang = gang
         self.g = gang.gpus_per_replica
         self.r = gang.replicas
         self.per_node = gang.per_node
         self.n = gang.total_gpus
         self._memo: dict[tuple, _Plan | None] = {}
+        self._scores: dict[tuple, Score] = {}
 
     def _candidate(
         self, shares: dict[str, tuple[int, ...]], nodes: dict[str, NodeState]
@@ -458,20 +522,17 @@ class _Search:
             kind = grp.kind
             if kind.free < n:
                 continue
-            opt = kind.best(n)
-            k1 = 0.0 if n == 1 else round(opt.bw, ROUND)
-            key = (k1, opt.pair, opt.health, -int(kind.opened))
+            key, opt = kind.rated.get(n) or kind.one_node(n)
             if best_key is None or key > best_key:
                 best_key, tied = key, [(grp, opt)]
             elif key == best_key:
                 tied.append((grp, opt))
         if not tied:
             return None
-        node, opt = min(
-            ((min(grp.nodes, key=_name), opt) for grp, opt in tied),
-            key=lambda t: (t[0].name, t[1].gpus),
-        )
-        return self._candidate({node.name: opt.gpus}, {node.name: node})
+        # Names are unique, so the smallest name alone breaks the tie (name, GPUs).
+        name, grp, opt = min((min(map(_NAME, grp.nodes)), grp, opt) for grp, opt in tied)
+        node = next(n for n in grp.nodes if n.name == name)
+        return self._candidate({name: opt.gpus}, {name: node})
 
     # --- several nodes --------------------------------------------------------------
     def multi_node(self, best: _Candidate | None) -> _Candidate | None:
@@ -578,7 +639,17 @@ class _Search:
             node = classes[ci].by_name()[pos]
             shares[node.name] = opt.gpus
             touched[node.name] = node
-        return self._candidate(shares, touched)
+        # Scopes with one signature share the plan, and so the score, except for the real
+        # span (a zone's plan may land in one rack): score it once per (signature, span).
+        # Racks that tie on the bound are many; scoring each plan again was most of a
+        # multi-node solve.
+        key = (sig, span_of(list(touched.values())))
+        score = self._scores.get(key)
+        if score is None:
+            cand = self._candidate(shares, touched)
+            self._scores[key] = cand.score
+            return cand
+        return _Candidate(score, tie_break(shares), shares, touched)
 
     def _plan(self, span: str, classes: list[_Class], floor: float | None) -> _Plan | None:
         """Stages a-c of the module docstring for one scope: [(class, replicas, option)].
@@ -690,23 +761,22 @@ class _Search:
         for c, k, per in zip(classes, counts, opts, strict=True):
             if c.network_gbps < t_n:
                 continue
-            mask = sum(1 << j for j in self._allowed(per, t_i, t_p))
+            mask = sum(1 << j for j in self._allowed(per, t_i, t_p)) & full
             if mask:
                 groups[mask] = groups.get(mask, 0) + k
-        reach = [0] * (r + 1)
-        reach[0] = 1
-        for mask, k in sorted(groups.items()):
-            new = reach[:]
-            s = 1
-            for q in range(1, min(k, r) + 1):
-                s = _sumset(s, mask, full)
-                if not s:
+        # One big integer holds the whole (nodes, replicas) grid (see _grid), so adding a
+        # node to every reachable state at once is a shift-or and a cut: a few big-integer
+        # operations per node instead of a Python loop over node counts per node (12x on
+        # the _reach calls of 64 x 1 at 5,000 nodes).
+        width, cells = _grid(r)
+        reach = 1  # zero nodes, zero replicas
+        for mask, k in groups.items():
+            for _ in range(min(k, r)):
+                grown = (reach | _sumset(reach, mask) << width) & cells
+                if grown == reach:
                     break
-                for m0 in range(r - q, -1, -1):
-                    if reach[m0]:
-                        new[m0 + q] |= _sumset(reach[m0], s, full)
-            reach = new
-        return sum(1 << m for m in range(r + 1) if reach[m] >> r & 1)
+                reach = grown
+        return sum(1 << m for m in range(r + 1) if reach >> (m * width + r) & 1)
 
     def _best_value(
         self,
@@ -722,16 +792,41 @@ class _Search:
 
         A knapsack over classes: state (nodes used, replicas placed) -> best value, with
         back-pointers (copying partial plans made large one-GPU gangs quadratic).
+
+        States that the classes still to come cannot complete to exactly (m, R) are dropped
+        before they are combined: too many nodes left to fill, or too many or too few
+        replicas for them at the most and fewest replicas those classes allow a node. A
+        dropped state only ever leads to dropped states, so the values and back-pointers
+        of the rest, and the plan, are those of the full knapsack. Why: 64 one-GPU
+        replicas on 8 nodes leave one live state per node count out of 585.
         """
         r = self.r
-        state: dict[tuple[int, int], int] = {(0, 0): 0}
-        history: list[tuple[int, dict, dict[tuple[int, int], int], dict[int, _Option]]] = []
+        usable = []
         for ci, (c, k, per) in enumerate(zip(classes, counts, opts, strict=True)):
             if c.network_gbps < t_n:
                 continue
             allowed = self._allowed(per, t_i, t_p)
-            if not allowed:
-                continue
+            if allowed:
+                usable.append((ci, c, k, allowed))
+        # Suffix bounds: nodes the classes from position i on can add, and the fewest and
+        # most replicas one of their nodes may hold.
+        left_nodes = [0] * (len(usable) + 1)
+        left_jmin = [r + 1] * (len(usable) + 1)
+        left_jmax = [0] * (len(usable) + 1)
+        for i in range(len(usable) - 1, -1, -1):
+            _, _, k, allowed = usable[i]
+            left_nodes[i] = left_nodes[i + 1] + min(k, m)
+            left_jmin[i] = min(left_jmin[i + 1], min(allowed))
+            left_jmax[i] = max(left_jmax[i + 1], max(allowed))
+
+        def live(m0: int, r0: int, i: int) -> bool:
+            d, e = m - m0, r - r0
+            return d <= left_nodes[i] and d * left_jmin[i] <= e <= d * left_jmax[i]
+
+        state: dict[tuple[int, int], int] = {(0, 0): 0}
+        history: list[tuple[int, dict, dict[tuple[int, int], int], dict[int, _Option]]] = []
+        for i, (ci, c, k, allowed) in enumerate(usable):
+            state = {key: v for key, v in state.items() if live(*key, i)}
             unit = sorted(
                 ((j, o.health * BASE - int(c.opened)) for j, o in allowed.items()), reverse=True
             )
@@ -758,7 +853,7 @@ class _Search:
             back: dict[tuple[int, int], tuple[tuple[int, int], int, int]] = {}
             for (m0, r0), v0 in state.items():
                 for (q, rr), v in inner.items():
-                    if m0 + q > m or r0 + rr > r:
+                    if m0 + q > m or r0 + rr > r or not live(m0 + q, r0 + rr, i + 1):
                         continue
                     key = (m0 + q, r0 + rr)
                     if key not in new or v0 + v > new[key]:
