@@ -7,6 +7,12 @@ assignments. Nodes with the same topology, used GPUs and network are interchange
 search runs over node *classes* and over how many replicas go to each class, never over
 individual nodes; per (topology, free GPUs, k) the Pareto-best k-GPU subsets are cached.
 
+Every solve walks the nodes once, grouping them by (topology, used GPUs, network); a busy
+cluster of thousands of nodes has a few hundred such groups, and the feasibility reasons,
+the one-node search and the scopes' classes all work on groups (the webhook solves the whole
+cluster for every new gang, so per-node work is the admission latency). Only a multi-node
+search that gets past its first bound walks the nodes again, once, to split groups by rack.
+
 The search, for ``R`` replicas of ``G`` GPUs (``n = R*G``):
 
 1. One node. For every class with ``n`` free GPUs, its best ``n``-subset by (ring bus
@@ -20,19 +26,21 @@ The search, for ``R`` replicas of ``G`` GPUs (``n = R*G``):
 
    a. for every node count m and network threshold N, the smallest intra-cost threshold I
       such that exactly ``m`` nodes with network >= N can hold the ``R`` replicas with every
-      share's cost <= I (a reachability DP over classes and replica counts; feasibility
-      only grows with I, so binary search). The best ``f(m, I, N)`` is the best bandwidth;
+      share's cost <= I (a reachability DP over classes and replica counts, one big
+      integer as the bitset of (nodes, replicas); feasibility only grows with I, so binary
+      search). The best ``f(m, I, N)`` is the best bandwidth;
       every feasible triple with the same rounded value ties;
    b. among those, the highest slowest-pair threshold that stays feasible;
    c. among those, a DP over classes that maximises the blocks kept and then packing.
 
    Scopes are visited best upper bound first and skipped once they cannot win; scopes with
-   the same multiset of classes share one search.
+   the same multiset of classes share one search, and one score per real span.
 3. The best candidate by the objective (rated with :func:`objective.score` itself), ties by
    node names and GPU indices.
 
 Exactness is proved against brute force on small clusters
-(tests/placement/test_solver_oracle.py).
+(tests/placement/test_solver_oracle.py); tests/placement/test_solver_reference.py pins every
+answer to the solver as it was before the one-pass rework, on clusters of 20-60 nodes.
 Known cost: the DPs are polynomial in ``R`` (replicas); gangs of dozens of one-GPU replicas
 spread over many nodes are the slow case (docs/benchmarks.md).
 """
@@ -178,7 +186,7 @@ def _options(topology: Topology, free_mask: int, k: int) -> tuple[_Option, ...]:
 class _Kind:
     """What every node of one topology with one set of used GPUs shares, whatever its name.
 
-    Why cached across solves (:func:`_kind`): a busy cluster has a few hundred such kinds
+    Why cached across solves (``_KINDS``): a busy cluster has a few hundred such kinds
     for thousands of nodes, and between two admissions most nodes keep theirs, so the free
     mask, its count and the best one-node option are worked out once per kind, not once per
     node and call.
@@ -214,6 +222,7 @@ class _Kind:
 
 
 def _kind(topology: Topology, used: frozenset[int]) -> _Kind:
+    """A new kind; used indices the topology does not have are ignored, as before."""
     idx = topology.indices
     pos = {g: p for p, g in enumerate(idx)}
     mask = ((1 << len(idx)) - 1) & ~sum(1 << pos[u] for u in used if u in pos)
@@ -224,13 +233,15 @@ def _kind(topology: Topology, used: frozenset[int]) -> _Kind:
 #: a Topology hashes in Python, a frozenset's hash is cached, and the inner lookup runs once
 #: per group and solve. Bounded by clearing: losing an entry costs only its recomputation.
 _KINDS: dict[Topology, dict[frozenset[int], _Kind]] = {}
+_KINDS_TOPOLOGIES = 256
 _KINDS_PER_TOPOLOGY = 1 << 13
 
 
 def _kinds_of(topology: Topology) -> dict[frozenset[int], _Kind]:
+    """The cached kinds of one topology (an empty dict to fill for a new one)."""
     kinds = _KINDS.get(topology)
     if kinds is None:
-        if len(_KINDS) >= 256:
+        if len(_KINDS) >= _KINDS_TOPOLOGIES:
             _KINDS.clear()
         kinds = _KINDS[topology] = {}
     elif len(kinds) >= _KINDS_PER_TOPOLOGY:
@@ -253,8 +264,14 @@ class _Group:
     network_gbps: float
     nodes: list[NodeState]
 
+    def __post_init__(self) -> None:
+        self._canon: tuple[str, tuple[int, ...], float] | None = None
+
     def canon(self) -> tuple[str, tuple[int, ...], float]:
-        return (*self.kind.head(), self.network_gbps)
+        """The classes' sort key and memo signature: (topology JSON, used, network)."""
+        if self._canon is None:
+            self._canon = (*self.kind.head(), self.network_gbps)
+        return self._canon
 
 
 @dataclass(eq=False)
