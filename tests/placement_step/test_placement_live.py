@@ -9,6 +9,9 @@ through the official client, and the step keeps its reservations there.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 from placement_checks import admit, gpu_group, pinned_node, record
 from placement_jobs import mpijob, worker_pod
@@ -30,15 +33,12 @@ def _wait(condition, timeout: float = 10.0) -> bool:
     return False
 
 
-def test_live_view_places_gangs_and_a_deleted_job_frees_its_gpus(kube):
+@contextmanager
+def live_admitter(kube) -> Iterator[tuple[Any, ClusterView]]:
+    """``gputopo serve``'s wiring on the double (demo cluster applied first): the admitter
+    and its view, synced with both demo nodes; stopped on exit."""
     from k8s_double import api_client
 
-    for obj in load_documents(demo_cluster_path()):
-        kube.apply(obj)
-    jobs = []
-    for k in range(1, 6):
-        created = kube.apply(mpijob(f"live-{k}"))
-        jobs.append(created)  # the double assigns the uid, as the API server does
     api = api_client(kube.url)
     view = ClusterView(api, reservations=KubernetesReservationStore(api)).start()
     admitter = build_admitter(None, view, placement=placement_step_for(view),
@@ -46,6 +46,25 @@ def test_live_view_places_gangs_and_a_deleted_job_frees_its_gpus(kube):
     try:
         assert view.wait_synced(10)
         assert _wait(lambda: len(view.node_states()) == 2)
+        yield admitter, view
+    finally:
+        admitter.close()
+        view.stop()
+        api.close()
+
+
+def demo_docs(kube) -> list[dict[str, Any]]:
+    docs = load_documents(demo_cluster_path())
+    for obj in docs:
+        kube.apply(obj)
+    return docs
+
+
+def test_live_view_places_gangs_and_a_deleted_job_frees_its_gpus(kube):
+    demo_docs(kube)
+    # the double assigns the uids, as the API server does
+    jobs = [kube.apply(mpijob(f"live-{k}")) for k in range(1, 6)]
+    with live_admitter(kube) as (admitter, view):
         slots = {}
         for job in jobs:
             name = job["metadata"]["name"]
@@ -62,51 +81,31 @@ def test_live_view_places_gangs_and_a_deleted_job_frees_its_gpus(kube):
         again = [admit(admitter, worker_pod(jobs[4], i), dry_run=False) for i in range(4)]
         assert all(record(p)["placed"] for p in again)
         assert {(pinned_node(p), gpu_group(p)) for p in again} == freed
-    finally:
-        admitter.close()
-        view.stop()
-        api.close()
 
 
 def test_a_node_tainted_or_cordoned_after_sync_gets_no_new_gang(kube):
     """The node facts the fit check reads travel with the cached NodeStates: a taint or a
     cordon arriving by watch must reach the next gang, not the facts of the first list."""
-    from k8s_double import api_client
-
-    docs = load_documents(demo_cluster_path())
-    for obj in docs:
-        kube.apply(obj)
-    nodes = sorted(o["metadata"]["name"] for o in docs if o["kind"] == "Node")
+    docs = demo_docs(kube)
+    nodes = {o["metadata"]["name"]: o for o in docs if o["kind"] == "Node"}
     jobs = [kube.apply(mpijob(f"taint-{k}", workers=1)) for k in range(3)]
-    api = api_client(kube.url)
-    view = ClusterView(api, reservations=KubernetesReservationStore(api)).start()
-    admitter = build_admitter(None, view, placement=placement_step_for(view),
-                              reload_interval_s=0)
-    try:
-        assert view.wait_synced(10)
-        assert _wait(lambda: len(view.node_states()) == 2)
+    with live_admitter(kube) as (admitter, view):
         first = admit(admitter, worker_pod(jobs[0], 0), dry_run=False)
         busy = pinned_node(first)
-        # taint the node the first gang chose (the least free node would be preferred)
-        node = next(o for o in docs if o["kind"] == "Node" and o["metadata"]["name"] == busy)
-        node = {**node, "spec": {"taints": [{"key": "maintenance", "effect": "NoSchedule"}]}}
-        kube.apply(node)
+        # taint the node the first gang chose (an opened node would be preferred)
+        kube.apply({**nodes[busy], "spec": {"taints": [{"key": "maintenance",
+                                                        "effect": "NoSchedule"}]}})
         assert _wait(lambda: next(n for n in view.node_states() if n.name == busy)
                      .facts.blocking_taints)
         second = admit(admitter, worker_pod(jobs[1], 0), dry_run=False)
-        other = next(n for n in nodes if n != busy)
+        other = next(n for n in sorted(nodes) if n != busy)
         assert pinned_node(second) == other
         # cordon the other one too: nowhere left for an untolerating pod
-        node = next(o for o in docs if o["kind"] == "Node" and o["metadata"]["name"] == other)
-        kube.apply({**node, "spec": {"unschedulable": True}})
+        kube.apply({**nodes[other], "spec": {"unschedulable": True}})
         assert _wait(lambda: next(n for n in view.node_states() if n.name == other)
                      .facts.blocking_taints)
         third = admit(admitter, worker_pod(jobs[2], 0), dry_run=False)
         assert not record(third)["placed"]
-    finally:
-        admitter.close()
-        view.stop()
-        api.close()
 
 
 def _admit_with_warnings(admitter, pod):
@@ -127,19 +126,9 @@ def test_a_node_deleted_after_placement_moves_its_slots_to_a_node_that_exists(ku
     """The gang was placed on one node; the node is deleted (scaled down) before all pods
     came, and a placed pod is recreated: no pod may stay pinned to the missing node, no
     GPU may be handed out twice."""
-    from k8s_double import api_client
-
-    docs = load_documents(demo_cluster_path())
-    for obj in docs:
-        kube.apply(obj)
+    docs = demo_docs(kube)
     job = kube.apply(mpijob("move", workers=4))
-    api = api_client(kube.url)
-    view = ClusterView(api, reservations=KubernetesReservationStore(api)).start()
-    admitter = build_admitter(None, view, placement=placement_step_for(view),
-                              reload_interval_s=0)
-    try:
-        assert view.wait_synced(10)
-        assert _wait(lambda: len(view.node_states()) == 2)
+    with live_admitter(kube) as (admitter, view):
         first = [admit(admitter, worker_pod(job, i), dry_run=False) for i in range(2)]
         home = pinned_node(first[0])
         assert pinned_node(first[1]) == home
@@ -159,7 +148,3 @@ def test_a_node_deleted_after_placement_moves_its_slots_to_a_node_that_exists(ku
         assert sorted(s.node for s in res.slots).count(home) == 2  # slots 1 and 3 wait
         assert set(view.reservations.held_gpus().get(pinned_node(again), set())) >= (
             set(gpu_group(later)) | set(gpu_group(again)))
-    finally:
-        admitter.close()
-        view.stop()
-        api.close()
