@@ -403,13 +403,11 @@ class InMemoryReservationStore:
             old = res.slot(number)
             if old.node != from_node:
                 return res
-            clash = sorted(g for g in gpus
-                           if self._owner.get((node, g)) not in (None, key))
-            mine = res.gpus().get(node, frozenset())
-            if clash or set(gpus) & mine:
+            # held by another gang, or by another slot of this one: either way not free
+            taken = sorted(g for g in gpus if (node, g) in self._owner)
+            if taken:
                 raise ReservationConflict(
-                    f"{key}: GPUs {clash or sorted(set(gpus) & mine)} of {node} are "
-                    "already reserved", {node: clash or set(gpus) & mine})
+                    f"{key}: GPUs {taken} of {node} are already reserved", {node: taken})
             for g in old.gpus:
                 if self._owner.get((old.node, g)) == key:
                     del self._owner[(old.node, g)]
