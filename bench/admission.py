@@ -126,7 +126,7 @@ def in_process(nodes: int, count: int) -> dict[str, Any]:
     thread."""
     from gputopo.cluster.snapshot import ClusterSnapshot
     from webhook.assembly import build_admitter
-    from webhook.placement_step import placement_step_for
+    from webhook.placement.step import placement_step_for
 
     workload = request_stream(count, tag="inproc")
     warm = request_stream(WARMUP_REQUESTS, seed=5, tag="inproc-warm")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from gputopo.cluster.snapshot import ClusterSnapshot
 from webhook.assembly import build_admitter
-from webhook.placement_step import placement_step_for
+from webhook.placement.step import placement_step_for
 from webhook.server import WebhookServer, create_app
 from webhook.tls import CertificateReloader
 

@@ -48,20 +48,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     test.set_defaults(func=_policy_test)
 
 
-def placement_step() -> Any | None:
-    """The placement engineer's step when installed, else None (mutations only)."""
-    try:
-        from webhook.placement_step import make_placement_step
-    except ImportError:
-        return None
-    return make_placement_step()
-
-
 def _mutate(args: argparse.Namespace) -> int:
     from gputopo.cluster.demo import demo_snapshot
     from gputopo.cluster.snapshot import ClusterSnapshot
     from webhook.assembly import build_admitter
     from webhook.dryrun import add_missing_namespaces, admit_all, parse_label_list, read_inputs
+    from webhook.placement.step import make_placement_step
 
     ns_labels = parse_label_list(args.namespace_labels)
     pods, others = read_inputs(args.files)
@@ -76,7 +68,7 @@ def _mutate(args: argparse.Namespace) -> int:
     for obj in others:
         cluster.add(obj)
     add_missing_namespaces(cluster, pods, ns_labels)
-    admitter = build_admitter(args.policies, cluster, placement=placement_step(),
+    admitter = build_admitter(args.policies, cluster, placement=make_placement_step(),
                               reload_interval_s=0)
     try:
         outcomes = admit_all(admitter, cluster, pods)

@@ -32,11 +32,6 @@ POLICY_RELOAD_FAILURES = Counter(
     "Policy reloads rejected by validation; the last good set stays in force.",
 )
 POLICIES_LOADED = Gauge("gputopo_policies_loaded", "Policies in force.")
-NODE_DATA_ERRORS = Counter(
-    "gputopo_node_data_errors_total",
-    "Nodes left out of placement because their topology data could not be read.",
-    ["reason"],
-)
 PLACEMENTS = Counter(
     "gputopo_gang_placements_total",
     "Gang placement decisions by result (placed, reused, moved, unplaced, denied).",
@@ -44,10 +39,4 @@ PLACEMENTS = Counter(
 )
 CERT_RELOADS = Counter(
     "gputopo_certificate_reloads_total", "Serving certificate reloads, by result.", ["result"]
-)
-RESERVATION_CONFLICTS = Counter(
-    "gputopo_reservation_conflicts_total",
-    "Reservation store conflicts: api_409 (stale resourceVersion, retried with a fresh read), "
-    "gpu_taken (GPU held by another gang: caller re-solves), lost_claim (claim taken over).",
-    ["kind"],
 )

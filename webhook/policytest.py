@@ -46,6 +46,7 @@ from gputopo.yamlio import load_documents
 from webhook.assembly import build_admitter
 from webhook.dryrun import Outcome, add_missing_namespaces, admit_all, read_inputs, review_body
 from webhook.pipeline import Admitter
+from webhook.placement.step import make_placement_step
 from webhook.policy.loader import policy_files
 
 TEST_FILE = "gputopo-test.yaml"
@@ -153,9 +154,7 @@ def run_test_file(test_file: Path) -> list[CaseResult]:
         add_missing_namespaces(cluster, pods, {str(k): str(v) for k, v in labels.items()})
         step = None
         if t.get("placement"):
-            from webhook.commands import placement_step
-
-            step = placement_step()
+            step = make_placement_step()
         admitter = build_admitter(policies, cluster, placement=step, reload_interval_s=0)
         try:
             outcomes = {o.label.split(" ", 1)[1]: o for o in admit_all(admitter, cluster, pods)}

@@ -183,7 +183,7 @@ def _build_admitter(
     """The pipeline with the placement step fitting ``cluster``, ready only when both the
     policies and (for a live view) the first list of the cluster are in."""
     from webhook.assembly import build_admitter, default_policies_dir
-    from webhook.placement_step import placement_step_for
+    from webhook.placement.step import placement_step_for
 
     policies = policies_dir if policies_dir is not None else default_policies_dir()
     admitter = build_admitter(policies, cluster, placement=placement_step_for(cluster))

@@ -45,6 +45,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from gputopo import names
+from gputopo.cluster.metrics import RESERVATION_CONFLICTS
 from gputopo.cluster.reservations import (
     DEFAULT_TTL_SECONDS,
     GangKey,
@@ -56,7 +57,6 @@ from gputopo.cluster.reservations import (
     pick_slot,
 )
 from gputopo.placement.types import Placement, ReplicaSlot
-from webhook.metrics import RESERVATION_CONFLICTS
 
 log = logging.getLogger(__name__)
 

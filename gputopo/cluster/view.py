@@ -37,6 +37,7 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from gputopo import names
 from gputopo.cluster import objects as ob
+from gputopo.cluster.metrics import NODE_DATA_ERRORS
 from gputopo.cluster.reservations import (
     GangKey,
     ReservationStore,
@@ -46,7 +47,6 @@ from gputopo.cluster.reservations import (
 from gputopo.cluster.snapshot import object_key
 from gputopo.errors import TopologyError
 from gputopo.placement.types import NodeState
-from webhook.metrics import NODE_DATA_ERRORS
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from gputopo.cluster.k8s_reservations import KubernetesReservationStore
 from gputopo.cluster.view import ClusterView, connect
 from gputopo.yamlio import load_documents
 from webhook.assembly import build_admitter
-from webhook.placement_step import placement_step_for
+from webhook.placement.step import placement_step_for
 
 
 def seed(kube: KubeApiDouble, *objects: dict[str, Any]) -> list[dict[str, Any]]:

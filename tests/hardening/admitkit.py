@@ -29,7 +29,7 @@ from gputopo import names
 from gputopo.cluster.demo import demo_snapshot
 from gputopo.cluster.snapshot import ClusterSnapshot
 from webhook.assembly import build_admitter
-from webhook.placement_step import placement_step_for
+from webhook.placement.step import placement_step_for
 
 OPTED_IN = "team-a"
 NOT_OPTED_IN = "team-b"

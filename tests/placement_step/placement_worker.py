@@ -25,7 +25,7 @@ from gputopo.cluster.k8s_reservations import KubernetesReservationStore
 from gputopo.yamlio import load_documents
 from webhook.assembly import build_admitter
 from webhook.dryrun import review_body
-from webhook.placement_step import PlacementStep
+from webhook.placement.step import PlacementStep
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the k8s double
 from k8s_double import api_client

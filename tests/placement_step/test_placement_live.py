@@ -21,7 +21,7 @@ from gputopo.cluster.k8s_reservations import KubernetesReservationStore
 from gputopo.cluster.view import ClusterView
 from gputopo.yamlio import load_documents
 from webhook.assembly import build_admitter
-from webhook.placement_step import placement_step_for
+from webhook.placement.step import placement_step_for
 
 
 def _wait(condition, timeout: float = 10.0) -> bool:

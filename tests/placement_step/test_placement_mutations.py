@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from placement_checks import env, pinned_node, terms
 
 from gputopo import names
-from webhook.placement_mutations import apply_slot, apply_unplaced, cuda_positions
+from webhook.placement.mutations import apply_slot, apply_unplaced, cuda_positions
 
 
 def _pod(**spec):

@@ -9,7 +9,7 @@ from placement_jobs import mpijob, pytorch_pods, pytorchjob, worker_pod
 
 from gputopo.cluster.demo import demo_snapshot
 from webhook.assembly import build_admitter
-from webhook.placement_step import PlacementStep
+from webhook.placement.step import PlacementStep
 
 NO_HOST_NETWORK_POLICY = """\
 apiVersion: gputopo.io/v1alpha1

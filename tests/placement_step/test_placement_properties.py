@@ -18,7 +18,7 @@ from placement_jobs import V1, V2BETA1, mpijob, pytorch_pods, pytorchjob, worker
 from gputopo import names
 from gputopo.cluster.demo import demo_snapshot
 from webhook.assembly import build_admitter
-from webhook.placement_step import PlacementStep
+from webhook.placement.step import PlacementStep
 
 _job = st.tuples(st.sampled_from(["mpi-v2beta1", "mpi-v1", "pytorch"]),
                  st.integers(1, 4), st.sampled_from([1, 2, 4, 8]))

@@ -8,7 +8,7 @@ from pathlib import Path
 from gputopo.cluster.node_fit import NodeFacts
 from gputopo.placement.types import NodeState, ReplicaSlot
 from gputopo.topology.load import read_topology_file
-from webhook.slot_repair import repair_scopes, slot_node_problem
+from webhook.placement.slot_repair import repair_scopes, slot_node_problem
 
 TOPO = read_topology_file(str(Path(__file__).resolve().parents[1] / "fixtures" / "topologies"
                               / "dgx1-v100.txt"))

@@ -24,7 +24,7 @@ from serverkit import (
 from gputopo import yamlio
 from gputopo.cluster.demo import demo_snapshot
 from webhook.assembly import build_admitter, default_policies_dir
-from webhook.placement_step import placement_step_for
+from webhook.placement.step import placement_step_for
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ from gputopo.cluster.snapshot import ClusterSnapshot
 from gputopo.yamlio import load_documents, load_documents_text
 from tests.webhook.conftest import POLICIES, SEED_CASES, body, review
 from webhook.assembly import build_admitter
-from webhook.commands import placement_step
+from webhook.placement.step import make_placement_step
 
 
 def _mutate(capsys, *args):
@@ -79,7 +79,7 @@ def test_readmitting_any_mutated_pod_gives_an_empty_patch(case):
     server's reinvocation does) with placement on: nothing more to change."""
     docs = load_documents(SEED_CASES / case / "resources.yaml")
     cluster = ClusterSnapshot.from_objects([d for d in docs if d["kind"] != "Pod"])
-    admitter = build_admitter(POLICIES, cluster, placement=placement_step(),
+    admitter = build_admitter(POLICIES, cluster, placement=make_placement_step(),
                               reload_interval_s=0)
     try:
         mutated_any = False

@@ -6,7 +6,7 @@ GPUs). So the first GPU pod of a job triggers the solver for the WHOLE gang, the
 reserved in a :class:`~gputopo.cluster.reservations.ReservationStore`, and every pod of the
 gang (the first one included) then takes its slot from that reservation: a required node
 affinity pinning the node, the GPU index annotations, the visible-devices env and the
-placement record (see :mod:`webhook.placement_mutations`).
+placement record (see :mod:`webhook.placement.mutations`).
 
 Identity: a reservation is keyed by the job's (namespace, kind, name, uid), a slot by
 (replica type, replica index). A pod recreated for the same replica gets the SAME slot; a
@@ -51,16 +51,16 @@ from gputopo.cluster.reservations import (
 from gputopo.placement.types import GangRequest, NodeState, Placement, ReplicaSlot
 from webhook import metrics
 from webhook.jobs import pod_gpus
-from webhook.placement_mutations import (
+from webhook.placement.mutations import (
     GPU_RESOURCES,
     apply_slot,
     apply_unplaced,
     gpu_containers,
     gpu_list,
 )
-from webhook.placement_ports import replicas_per_node_cap
+from webhook.placement.ports import replicas_per_node_cap
+from webhook.placement.slot_repair import repair_scopes, slot_node_problem
 from webhook.policy.schema import OWNER_KINDS, PlacementSettings, Policy
-from webhook.slot_repair import repair_scopes, slot_node_problem
 from webhook.steps import AdmissionContext, JobInfo
 
 log = logging.getLogger(__name__)
@@ -364,7 +364,7 @@ class PlacementStep:
         gang: GangRequest, problem: str,
     ) -> GangReservation | Unplaced:
         """Move ``slot`` to the best free GPUs for one replica near the rest of the gang
-        (see :mod:`webhook.slot_repair`); re-solve when another gang takes them first."""
+        (see :mod:`webhook.placement.slot_repair`); re-solve when another gang takes them first."""
         one = GangRequest(1, gang.gpus_per_replica)
         others = [s for s in res.slots if s.replica != slot.replica]
         for _ in range(self.max_attempts):
