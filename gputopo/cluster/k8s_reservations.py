@@ -37,7 +37,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import urllib3
@@ -292,13 +292,14 @@ class KubernetesReservationStore:
 
     def reserve(
         self, key: GangKey, placement: Placement, *, ttl_seconds: float | None = None,
-        now: float | None = None,
+        now: float | None = None, order: Iterable[str] = (),
+        network: Mapping[str, Any] | None = None,
     ) -> GangReservation:
         t = self._now(now)
         ttl = self.ttl_seconds if ttl_seconds is None else float(ttl_seconds)
         token = uuid.uuid4().hex
         res = GangReservation.from_placement(key, placement, now=t, ttl_seconds=ttl,
-                                             token=token)
+                                             token=token, order=order, network=network)
         try:
             existing = self.get(key)
             if existing is not None:

@@ -80,6 +80,33 @@ def gpus_held_by_pod(pod: Mapping[str, Any]) -> tuple[str, tuple[int, ...]] | No
         return None
 
 
+def host_ports_held_by_pod(pod: Mapping[str, Any]) -> tuple[str, frozenset[tuple[str, int]]] | None:
+    """(node name, host ports) a live pod holds on its node's network: every declared port
+    of a host-network pod (the API server defaults hostPort = containerPort there) and any
+    explicit hostPort. Counted like GPUs: once bound, or while pinned by a placement record.
+    """
+    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
+    if status.get("phase") in TERMINAL_PHASES:
+        return None
+    host_network = spec.get("hostNetwork") is True
+    ports: set[tuple[str, int]] = set()
+    for key in ("initContainers", "containers"):
+        items = spec.get(key)
+        for c in items if isinstance(items, list) else []:
+            declared = c.get("ports") if isinstance(c, Mapping) else None
+            for p in declared if isinstance(declared, list) else []:
+                if not isinstance(p, Mapping):
+                    continue
+                number = p.get("hostPort") or (p.get("containerPort") if host_network else None)
+                if isinstance(number, int) and not isinstance(number, bool) and number > 0:
+                    ports.add((str(p.get("protocol") or "TCP"), number))
+    if not ports:
+        return None
+    node = spec.get("nodeName") or _pinned_node(pod)
+    return (str(node), frozenset(ports)) if node else None
+
+
 def _pinned_node(pod: Mapping[str, Any]) -> str | None:
     """The node of a placed pod's ``gputopo.io/placement`` record, if it has one."""
     raw = annotations(pod).get(names.PLACEMENT_ANNOTATION)
@@ -155,6 +182,7 @@ def node_state(
     node: Mapping[str, Any],
     used: Iterable[int] = (),
     ack_report: Mapping[str, Any] | None = None,
+    host_ports: Iterable[tuple[str, int]] = (),
 ) -> NodeState:
     """A NodeState for an activated node; TopologyError when its data cannot be used."""
     name = meta(node).get("name")
@@ -187,4 +215,5 @@ def node_state(
         rack=lab.get(names.RACK_LABEL),
         network_gbps=network_gbps(node),
         facts=NodeFacts.of(node),
+        host_ports=frozenset(host_ports),
     )

@@ -149,6 +149,13 @@ class GangReservation:
     token: str = ""
     version: str = ""
     ttl_seconds: float = DEFAULT_TTL_SECONDS
+    #: the replica (wire form) slot k is meant for, in slot order: ports of a network plan
+    #: are derived from a slot's GPUs, so every pod must know at once which slot each
+    #: replica will get (empty: first come, lowest free slot)
+    order: tuple[str, ...] = ()
+    #: the gang's network plan (``webhook.placement.network.Plan.to_json``), so that every
+    #: pod of the gang, a recreated one too, gets the same
+    network: Mapping[str, Any] = field(default_factory=dict)
 
     # --- what the placement step reads ---------------------------------------------------
     def slot(self, number: int) -> ReplicaSlot:
@@ -195,7 +202,7 @@ class GangReservation:
     @classmethod
     def from_placement(
         cls, key: GangKey, placement: Placement, *, now: float, ttl_seconds: float,
-        token: str = "",
+        token: str = "", order: Iterable[str] = (), network: Mapping[str, Any] | None = None,
     ) -> GangReservation:
         if not placement.feasible or not placement.slots:
             raise ValueError("only a feasible placement with slots can be reserved")
@@ -212,7 +219,8 @@ class GangReservation:
             key=key, slots=tuple(sorted(placement.slots, key=lambda s: s.replica)),
             assigned={}, created_at=now, expires_at=now + ttl_seconds,
             bus_bandwidth_gbps=placement.bus_bandwidth_gbps, reason=placement.reason,
-            token=token, ttl_seconds=ttl_seconds,
+            token=token, ttl_seconds=ttl_seconds, order=tuple(order),
+            network=dict(network or {}),
         )
 
     def with_assignment(self, replica: ReplicaKey, number: int, *, now: float
@@ -240,6 +248,8 @@ class GangReservation:
             "reason": self.reason,
             "token": self.token,
             "ttlSeconds": self.ttl_seconds,
+            **({"order": list(self.order)} if self.order else {}),
+            **({"network": dict(self.network)} if self.network else {}),
         }
 
     @classmethod
@@ -257,11 +267,14 @@ class GangReservation:
             token=str(data.get("token", "")),
             version=version,
             ttl_seconds=float(data.get("ttlSeconds", DEFAULT_TTL_SECONDS)),
+            order=tuple(str(r) for r in data.get("order") or ()),
+            network=dict(data["network"]) if isinstance(data.get("network"), Mapping) else {},
         )
 
 
 def pick_slot(res: GangReservation, replica: ReplicaKey) -> int | None:
-    """The slot number ``replica`` gets: its existing one, else the lowest free slot.
+    """The slot number ``replica`` gets: its existing one, else the slot the reservation's
+    ``order`` meant for it (when still free), else the lowest free slot.
 
     Deterministic so that two webhook replicas racing on one gang compute the same answer.
     """
@@ -269,6 +282,11 @@ def pick_slot(res: GangReservation, replica: ReplicaKey) -> int | None:
     if n is not None:
         return n
     free = res.unassigned
+    wire = replica.wire()
+    if wire in res.order:
+        meant = res.order.index(wire)
+        if any(s.replica == meant for s in free):
+            return meant
     return free[0].replica if free else None
 
 
@@ -285,7 +303,8 @@ class ReservationStore(Protocol):
 
     def reserve(
         self, key: GangKey, placement: Placement, *, ttl_seconds: float | None = None,
-        now: float | None = None,
+        now: float | None = None, order: Iterable[str] = (),
+        network: Mapping[str, Any] | None = None,
     ) -> GangReservation: ...
 
     def assign_slot(
@@ -351,12 +370,14 @@ class InMemoryReservationStore:
 
     def reserve(
         self, key: GangKey, placement: Placement, *, ttl_seconds: float | None = None,
-        now: float | None = None,
+        now: float | None = None, order: Iterable[str] = (),
+        network: Mapping[str, Any] | None = None,
     ) -> GangReservation:
         t = self._now(now)
         ttl = self.ttl_seconds if ttl_seconds is None else float(ttl_seconds)
         res = GangReservation.from_placement(key, placement, now=t, ttl_seconds=ttl,
-                                             token=f"mem-{id(self):x}")
+                                             token=f"mem-{id(self):x}", order=order,
+                                             network=network)
         with self._lock:
             existing = self._gangs.get(key)
             if existing is not None:

@@ -101,10 +101,14 @@ class ClusterSnapshot:
         if self._states is not None:
             return list(self._states)
         used: dict[str, set[int]] = {}
+        ports: dict[str, set[tuple[str, int]]] = {}
         for pod in self.of_kind("Pod"):
             held = ob.gpus_held_by_pod(pod)
             if held is not None:
                 used.setdefault(held[0], set()).update(held[1])
+            on_net = ob.host_ports_held_by_pod(pod)
+            if on_net is not None:
+                ports.setdefault(on_net[0], set()).update(on_net[1])
         reports = {
             ob.meta(cm).get("name"): cm
             for cm in self.of_kind("ConfigMap")
@@ -118,7 +122,8 @@ class ClusterSnapshot:
             name = str(ob.meta(node).get("name", ""))
             report = reports.get(f"{name}{names.ACK_REPORT_SUFFIX}")
             try:
-                states.append(ob.node_state(node, used.get(name, ()), report))
+                states.append(ob.node_state(node, used.get(name, ()), report,
+                                             ports.get(name, ())))
             except TopologyError as exc:
                 self.warnings.append(f"node {name}: left out of placement: {exc.reason}")
         self._states = states

@@ -261,10 +261,17 @@ def _trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
             for k in (names.GPU_GROUP_ANNOTATION, names.PLACEMENT_ANNOTATION)
             if k in ann
         }
+    if names.PLACEMENT_ANNOTATION in ann and "annotations" not in keep:
+        keep["annotations"] = {names.PLACEMENT_ANNOTATION: ann[names.PLACEMENT_ANNOTATION]}
     spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
     status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": keep,
-            "spec": {"nodeName": spec.get("nodeName")} if spec.get("nodeName") else {},
+    kept_spec: dict[str, Any] = {"nodeName": spec.get("nodeName")} if spec.get("nodeName") else {}
+    held = ob.host_ports_held_by_pod(pod)
+    if held is not None:  # the host ports it holds, in the shape the API gives them
+        kept_spec["containers"] = [{"name": "ports", "ports": [
+            {"containerPort": n, "hostPort": n, "protocol": proto}
+            for proto, n in sorted(held[1])]}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": keep, "spec": kept_spec,
             "status": {"phase": status.get("phase")} if status.get("phase") else {}}
 
 
@@ -335,6 +342,8 @@ class ClusterView:
         # derived indexes, maintained by _changed under the lock
         self._pod_gpus: dict[tuple[str, str], tuple[str, tuple[int, ...]]] = {}
         self._used: dict[str, dict[tuple[str, str], tuple[int, ...]]] = {}
+        self._pod_ports: dict[tuple[str, str], tuple[str, frozenset[tuple[str, int]]]] = {}
+        self._ports: dict[str, dict[tuple[str, str], frozenset[tuple[str, int]]]] = {}
         self._base: dict[str, NodeState | None] = {}  # node → state without usage (None: bad)
         self._final: dict[str, NodeState] = {}  # node → state with its used GPUs
         self._states: list[NodeState] | None = None
@@ -428,6 +437,7 @@ class ClusterView:
 
     def _pod_changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         key = _key(old if old is not None else new or {})
+        self._pod_ports_changed(key, new)
         before = self._pod_gpus.pop(key, None)
         after = ob.gpus_held_by_pod(new) if new is not None else None
         if before == after:
@@ -440,6 +450,22 @@ class ClusterView:
         if after is not None:
             self._pod_gpus[key] = after
             self._used.setdefault(after[0], {})[key] = after[1]
+            self._final.pop(after[0], None)
+        self._states = None
+
+    def _pod_ports_changed(self, key: tuple[str, str], new: dict[str, Any] | None) -> None:
+        """Host ports a pod holds, indexed per node like its GPUs."""
+        before = self._pod_ports.pop(key, None)
+        after = ob.host_ports_held_by_pod(new) if new is not None else None
+        if after is not None:
+            self._pod_ports[key] = after
+        if before == after:
+            return
+        if before is not None:
+            self._ports.get(before[0], {}).pop(key, None)
+            self._final.pop(before[0], None)
+        if after is not None:
+            self._ports.setdefault(after[0], {})[key] = after[1]
             self._final.pop(after[0], None)
         self._states = None
 
@@ -643,6 +669,9 @@ class ClusterView:
                         known = set(base.topology.indices)
                         final = replace(base, used=base.used | frozenset(
                             g for gs in used.values() for g in gs if g in known))
+                    ports = self._ports.get(name)
+                    if ports:
+                        final = replace(final, host_ports=frozenset().union(*ports.values()))
                     self._final[name] = final
                 out.append(final)
             self._states = out

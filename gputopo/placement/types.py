@@ -27,6 +27,9 @@ class NodeState:
     kept beside the state so that a pod's nodeSelector and tolerations can be checked
     against 1,000s of nodes without looking each object up; None for nodes built without
     one (benchmarks, tests). Not part of equality: the solver never reads it.
+    ``host_ports`` are the (protocol, port) pairs pods on the node hold on its network
+    (host-network pods' ports, explicit hostPorts): a gang's network plan must not hand
+    them out again (the scheduler's NodePorts filter would keep its pod off the node).
     """
 
     name: str
@@ -36,6 +39,8 @@ class NodeState:
     rack: str | None = None
     network_gbps: float = DEFAULT_NETWORK_GBPS
     facts: NodeFacts | None = field(default=None, compare=False, repr=False)
+    host_ports: frozenset[tuple[str, int]] = field(default=frozenset(), compare=False,
+                                                   repr=False)
 
     @property
     def free(self) -> tuple[int, ...]:

@@ -51,6 +51,7 @@ from gputopo.cluster.reservations import (
 from gputopo.placement.types import GangRequest, NodeState, Placement, ReplicaSlot
 from webhook import metrics
 from webhook.jobs import pod_gpus
+from webhook.placement import network
 from webhook.placement.mutations import (
     GPU_RESOURCES,
     apply_slot,
@@ -58,7 +59,6 @@ from webhook.placement.mutations import (
     gpu_containers,
     gpu_list,
 )
-from webhook.placement.ports import replicas_per_node_cap
 from webhook.placement.slot_repair import repair_scopes, slot_node_problem
 from webhook.policy.schema import OWNER_KINDS, PlacementSettings, Policy
 from webhook.steps import AdmissionContext, JobInfo
@@ -97,6 +97,36 @@ class Granted:
     slot: ReplicaSlot
     fresh: bool
     moved: str = ""  # why the slot just left its node ("" when it did not)
+    plan: network.Plan | None = None  # the gang's network plan
+
+
+@dataclass(frozen=True)
+class Net:
+    """What the network plan of this pod's gang reads (see webhook/placement/network.py)."""
+
+    job: network.Job
+    need: network.Needs
+    host_ports: tuple[int, int]
+
+    def order(self) -> list[str]:
+        return network.ordered_replicas(self.job)
+
+    def plan_for(self, res: GangReservation) -> network.Plan:
+        """The plan stored with ``res``; for a reservation written before plans existed,
+        the plan this gang would get now (no host ports known: none are held)."""
+        stored = network.Plan.from_json(res.network)
+        if stored is not None:
+            return stored
+        plan = network.decide(self.need, self.job, res.slots, {}, self.host_ports)
+        return plan if isinstance(plan, network.Plan) else network.Plan(network.POD, "")
+
+
+def without_fixed_ports(nodes: Sequence[NodeState], fixed: frozenset[tuple[str, int]]
+                        ) -> list[NodeState]:
+    """Nodes where none of the gang's unmovable host ports is held already."""
+    if not fixed:
+        return list(nodes)
+    return [n for n in nodes if not (n.host_ports & fixed)]
 
 
 def placement_settings(policy: Policy | None) -> PlacementSettings:
@@ -149,7 +179,8 @@ def exclude_held(nodes: Sequence[NodeState], held: Mapping[str, set[int]],
             # field is passed on (tests/placement_step/test_exclude_held.py checks that)
             hit = (n, frozenset(extra), NodeState(
                 name=n.name, topology=n.topology, used=n.used | frozenset(extra), zone=n.zone,
-                rack=n.rack, network_gbps=n.network_gbps, facts=n.facts))
+                rack=n.rack, network_gbps=n.network_gbps, facts=n.facts,
+                host_ports=n.host_ports))
         fresh[n.name] = hit
         out.append(hit[2])
     if memo is not None:
@@ -296,14 +327,12 @@ class PlacementStep:
                                 f"pod admitted unplaced")
             return
         counts = gpu_counts_by_replica_type(job, resources)
-        cap, why = replicas_per_node_cap(
-            kind=job.kind,
-            replica_specs=job.spec.get(OWNER_KINDS.get((job.api_version, job.kind), ""), {}),
-            gpu_types=counts, pod_type=job.replica_type, pod_spec=ctx.pod.get("spec") or {})
-        if cap is not None:
-            ctx.warnings.append(f"placement: {what}: {why}")
+        net = self._net(ctx, settings, specs, counts)
+        ctx.warnings.extend(f"network: {w}" for w in net.need.warnings)
+        if net.need.cap is not None:
+            ctx.warnings.append(f"placement: {what}: {net.need.cap_why}")
         gang = GangRequest(replicas=job.gang_size, gpus_per_replica=gpus,
-                           max_replicas_per_node=cap)
+                           max_replicas_per_node=net.need.cap)
         preview = ctx.audit or ctx.request.dry_run
         if len(set(counts.values())) > 1:
             shown = ", ".join(f"{t}: {n}" for t, n in sorted(counts.items()))
@@ -313,25 +342,39 @@ class PlacementStep:
         elif preview:
             with store_deadline(self.store):
                 outcome = self._preview(ctx, key, replica, gang,
-                                        replica_ordinal(specs, counts, rtype, index))
+                                        replica_ordinal(specs, counts, rtype, index), net)
         else:
             with store_deadline(self.store):
-                outcome = self._grant(ctx, key, replica, gang)
+                outcome = self._grant(ctx, key, replica, gang, net)
         if isinstance(outcome, Granted):
-            self._write_slot(ctx, key, replica, outcome, preview=preview)
+            self._write_slot(ctx, key, replica, outcome, net, preview=preview)
         else:
-            self._unplaced(ctx, key, replica, gang, outcome, settings, preview=preview)
+            self._unplaced(ctx, key, replica, gang, outcome, settings, net, preview=preview)
+
+    @staticmethod
+    def _net(ctx: AdmissionContext, settings: PlacementSettings, specs: object,
+             counts: Mapping[str, int]) -> Net:
+        job = ctx.job
+        assert job is not None
+        facts = network.job_facts(job.api_version, job.kind, job.name,
+                                  specs if isinstance(specs, Mapping) else {}, counts)
+        spec = ctx.pod.get("spec") if isinstance(ctx.pod.get("spec"), dict) else {}
+        ospec = ctx.original.get("spec") if isinstance(ctx.original.get("spec"), dict) else {}
+        need = network.needs(facts, mode=settings.network, pod_spec=spec, original_spec=ospec,
+                             pod_type=job.replica_type)
+        return Net(job=facts, need=need, host_ports=settings.host_ports)
 
     # --- deciding ------------------------------------------------------------------------
     def _grant(
-        self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, gang: GangRequest
+        self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, gang: GangRequest,
+        net: Net,
     ) -> Granted | Unplaced:
         """This replica's slot: from the gang's reservation, made now if there is none."""
         fresh = False
         try:
             res = self.store.get(key)
             if res is None:
-                made = self._reserve(ctx, key, gang)
+                made = self._reserve(ctx, key, gang, net)
                 if isinstance(made, Unplaced):
                     return made
                 res, fresh = made
@@ -357,7 +400,8 @@ class PlacementStep:
                 res, slot = moved, moved.slot(slot.replica)
         except ReservationUnavailable as exc:
             return Unplaced(f"the reservation store is unavailable: {exc}")
-        return Granted(reservation=res, slot=slot, fresh=fresh, moved=problem)
+        return Granted(reservation=res, slot=slot, fresh=fresh, moved=problem,
+                       plan=net.plan_for(res))
 
     def _move(
         self, ctx: AdmissionContext, key: GangKey, res: GangReservation, slot: ReplicaSlot,
@@ -396,7 +440,7 @@ class PlacementStep:
                         f"concurrent admissions {self.max_attempts} times in a row")
 
     def _reserve(
-        self, ctx: AdmissionContext, key: GangKey, gang: GangRequest
+        self, ctx: AdmissionContext, key: GangKey, gang: GangRequest, net: Net
     ) -> tuple[GangReservation, bool] | Unplaced:
         """Solve the whole gang and reserve it; re-solve on conflict, a bounded number of times.
 
@@ -414,8 +458,11 @@ class PlacementStep:
             self.store.expire()
         except ReservationUnavailable as exc:
             log.warning("placement: expiring reservations failed (next gang retries): %s", exc)
+        no_ports: dict[str, str] = {}  # nodes whose port range is used up → why
         for attempt in range(1, self.max_attempts + 1):
             bound, excluded = nodes_for_pod(ctx)
+            bound = [n for n in without_fixed_ports(bound, net.need.fixed)
+                     if n.name not in no_ports]
             held = self.store.held_gpus()
             placement = self.solver(exclude_held(bound, held, self._held_memo), gang)
             if not placement.feasible:
@@ -427,10 +474,18 @@ class PlacementStep:
                 existing = self._await_reservation(key) if waiting else self.store.get(key)
                 if existing is not None:
                     return existing, False
-                return Unplaced(_ruled_out(placement.reason or "no feasible placement",
-                                           bound, excluded))
+                reason = placement.reason or "no feasible placement"
+                if no_ports:
+                    reason += "; " + "; ".join(sorted(no_ports.values()))
+                return Unplaced(_ruled_out(reason, bound, excluded))
+            ports = {n.name: n.host_ports for n in bound}
+            plan = network.decide(net.need, net.job, placement.slots, ports, net.host_ports)
+            if isinstance(plan, network.PortsUsedUp):
+                no_ports[plan.node] = plan.reason
+                continue
             try:
-                res = self.store.reserve(key, placement)
+                res = self.store.reserve(key, placement, order=net.order(),
+                                         network=plan.to_json())
             except ReservationConflict as exc:
                 last = str(exc)
                 log.info("placement: %s: conflict on attempt %d: %s", key, attempt, exc)
@@ -478,37 +533,45 @@ class PlacementStep:
 
     def _preview(
         self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, gang: GangRequest,
-        ordinal: int,
+        ordinal: int, net: Net,
     ) -> Granted | Unplaced:
         """The slot this replica would get, with no side effects (audit mode, dry run)."""
         try:
             res = self.store.get(key)
             if res is None:
                 fit, excluded = nodes_for_pod(ctx)
+                fit = without_fixed_ports(fit, net.need.fixed)
                 nodes = exclude_held(fit, self.store.held_gpus(), self._held_memo)
                 placement = self.solver(nodes, gang)
                 if not placement.feasible:
                     return Unplaced(_ruled_out(placement.reason or "no feasible placement",
                                                fit, excluded))
-                res = GangReservation.from_placement(key, placement, now=0.0, ttl_seconds=0.0)
+                plan = network.decide(net.need, net.job, placement.slots,
+                                      {n.name: n.host_ports for n in fit}, net.host_ports)
+                if isinstance(plan, network.PortsUsedUp):
+                    return Unplaced(plan.reason)
+                res = GangReservation.from_placement(key, placement, now=0.0, ttl_seconds=0.0,
+                                                     order=net.order(),
+                                                     network=plan.to_json())
                 # Nothing is assigned in a preview, so "lowest free slot" would show slot 0
                 # to every replica; the replica's position in the gang (types in spec
                 # order) is what enforce mode ends up with when the operator creates the
                 # pods in order.
                 slot = res.slots[ordinal % len(res.slots)]
-                return Granted(reservation=res, slot=slot, fresh=False)
+                return Granted(reservation=res, slot=slot, fresh=False, plan=plan)
         except ReservationUnavailable as exc:
             return Unplaced(f"the reservation store is unavailable: {exc}")
         number = pick_slot(res, replica)
         if number is None:
             return Unplaced(f"all {len(res.slots)} slots reserved for the gang belong to "
                             f"other replicas")
-        return Granted(reservation=res, slot=res.slot(number), fresh=False)
+        return Granted(reservation=res, slot=res.slot(number), fresh=False,
+                       plan=net.plan_for(res))
 
     # --- writing -------------------------------------------------------------------------
     def _write_slot(
-        self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, granted: Granted, *,
-        preview: bool,
+        self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, granted: Granted,
+        net: Net, *, preview: bool,
     ) -> None:
         res, slot = granted.reservation, granted.slot
         visible = res.visible_gpus(slot.node)
@@ -523,12 +586,19 @@ class PlacementStep:
             "busBandwidthGBps": round(res.bus_bandwidth_gbps, 3),
             "reason": res.reason,
         }
+        plan = granted.plan
+        if plan is not None:
+            record["network"] = plan.to_json()
         policy = ctx.policy
         ctx.warnings.extend(
             apply_slot(ctx.pod, node=slot.node, gpu_group=slot.gpus, gpu_visible=visible,
                        record=record, gpu_resources=_gpu_resources(policy),
                        warn_scheduler=_scheduler_unhandled(policy))
         )
+        if plan is not None:
+            ctx.warnings.extend(network.apply(
+                ctx.pod, ctx.original, plan, net.job, replica.wire(),
+                gpu_containers(ctx.pod, _gpu_resources(policy))))
         if ctx.audit:
             ctx.warnings.append(
                 f"placement (audit): would pin this pod ({replica.wire()}) to node "
@@ -551,7 +621,7 @@ class PlacementStep:
 
     def _unplaced(
         self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, gang: GangRequest,
-        why: Unplaced, settings: PlacementSettings, *, preview: bool,
+        why: Unplaced, settings: PlacementSettings, net: Net, *, preview: bool,
     ) -> None:
         what = f"{key.kind} {key.namespace}/{key.name}"
         demand = f"{gang.replicas} pod(s) x {gang.gpus_per_replica} GPU(s)"
@@ -579,6 +649,17 @@ class PlacementStep:
             "reason": why.reason,
         }
         ctx.warnings.extend(apply_unplaced(ctx.pod, record))
+        # Unpinned, the scheduler may put replicas anywhere: ports the operator declared
+        # keep them apart (NodePorts), but sshd of MPIJob v2beta1 workers is declared
+        # nowhere, so those take the pod network (as "after-solve" would for a shared node).
+        if net.need.kind in (network.POD, "after-solve"):
+            plan = network.Plan(network.POD, net.need.why or "pod networking: the gang is "
+                                "unplaced, so no two workers can be kept off one node")
+            record["network"] = plan.to_json()
+            apply_unplaced(ctx.pod, record)
+            ctx.warnings.extend(network.apply(
+                ctx.pod, ctx.original, plan, net.job, replica.wire(),
+                gpu_containers(ctx.pod, _gpu_resources(ctx.policy))))
         prefix = "placement (audit): would leave" if ctx.audit else "placement:"
         ctx.warnings.append(
             f"{prefix} {what} ({demand}) left unplaced: {why.reason}; admitted without "

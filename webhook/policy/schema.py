@@ -89,12 +89,22 @@ class Mutations:
     limits: dict[str, ScaledQuantity] = field(default_factory=dict)
 
 
+NetworkMode = Literal["auto", "host", "pod"]
+#: Host ports a network plan hands out (``placement.hostPorts``). It starts at
+#: training-operator's PyTorchJob default, so the first job on a node keeps the port its
+#: users know; 1,000 ports are 15 steps of 64 (webhook/placement/network.py).
+DEFAULT_HOST_PORTS = (23456, 24455)
+
+
 @dataclass(frozen=True)
 class PlacementSettings:
-    """Read by the placement step: whether to place, and what to do when it cannot."""
+    """Read by the placement step: whether to place, what to do when it cannot, and how
+    co-located replicas of a gang talk (``network``, see webhook/placement/network.py)."""
 
     enabled: bool = True
     on_unplaceable: OnUnplaceable = "admit"
+    network: NetworkMode = "auto"
+    host_ports: tuple[int, int] = DEFAULT_HOST_PORTS
 
 
 @dataclass(frozen=True)

@@ -267,12 +267,34 @@ def _mutations(raw: Any, err: _Errors) -> s.Mutations:
 def _placement(raw: Any, err: _Errors) -> s.PlacementSettings:
     path = "spec.placement"
     p = _mapping(raw, path, err)
-    _keys(p, ("enabled", "onUnplaceable"), path, err)
+    _keys(p, ("enabled", "onUnplaceable", "network", "hostPorts"), path, err)
     return s.PlacementSettings(
         enabled=bool(_bool(p.get("enabled"), f"{path}.enabled", err, True)),
         on_unplaceable=_choice(p.get("onUnplaceable"), f"{path}.onUnplaceable", err,
                                ("admit", "deny"), "admit"),
+        network=_choice(p.get("network"), f"{path}.network", err, ("auto", "host", "pod"),
+                        "auto"),
+        host_ports=_port_range(p.get("hostPorts"), f"{path}.hostPorts", err),
     )
+
+
+def _port_range(raw: Any, path: str, err: _Errors) -> tuple[int, int]:
+    """``{first: N, last: M}``: at least 64 ports (one per GPU index of a node) within
+    1024-65535 (no privileged ports: a training pod has no business binding one)."""
+    if raw is None:
+        return s.DEFAULT_HOST_PORTS
+    r = _mapping(raw, path, err)
+    _keys(r, ("first", "last"), path, err)
+    first, last = r.get("first"), r.get("last")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (first, last)):
+        err.add(path, f"needs integers first and last; got {dict(r)!r}")
+        return s.DEFAULT_HOST_PORTS
+    assert isinstance(first, int) and isinstance(last, int)
+    if not (first >= 1024 and last <= 65535 and last - first + 1 >= 64):
+        err.add(path, f"must lie within 1024-65535 and hold at least 64 ports; got "
+                      f"{first}-{last}")
+        return s.DEFAULT_HOST_PORTS
+    return first, last
 
 
 def validate_document(doc: Any, *, source: str) -> tuple[s.Policy | None, list[PolicyError]]:

@@ -1,0 +1,539 @@
+"""The network plan of a gang: how replicas packed on one node can all start there.
+
+Why: the seeds' point is that the replicas of one job share a node's NVLink. The operators
+make pods that cannot share a node once the ACK policy turns ``hostNetwork`` on:
+
+* training-operator v1.4+ gives *every* PyTorchJob replica ``pytorchjob-port`` 23456
+  (``pkg/apis/kubeflow.org/v1/pytorch_defaults.go``), and the API server defaults
+  ``hostPort = containerPort`` on host-network pods after our patch
+  (``pkg/apis/core/v1/defaults.go``, ``defaultHostNetworkPorts``), so the NodePorts filter
+  keeps two of them off one node;
+* every TFJob task binds ``tfjob-port`` 2222, and ``TF_CONFIG`` names it for every task;
+* mpi-operator v2beta1 workers run ``sshd`` on a port baked into the image, declared nowhere.
+
+So a plan is chosen at the gang's first admission and stored with its reservation, so that
+every pod of the gang (a recreated one too) gets the same:
+
+* ``host``: host networking made safe. PyTorchJob: one rendezvous port per job, written into
+  the master's container port and ``MASTER_PORT``/``PET_MASTER_PORT`` of every pod (elastic
+  jobs: ``PET_RDZV_ENDPOINT`` and worker 0); the other replicas' ``pytorchjob-port`` is
+  removed (they do not listen on it). TFJob: a port per task, written into that pod's
+  container port and into ``TF_CONFIG`` of every pod. MPIJob v1 (``kubectl exec``, no sshd)
+  needs nothing; MPIJob v2beta1 only where no two workers share a node.
+* ``pod``: no host network (what the policy added is taken back), ``hostIPC``/``hostPID``
+  kept, ``NCCL_HOSTID`` = the node's name (downward API ``spec.nodeName``) so that NCCL
+  treats co-located pods as one host, and ``NCCL_CUMEM_ENABLE=0`` (the cuMem P2P path passes
+  handles over abstract UNIX sockets, which are per network namespace; nccl#1781).
+
+Ports are derived from GPUs, not searched for: a task's port is ``first + g + 64 k`` where
+``g`` is the first GPU of its slot on its node and ``k`` the smallest step that misses the
+host ports already held there. A GPU of a node belongs to one gang at a time (the
+reservation store claims it atomically), so two gangs never derive one port on one node,
+even when two webhook replicas place them at the same instant; no port ledger is needed.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gputopo.placement.types import ReplicaSlot
+from webhook.placement.ports import OPERATOR_DEFAULT_PORTS, Port, claimed_ports
+
+HOST = "host"
+POD = "pod"
+AUTO = "auto"
+MODES = (AUTO, HOST, POD)
+#: More GPUs than any node has: the ports derived from two GPUs of one node never meet.
+PORT_STRIDE = 64
+
+MASTER_PORT_ENVS = ("MASTER_PORT", "PET_MASTER_PORT")
+RDZV_ENV = "PET_RDZV_ENDPOINT"
+TF_CONFIG_ENV = "TF_CONFIG"
+NCCL_HOSTID_ENV = "NCCL_HOSTID"
+NCCL_CUMEM_ENV = "NCCL_CUMEM_ENABLE"
+HOST_NETWORK_DNS = "ClusterFirstWithHostNet"
+
+MPI_V2BETA1 = ("kubeflow.org/v2beta1", "MPIJob")
+_ROLE_WHY = {
+    "pytorch": "one rendezvous port per job, free on the master's node",
+    "pytorch-elastic": "one rendezvous port per job, free on worker 0's node",
+    "tfjob": "one port per TFJob task, rewritten into every pod's TF_CONFIG",
+}
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What the plan knows before the solve.
+
+    ``kind``: ``host``, ``pod``, or ``after-solve`` (MPIJob v2beta1 under ``auto``: host
+    networking only if no two workers end up on one node). ``tasks``: the replicas (wire
+    form, ``master/0``) that get a port of their own under ``host``. ``fixed``: host ports
+    the gang claims that gputopo may not move (a user's own ``hostPort`` or ``MASTER_PORT``):
+    a node holding one is no place for the gang. ``cap``: most replicas per node (ports
+    shared by replicas that cannot be moved), with ``cap_why``.
+    """
+
+    kind: str
+    why: str
+    role: str = ""
+    tasks: tuple[str, ...] = ()
+    fixed: frozenset[Port] = frozenset()
+    cap: int | None = None
+    cap_why: str = ""
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The plan of one gang, as stored with its reservation and in the placement record."""
+
+    kind: str
+    why: str
+    role: str = ""
+    ports: Mapping[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"plan": self.kind, "why": self.why}
+        if self.role:
+            out["role"] = self.role
+        if self.ports:
+            out["ports"] = dict(sorted(self.ports.items()))
+        return out
+
+    @classmethod
+    def from_json(cls, data: object) -> Plan | None:
+        """The stored plan, or None when ``data`` is not one (an older reservation)."""
+        if not isinstance(data, Mapping) or data.get("plan") not in (HOST, POD):
+            return None
+        ports = data.get("ports") if isinstance(data.get("ports"), Mapping) else {}
+        return cls(kind=str(data["plan"]), why=str(data.get("why", "")),
+                   role=str(data.get("role", "")),
+                   ports={str(k): int(v) for k, v in ports.items()
+                          if isinstance(v, int) and not isinstance(v, bool)})
+
+
+@dataclass(frozen=True)
+class Job:
+    """The facts of a job the plan reads: kind, replica specs, GPU replica types."""
+
+    api_version: str
+    kind: str
+    name: str
+    specs: Mapping[str, Any]
+    gpu_types: Mapping[str, int]  # replica type -> GPUs per pod, spec order
+
+
+# --- reading pods and templates ----------------------------------------------------------
+def _containers(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for key in ("initContainers", "containers"):
+        items = spec.get(key)
+        if isinstance(items, list):
+            out.extend(c for c in items if isinstance(c, dict))
+    return out
+
+
+def env_value(spec: Mapping[str, Any], name: str) -> str | None:
+    """The literal value of env ``name`` in the first container that sets it."""
+    for c in _containers(spec):
+        for item in c.get("env") or []:
+            if isinstance(item, Mapping) and item.get("name") == name:
+                value = item.get("value")
+                return value if isinstance(value, str) else None
+    return None
+
+
+def _port_numbers(spec: Mapping[str, Any], port_name: str) -> list[int]:
+    out = []
+    for c in _containers(spec):
+        for p in c.get("ports") or []:
+            if isinstance(p, Mapping) and p.get("name") == port_name and isinstance(
+                    p.get("containerPort"), int):
+                out.append(p["containerPort"])
+    return out
+
+
+def _template_spec(specs: Mapping[str, Any], rtype: str) -> Mapping[str, Any]:
+    rs = specs.get(rtype)
+    template = rs.get("template") if isinstance(rs, Mapping) else None
+    tspec = template.get("spec") if isinstance(template, Mapping) else None
+    return tspec if isinstance(tspec, Mapping) else {}
+
+
+def _replicas(specs: Mapping[str, Any], rtype: str) -> int:
+    rs = specs.get(rtype)
+    n = rs.get("replicas", 1) if isinstance(rs, Mapping) else 1
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else 1
+
+
+def _type_named(specs: Mapping[str, Any], lower: str) -> str | None:
+    for rtype in specs:
+        if str(rtype).lower() == lower:
+            return str(rtype)
+    return None
+
+
+def ordered_replicas(job: Job) -> list[str]:
+    """Every GPU replica of the job in wire form (``worker/3``), types in spec order: the
+    order of the gang's slots (replica k gets slot k)."""
+    return [f"{t.lower()}/{i}" for t in job.gpu_types for i in range(_replicas(job.specs, t))]
+
+
+def _user_host_ports(spec: Mapping[str, Any]) -> set[Port]:
+    """Explicit hostPorts of the user's own pod (before gputopo's mutations)."""
+    return claimed_ports(spec, host_network=False)
+
+
+# --- before the solve ----------------------------------------------------------------------
+def needs(job: Job, *, mode: str, pod_spec: Mapping[str, Any],
+          original_spec: Mapping[str, Any], pod_type: str | None) -> Needs:
+    """What the gang's network plan needs from the solver, read from the job's spec and the
+    admitted pod (after the policy's mutations; ``original_spec`` before them)."""
+    warnings: list[str] = []
+    fixed = frozenset(_user_host_ports(original_spec))
+    for rtype in job.gpu_types:
+        fixed |= _user_host_ports(_template_spec(job.specs, rtype))
+    user_host = original_spec.get("hostNetwork") is True
+    wants_host = pod_spec.get("hostNetwork") is True
+    if not wants_host:
+        return _shared_fixed(Needs(POD, "the pods do not use the host network"), job, fixed,
+                             pod_spec, pod_type, host_network=False)
+    if mode == POD and not user_host:
+        return _shared_fixed(Needs(POD, "the policy asks for pod networking (network: pod)"),
+                             job, fixed, pod_spec, pod_type, host_network=False)
+    if mode == POD:
+        warnings.append("the pod sets hostNetwork itself; kept, so the gang uses the host "
+                        "network (network: pod asked otherwise)")
+    forced = mode == HOST or user_host
+    if (job.api_version, job.kind) == MPI_V2BETA1:
+        if forced:
+            return Needs(HOST, "host networking (the policy or the pod asks for it)",
+                         cap=1, cap_why="mpi-operator v2beta1 workers run sshd on one port "
+                         "baked into the image, so at most one fits per node under host "
+                         "networking (mpi-operator#593)", fixed=fixed,
+                         warnings=tuple(warnings))
+        return Needs("after-solve", "", fixed=fixed, warnings=tuple(warnings))
+    role, tasks, movable = _rewritable(job, pod_spec, warnings)
+    if role == "tfjob" and not tasks:
+        # a task of TF_CONFIG gets no mutation (no GPU): its TF_CONFIG cannot be rewritten
+        if not forced:
+            return _shared_fixed(Needs(POD, "a TFJob task without GPUs (e.g. a parameter "
+                                       "server) is not mutated, so task ports cannot be "
+                                       "moved; pod networking lets co-located tasks keep "
+                                       "port 2222"), job, fixed, pod_spec, pod_type,
+                                 host_network=False)
+        warnings.append("TFJob tasks without GPUs are not mutated: task ports stay as the "
+                        "operator made them")
+    shared = _shared_ports(job, pod_spec, pod_type, host_network=True, skip=movable)
+    if shared and not forced:
+        shown = ", ".join(f"{n}/{p}" for p, n in sorted(shared))
+        return _shared_fixed(Needs(POD, f"the GPU replicas all declare port {shown}, which "
+                                   "host networking would make one host port for all of "
+                                   "them"), job, fixed, pod_spec, pod_type,
+                             host_network=False)
+    cap, cap_why = (None, "")
+    if shared:
+        shown = ", ".join(f"{n}/{p}" for p, n in sorted(shared))
+        cap, cap_why = 1, (f"its GPU replicas all claim host port {shown} (hostNetwork), "
+                           "so at most one fits per node")
+    why = "host networking; " + (_ROLE_WHY[role] if tasks else "no two replicas claim one port")
+    return Needs(HOST, why, role=role if tasks else "", tasks=tasks, fixed=fixed, cap=cap,
+                 cap_why=cap_why, warnings=tuple(warnings))
+
+
+def _shared_fixed(base: Needs, job: Job, fixed: frozenset[Port], pod_spec: Mapping[str, Any],
+                  pod_type: str | None, *, host_network: bool) -> Needs:
+    """``base`` with the user's own host ports: shared by two replicas, one per node."""
+    shared = _shared_ports(job, pod_spec, pod_type, host_network=host_network, skip=set())
+    cap, why = (None, "")
+    if shared:
+        shown = ", ".join(f"{n}/{p}" for p, n in sorted(shared))
+        cap, why = 1, f"its GPU replicas all claim host port {shown}, so at most one fits per node"
+    return Needs(base.kind, base.why, fixed=fixed, cap=cap, cap_why=why,
+                 warnings=base.warnings)
+
+
+def _shared_ports(job: Job, pod_spec: Mapping[str, Any], pod_type: str | None, *,
+                  host_network: bool, skip: set[str]) -> list[Port]:
+    """Ports two GPU replicas would both claim on one node (ports named in ``skip`` are
+    rewritten by the plan and do not count)."""
+    users: dict[Port, int] = {}
+    for rtype in job.gpu_types:
+        spec = pod_spec if pod_type and rtype.lower() == pod_type.lower() else \
+            _template_spec(job.specs, rtype)
+        ports = _claimed_except(spec, host_network=host_network, skip=skip)
+        for port in ports:
+            users[port] = users.get(port, 0) + _replicas(job.specs, rtype)
+    return sorted(p for p, n in users.items() if n >= 2)
+
+
+def _claimed_except(spec: Mapping[str, Any], *, host_network: bool, skip: set[str]
+                    ) -> set[Port]:
+    out: set[Port] = set()
+    for c in _containers(spec):
+        for p in c.get("ports") or []:
+            if not isinstance(p, Mapping) or p.get("name") in skip:
+                continue
+            number = p.get("containerPort") if host_network else p.get("hostPort")
+            if isinstance(number, int) and not isinstance(number, bool) and number > 0:
+                out.add((str(p.get("protocol") or "TCP"), number))
+    return out
+
+
+def _rewritable(job: Job, pod_spec: Mapping[str, Any], warnings: list[str]
+                ) -> tuple[str, tuple[str, ...], set[str]]:
+    """(role, tasks that get a port of their own, port names the plan rewrites)."""
+    default = OPERATOR_DEFAULT_PORTS.get(job.kind)
+    if default is None:
+        return "", (), set()
+    port_name, default_number = default
+    if job.kind == "PyTorchJob":
+        rdzv = env_value(pod_spec, RDZV_ENV)
+        if rdzv is not None:
+            worker = _type_named(job.specs, "worker")
+            if worker is None or worker not in job.gpu_types:
+                return "", (), set()
+            return "pytorch-elastic", ("worker/0",), {port_name}
+        master = _type_named(job.specs, "master")
+        if master is None or master not in job.gpu_types:
+            # the master gets no mutation: its port stays; the workers do not listen on it
+            return "", (), {port_name}
+        number = (_port_numbers(_template_spec(job.specs, master), port_name)
+                  or [default_number])[0]
+        own = env_value(pod_spec, "MASTER_PORT")
+        if own is not None and own != str(number):
+            warnings.append(f"kept the pod's MASTER_PORT={own}; the rendezvous port is not "
+                            "moved (no two masters of one node may then use it)")
+            return "", (), {port_name}
+        return "pytorch", ("master/0",), {port_name}
+    # TFJob: every task of TF_CONFIG must be a GPU pod (only those are mutated)
+    tf = _tf_config(pod_spec)
+    listed = set(tf.get("cluster", {})) if tf else {t.lower() for t in job.specs}
+    gpu = {t.lower() for t in job.gpu_types}
+    if not listed <= gpu:
+        return "tfjob", (), set()
+    return "tfjob", tuple(ordered_replicas(job)), {port_name}
+
+
+def _tf_config(spec: Mapping[str, Any]) -> dict[str, Any]:
+    raw = env_value(spec, TF_CONFIG_ENV)
+    try:
+        data = json.loads(raw) if raw else {}
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) and isinstance(data.get("cluster"), dict) else {}
+
+
+# --- after the solve -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class PortsUsedUp:
+    """No port of the range is free for a task on ``node``: leave the node out, re-solve."""
+
+    node: str
+    reason: str
+
+
+def decide(need: Needs, job: Job, slots: Sequence[ReplicaSlot],
+           held_ports: Mapping[str, frozenset[Port]], port_range: tuple[int, int]
+           ) -> Plan | PortsUsedUp:
+    """The gang's plan, once its slots are known (slot k goes to replica k of
+    :func:`ordered_replicas`)."""
+    if need.kind == "after-solve":
+        per_node: dict[str, int] = {}
+        for s in slots:
+            per_node[s.node] = per_node.get(s.node, 0) + 1
+        if max(per_node.values(), default=0) <= 1:
+            return Plan(HOST, "host networking: no two workers share a node, so their sshd "
+                        "ports cannot collide")
+        return Plan(POD, "pod networking: workers share a node and mpi-operator v2beta1 "
+                    "workers run sshd on one port baked into the image (mpi-operator#593)")
+    if need.kind == POD or not need.tasks:
+        return Plan(need.kind, need.why, role=need.role)
+    order = ordered_replicas(job)
+    by_slot = {s.replica: s for s in slots}
+    ports: dict[str, int] = {}
+    for task in need.tasks:
+        slot = by_slot.get(order.index(task)) if task in order else None
+        if slot is None or not slot.gpus:
+            continue
+        port = derive_port(slot.gpus[0], held_ports.get(slot.node, frozenset()), port_range)
+        if port is None:
+            return PortsUsedUp(slot.node, f"node {slot.node} has no free host port left in "
+                               f"{port_range[0]}-{port_range[1]} for GPU {slot.gpus[0]}")
+        ports[task] = port
+    return Plan(HOST, need.why, role=need.role, ports=ports)
+
+
+def derive_port(gpu: int, held: Iterable[Port], port_range: tuple[int, int]) -> int | None:
+    """``first + gpu + 64 k`` for the smallest ``k`` whose port is not held (TCP or UDP) on
+    the node; None when the range has none."""
+    taken = {number for _, number in held}
+    first, last = port_range
+    port = first + gpu
+    while port <= last:
+        if port not in taken:
+            return port
+        port += PORT_STRIDE
+    return None
+
+
+# --- writing the plan into a pod -------------------------------------------------------------
+def apply(pod: dict[str, Any], original: Mapping[str, Any], plan: Plan, job: Job,
+          replica: str, gpu_containers: Sequence[dict[str, Any]]) -> list[str]:
+    """Write ``plan`` into ``pod`` (the working copy; ``original`` as it came in)."""
+    spec = pod.setdefault("spec", {})
+    ospec = original.get("spec") if isinstance(original.get("spec"), Mapping) else {}
+    if plan.kind == POD:
+        return _pod_network(spec, ospec, gpu_containers)
+    if plan.role in ("pytorch", "pytorch-elastic"):
+        return _pytorch(spec, plan, job, replica)
+    if plan.role == "tfjob":
+        return _tfjob(spec, plan, job, replica)
+    return []
+
+
+def _pod_network(spec: dict[str, Any], ospec: Mapping[str, Any],
+                 gpu_containers: Sequence[dict[str, Any]]) -> list[str]:
+    """Take back what the policy added for host networking; NCCL env for co-located pods."""
+    warnings: list[str] = []
+    if spec.get("hostNetwork") is True and ospec.get("hostNetwork") is not True:
+        if "hostNetwork" in ospec:
+            spec["hostNetwork"] = ospec["hostNetwork"]
+        else:
+            del spec["hostNetwork"]
+        if spec.get("dnsPolicy") == HOST_NETWORK_DNS and ospec.get("dnsPolicy") != \
+                HOST_NETWORK_DNS:
+            if "dnsPolicy" in ospec:
+                spec["dnsPolicy"] = ospec["dnsPolicy"]
+            else:
+                del spec["dnsPolicy"]
+        for key in ("initContainers", "containers"):
+            _restore_host_ports(spec.get(key), ospec.get(key))
+    for c in gpu_containers:
+        for name, value in ((NCCL_HOSTID_ENV, None), (NCCL_CUMEM_ENV, "0")):
+            w = _set_env(c, name, value)
+            if w:
+                warnings.append(w)
+    return warnings
+
+
+def _restore_host_ports(items: object, before: object) -> None:
+    """hostPorts the policy added (= containerPort, for host networking) are removed."""
+    if not isinstance(items, list):
+        return
+    old = before if isinstance(before, list) else []
+    for i, c in enumerate(items):
+        if not isinstance(c, dict):
+            continue
+        oc = old[i] if i < len(old) and isinstance(old[i], Mapping) else {}
+        oports = oc.get("ports") if isinstance(oc.get("ports"), list) else []
+        for j, p in enumerate(c.get("ports") or []):
+            if not isinstance(p, dict) or "hostPort" not in p:
+                continue
+            op = oports[j] if j < len(oports) and isinstance(oports[j], Mapping) else {}
+            if "hostPort" not in op:
+                del p["hostPort"]
+
+
+def _set_env(container: dict[str, Any], name: str, value: str | None) -> str | None:
+    """``name=value`` (None: the node's name through the downward API) unless the user set
+    ``name`` already (kept, with a warning when it differs)."""
+    env = container.get("env")
+    if not isinstance(env, list):
+        env = container["env"] = []
+    want: dict[str, Any] = ({"name": name, "value": value} if value is not None else
+                            {"name": name, "valueFrom": {"fieldRef": {
+                                "apiVersion": "v1", "fieldPath": "spec.nodeName"}}})
+    for item in env:
+        if isinstance(item, dict) and item.get("name") == name:
+            if item == want:
+                return None
+            return (f"network: container {container.get('name', '?')}: kept the pod's "
+                    f"{name}; the pod network plan would set it to "
+                    f"{value if value is not None else 'the node name'}")
+    env.append(want)
+    return None
+
+
+def _pytorch(spec: dict[str, Any], plan: Plan, job: Job, replica: str) -> list[str]:
+    port_name = OPERATOR_DEFAULT_PORTS["PyTorchJob"][0]
+    host = next(iter(plan.ports), None)
+    port = plan.ports.get(host) if host else None
+    if port is None:
+        return []
+    for c in _containers(spec):
+        if replica == host:
+            for p in c.get("ports") or []:
+                if isinstance(p, dict) and p.get("name") == port_name:
+                    p["containerPort"] = port
+                    p["hostPort"] = port
+        else:
+            _drop_port(c, port_name)
+        for item in c.get("env") or []:
+            if not isinstance(item, dict) or not isinstance(item.get("value"), str):
+                continue
+            if plan.role == "pytorch" and item.get("name") in MASTER_PORT_ENVS:
+                item["value"] = str(port)
+            elif plan.role == "pytorch-elastic" and item.get("name") == RDZV_ENV:
+                where, _, _ = item["value"].rpartition(":")
+                item["value"] = f"{where or item['value']}:{port}"
+    return []
+
+
+def _drop_port(container: dict[str, Any], port_name: str) -> None:
+    ports = container.get("ports")
+    if not isinstance(ports, list):
+        return
+    kept = [p for p in ports if not (isinstance(p, Mapping) and p.get("name") == port_name)]
+    if len(kept) == len(ports):
+        return
+    if kept:
+        container["ports"] = kept
+    else:
+        del container["ports"]
+
+
+def _tfjob(spec: dict[str, Any], plan: Plan, job: Job, replica: str) -> list[str]:
+    port_name = OPERATOR_DEFAULT_PORTS["TFJob"][0]
+    mine = plan.ports.get(replica)
+    for c in _containers(spec):
+        for p in c.get("ports") or []:
+            if mine is not None and isinstance(p, dict) and p.get("name") == port_name:
+                p["containerPort"] = mine
+                p["hostPort"] = mine
+        for item in c.get("env") or []:
+            if isinstance(item, dict) and item.get("name") == TF_CONFIG_ENV and isinstance(
+                    item.get("value"), str):
+                item["value"] = rewrite_tf_config(item["value"], plan.ports)
+    return []
+
+
+def rewrite_tf_config(raw: str, ports: Mapping[str, int]) -> str:
+    """``TF_CONFIG`` with the port of every task in ``ports`` (``worker/1`` → 23457)
+    replaced; hosts and everything else kept. Compact JSON, as the operator writes it."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return raw
+    cluster = data.get("cluster") if isinstance(data, dict) else None
+    if not isinstance(cluster, dict):
+        return raw
+    for rtype, tasks in cluster.items():
+        if not isinstance(tasks, list):
+            continue
+        for i, address in enumerate(tasks):
+            port = ports.get(f"{str(rtype).lower()}/{i}")
+            if port is not None and isinstance(address, str):
+                host = address.rpartition(":")[0] or address
+                tasks[i] = f"{host}:{port}"
+    return json.dumps(data, separators=(",", ":"))
+
+
+def job_facts(api_version: str, kind: str, name: str, specs: Mapping[str, Any],
+              gpu_types: Mapping[str, int]) -> Job:
+    """The :class:`Job` the plan reads (types in spec order)."""
+    return Job(api_version=api_version, kind=kind, name=name,
+               specs=specs if isinstance(specs, Mapping) else {}, gpu_types=dict(gpu_types))
