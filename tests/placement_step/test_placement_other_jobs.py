@@ -47,38 +47,6 @@ def test_pytorchjob_master_and_workers_form_one_gang_without_host_network(
                                                     "worker/2"}
 
 
-def _with_operator_port(pods: list[dict]) -> list[dict]:
-    """What training-operator's SetDefaults_PyTorchJob adds to every replica's pod."""
-    for pod in pods:
-        pod["spec"]["containers"][0]["ports"] = [
-            {"name": "pytorchjob-port", "containerPort": 23456, "protocol": "TCP"}]
-    return pods
-
-
-def test_host_network_pytorchjob_replicas_never_share_a_node(mutate):
-    """training-operator gives every PyTorchJob replica port 23456; under the ACK policy's
-    hostNetwork each pod claims it on its node, so two replicas on one node could never be
-    scheduled. The gang is spread one replica per node — or left unplaced, with that reason,
-    when there are fewer nodes than replicas."""
-    pair = pytorchjob("pair", workers=1)
-    result = mutate([pair, *_with_operator_port(pytorch_pods(pair))])
-    assert result.rc == 0, result.stderr
-    master, worker = result.pods["pair-master-0"], result.pods["pair-worker-0"]
-    assert pinned_node(master) != pinned_node(worker)
-    assert "host port 23456/TCP" in result.stderr
-    for pod in (master, worker):
-        assert pod["spec"]["hostNetwork"] is True
-
-    four = pytorchjob("four", workers=3)
-    pods = _with_operator_port(pytorch_pods(four))
-    # the first pod admitted is a worker: the master's port is inferred from the operator
-    result = mutate([four, *reversed(pods)])
-    assert result.rc == 0, result.stderr
-    rec = record(result.pods["four-worker-0"])
-    assert rec["placed"] is False
-    assert "at most 1 per node" in rec["reason"]
-
-
 def test_dry_run_admissions_show_the_slot_but_reserve_nothing():
     cluster = demo_snapshot()
     first, second = mpijob("dry"), mpijob("real")

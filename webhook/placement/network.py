@@ -61,6 +61,8 @@ _ROLE_WHY = {
     "pytorch": "one rendezvous port per job, free on the master's node",
     "pytorch-elastic": "one rendezvous port per job, free on worker 0's node",
     "tfjob": "one port per TFJob task, rewritten into every pod's TF_CONFIG",
+    "pytorch-fixed": "the pod's own MASTER_PORT is kept; the master declares it",
+    "pytorch-workers": "the master is not placed by gputopo; workers drop its port",
 }
 
 
@@ -84,6 +86,7 @@ class Needs:
     cap: int | None = None
     cap_why: str = ""
     warnings: tuple[str, ...] = ()
+    pinned: Mapping[str, int] = field(default_factory=dict)  # task → the user's own port
 
 
 @dataclass(frozen=True)
@@ -216,7 +219,8 @@ def needs(job: Job, *, mode: str, pod_spec: Mapping[str, Any],
                          "networking (mpi-operator#593)", fixed=fixed,
                          warnings=tuple(warnings))
         return Needs("after-solve", "", fixed=fixed, warnings=tuple(warnings))
-    role, tasks, movable = _rewritable(job, pod_spec, warnings)
+    role, tasks, movable, pinned = _rewritable(job, pod_spec, warnings)
+    fixed |= {("TCP", port) for port in pinned.values()}
     if role == "tfjob" and not tasks:
         # a task of TF_CONFIG gets no mutation (no GPU): its TF_CONFIG cannot be rewritten
         if not forced:
@@ -239,9 +243,11 @@ def needs(job: Job, *, mode: str, pod_spec: Mapping[str, Any],
         shown = ", ".join(f"{n}/{p}" for p, n in sorted(shared))
         cap, cap_why = 1, (f"its GPU replicas all claim host port {shown} (hostNetwork), "
                            "so at most one fits per node")
-    why = "host networking; " + (_ROLE_WHY[role] if tasks else "no two replicas claim one port")
-    return Needs(HOST, why, role=role if tasks else "", tasks=tasks, fixed=fixed, cap=cap,
-                 cap_why=cap_why, warnings=tuple(warnings))
+    told = tasks or role == "pytorch-workers"
+    why = "host networking; " + (_ROLE_WHY[role] if told and role in _ROLE_WHY
+                                 else "no two replicas claim one port")
+    return Needs(HOST, why, role=role, tasks=tasks, fixed=fixed, cap=cap,
+                 cap_why=cap_why, warnings=tuple(warnings), pinned=pinned)
 
 
 def _shared_fixed(base: Needs, job: Job, fixed: frozenset[Port], pod_spec: Mapping[str, Any],
@@ -284,38 +290,42 @@ def _claimed_except(spec: Mapping[str, Any], *, host_network: bool, skip: set[st
 
 
 def _rewritable(job: Job, pod_spec: Mapping[str, Any], warnings: list[str]
-                ) -> tuple[str, tuple[str, ...], set[str]]:
-    """(role, tasks that get a port of their own, port names the plan rewrites)."""
+                ) -> tuple[str, tuple[str, ...], set[str], dict[str, int]]:
+    """(role, tasks that get a port of their own, port names the plan rewrites, tasks whose
+    port the user fixed → that port)."""
     default = OPERATOR_DEFAULT_PORTS.get(job.kind)
     if default is None:
-        return "", (), set()
+        return "", (), set(), {}
     port_name, default_number = default
     if job.kind == "PyTorchJob":
         rdzv = env_value(pod_spec, RDZV_ENV)
         if rdzv is not None:
             worker = _type_named(job.specs, "worker")
             if worker is None or worker not in job.gpu_types:
-                return "", (), set()
-            return "pytorch-elastic", ("worker/0",), {port_name}
+                return "", (), set(), {}
+            return "pytorch-elastic", ("worker/0",), {port_name}, {}
         master = _type_named(job.specs, "master")
         if master is None or master not in job.gpu_types:
             # the master gets no mutation: its port stays; the workers do not listen on it
-            return "", (), {port_name}
+            return "pytorch-workers", (), {port_name}, {}
         number = (_port_numbers(_template_spec(job.specs, master), port_name)
                   or [default_number])[0]
         own = env_value(pod_spec, "MASTER_PORT")
         if own is not None and own != str(number):
-            warnings.append(f"kept the pod's MASTER_PORT={own}; the rendezvous port is not "
-                            "moved (no two masters of one node may then use it)")
-            return "", (), {port_name}
-        return "pytorch", ("master/0",), {port_name}
+            if not own.isdigit() or not 0 < int(own) < 65536:
+                warnings.append(f"kept the pod's MASTER_PORT={own!r}, which is no port number")
+                return "pytorch-workers", (), {port_name}, {}
+            warnings.append(f"kept the pod's MASTER_PORT={own}; the master declares it as its "
+                            "host port, and no node holding it already is chosen")
+            return "pytorch-fixed", ("master/0",), {port_name}, {"master/0": int(own)}
+        return "pytorch", ("master/0",), {port_name}, {}
     # TFJob: every task of TF_CONFIG must be a GPU pod (only those are mutated)
     tf = _tf_config(pod_spec)
     listed = set(tf.get("cluster", {})) if tf else {t.lower() for t in job.specs}
     gpu = {t.lower() for t in job.gpu_types}
     if not listed <= gpu:
-        return "tfjob", (), set()
-    return "tfjob", tuple(ordered_replicas(job)), {port_name}
+        return "tfjob", (), set(), {}
+    return "tfjob", tuple(ordered_replicas(job)), {port_name}, {}
 
 
 def _tf_config(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -352,6 +362,8 @@ def decide(need: Needs, job: Job, slots: Sequence[ReplicaSlot],
                     "workers run sshd on one port baked into the image (mpi-operator#593)")
     if need.kind == POD or not need.tasks:
         return Plan(need.kind, need.why, role=need.role)
+    if need.pinned:
+        return Plan(HOST, need.why, role=need.role, ports=dict(need.pinned))
     order = ordered_replicas(job)
     by_slot = {s.replica: s for s in slots}
     ports: dict[str, int] = {}
@@ -388,7 +400,7 @@ def apply(pod: dict[str, Any], original: Mapping[str, Any], plan: Plan, job: Job
     ospec = original.get("spec") if isinstance(original.get("spec"), Mapping) else {}
     if plan.kind == POD:
         return _pod_network(spec, ospec, gpu_containers)
-    if plan.role in ("pytorch", "pytorch-elastic"):
+    if plan.role.startswith("pytorch"):
         return _pytorch(spec, plan, job, replica)
     if plan.role == "tfjob":
         return _tfjob(spec, plan, job, replica)
@@ -462,9 +474,10 @@ def _pytorch(spec: dict[str, Any], plan: Plan, job: Job, replica: str) -> list[s
     port_name = OPERATOR_DEFAULT_PORTS["PyTorchJob"][0]
     host = next(iter(plan.ports), None)
     port = plan.ports.get(host) if host else None
-    if port is None:
-        return []
     for c in _containers(spec):
+        if port is None or plan.role == "pytorch-workers":
+            _drop_port(c, port_name)  # the master is not ours: workers never listen on it
+            continue
         if replica == host:
             for p in c.get("ports") or []:
                 if isinstance(p, dict) and p.get("name") == port_name:

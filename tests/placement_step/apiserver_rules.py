@@ -1,0 +1,57 @@
+"""What the API server and the scheduler do to and with a pod after our webhook: a TEST
+stand-in, written from the upstream code, so tests can check the pod as it is STORED.
+
+* Defaulting runs again on the patched pod (``k8s.io/apiserver/pkg/admission/plugin/
+  webhook/mutating/dispatcher.go``: the patched object is decoded and the scheme defaulter
+  called). For a host-network pod ``defaultHostNetworkPorts``
+  (``pkg/apis/core/v1/defaults.go``, Pods only since 1.28) sets ``hostPort =
+  containerPort`` on every port of every container and init container that has none.
+* Validation then requires ``hostPort == containerPort`` for every port of a host-network
+  pod (``validatePodHostNetworkDeps`` in ``pkg/apis/core/validation/validation.go``).
+* The scheduler's NodePorts filter (``pkg/scheduler/framework/plugins/nodeports``) never
+  puts two pods holding one (protocol, hostPort) on 0.0.0.0 on the same node.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+
+def _ports(spec: dict[str, Any]) -> Iterable[dict[str, Any]]:
+    for key in ("initContainers", "containers"):
+        for c in spec.get(key) or []:
+            yield from c.get("ports") or []
+
+
+def stored(pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod after the API server's second defaulting pass; AssertionError where its
+    validation would reject it."""
+    out = copy.deepcopy(pod)
+    spec = out["spec"]
+    if spec.get("hostNetwork") is True:
+        for port in _ports(spec):
+            if not port.get("hostPort"):
+                port["hostPort"] = port["containerPort"]
+            assert port["hostPort"] == port["containerPort"], (
+                f"{out['metadata']['name']}: hostNetwork pod with hostPort "
+                f"{port['hostPort']} != containerPort {port['containerPort']}")
+    for port in _ports(spec):
+        port.setdefault("protocol", "TCP")
+    return out
+
+
+def host_ports(pod: dict[str, Any]) -> set[tuple[str, int]]:
+    """(protocol, hostPort) pairs the stored pod holds on its node."""
+    return {(p.get("protocol", "TCP"), p["hostPort"]) for p in _ports(stored(pod)["spec"])
+            if p.get("hostPort")}
+
+
+def assert_node_ports_free(pods_by_node: dict[str, list[dict[str, Any]]]) -> None:
+    """No two pods pinned to one node hold one host port (NodePorts would keep one out)."""
+    for node, pods in pods_by_node.items():
+        counts = Counter(p for pod in pods for p in host_ports(pod))
+        clashes = sorted(p for p, n in counts.items() if n > 1)
+        assert not clashes, f"{node}: pods share host ports {clashes}"
