@@ -148,3 +148,55 @@ def test_a_node_deleted_after_placement_moves_its_slots_to_a_node_that_exists(ku
         assert sorted(s.node for s in res.slots).count(home) == 2  # slots 1 and 3 wait
         assert set(view.reservations.held_gpus().get(pinned_node(again), set())) >= (
             set(gpu_group(later)) | set(gpu_group(again)))
+
+
+def test_live_network_plan_survives_a_restart_and_avoids_ports_held_on_the_node(kube):
+    """A TFJob admitted worker-3 first, half by one webhook and half by a restarted one:
+    every pod agrees on TF_CONFIG (the plan lives in the reservation ConfigMap). A pod
+    nobody placed already holds host port 23456 on one node (seen by the view's watch):
+    the PyTorchJob master placed there gets another port."""
+    import json
+
+    from apiserver_rules import host_ports
+
+    from gputopo.operators import expand, with_identity
+
+    docs = demo_docs(kube)
+    nodes = sorted(o["metadata"]["name"] for o in docs if o["kind"] == "Node")
+    squatter = {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "exporter", "namespace": "default"},
+                "spec": {"nodeName": nodes[1], "hostNetwork": True, "containers": [
+                    {"name": "x", "image": "x", "ports": [{"containerPort": 23456}]}]},
+                "status": {"phase": "Running"}}
+    kube.apply(squatter)
+    tf = kube.apply(with_identity({
+        "apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "tf"},
+        "spec": {"tfReplicaSpecs": {"Worker": {"replicas": 4, "template": {"spec": {
+            "containers": [{"name": "tensorflow", "image": "tf",
+                            "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}}}}))
+    pt = kube.apply(with_identity({
+        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "pt"},
+        "spec": {"pytorchReplicaSpecs": {r: {"replicas": 1, "template": {"spec": {
+            "containers": [{"name": "pytorch", "image": "pt",
+                            "resources": {"limits": {"nvidia.com/gpu": 4}}}]}}}
+            for r in ("Master", "Worker")}}}))
+    tf_pods = [p for p in expand(tf) if p["kind"] == "Pod"][::-1]
+    with live_admitter(kube) as (admitter, _):
+        done = [admit(admitter, p, dry_run=False) for p in tf_pods[:2]]
+    with live_admitter(kube) as (admitter, view):
+        assert _wait(lambda: any(n.host_ports for n in view.node_states()))
+        done += [admit(admitter, p, dry_run=False) for p in tf_pods[2:]]
+        master, worker = (admit(admitter, p, dry_run=False) for p in expand(pt))
+    configs = [json.loads(next(e["value"] for e in p["spec"]["containers"][0]["env"]
+                               if e["name"] == "TF_CONFIG")) for p in done]
+    assert all(c["cluster"] == configs[0]["cluster"] for c in configs)
+    for pod, config in zip(done, configs, strict=True):
+        task = config["task"]
+        port = int(config["cluster"][task["type"]][task["index"]].rsplit(":", 1)[1])
+        assert host_ports(pod) == {("TCP", port)}
+    assert pinned_node(master) == pinned_node(worker)
+    (_, port), = host_ports(master)
+    assert pinned_node(master) == nodes[1], "the TFJob took the other node's quad first"
+    assert port == 23456 + 64, "the exporter holds 23456 there: the next step of GPU 0"
+    assert {e["value"] for e in master["spec"]["containers"][0]["env"]
+            if e["name"] == "MASTER_PORT"} == {str(port)}
