@@ -64,3 +64,7 @@ def test_seed_pytorchjob_section_says_where_the_job_really_goes(repo: Path, run_
         quoted = re.search(r"\(`(its GPU replicas all claim host port [^`]*)`\)", text)
         assert quoted, "install.md does not quote the host-port warning"
         assert quoted.group(1) in " ".join(err.split()), (quoted.group(1), err)
+    else:
+        assert "One node, one NVLink pair" in text, "install.md must say the pair shares a node"
+        plans = {r["network"]["plan"] for r in records}
+        assert plans == {"host"} and '"plan": "host"' in text
