@@ -216,3 +216,20 @@ def test_network_pod_policy_takes_back_host_networking(mutate, tmp_path):
         assert "hostNetwork" not in spec and spec["dnsPolicy"] == "ClusterFirst"
         assert not host_ports(pod)
         assert _env(pod, "MASTER_PORT") == ["23456"], "the operator's port, in its own netns"
+
+
+def test_elastic_pytorchjob_rendezvous_moves_with_worker_0(mutate):
+    job = with_identity({
+        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "el"},
+        "spec": {"elasticPolicy": {"rdzvBackend": "c10d", "minReplicas": 2, "maxReplicas": 2},
+                 "pytorchReplicaSpecs": {"Worker": _replica("pytorch", 1, 2)}}})
+    result = mutate([job, *expand(job)])
+    assert result.rc == 0, result.stderr
+    w0, w1 = result.pods["el-worker-0"], result.pods["el-worker-1"]
+    assert pinned_node(w0) == pinned_node(w1)
+    endpoints = set(_env(w0, "PET_RDZV_ENDPOINT") + _env(w1, "PET_RDZV_ENDPOINT"))
+    assert len(endpoints) == 1
+    host, port = endpoints.pop().rsplit(":", 1)
+    assert host == "el-worker-0"
+    assert host_ports(w0) == {("TCP", int(port))} and not host_ports(w1)
+    assert_node_ports_free(_by_node([w0, w1]))
