@@ -233,3 +233,45 @@ def test_elastic_pytorchjob_rendezvous_moves_with_worker_0(mutate):
     assert host == "el-worker-0"
     assert host_ports(w0) == {("TCP", int(port))} and not host_ports(w1)
     assert_node_ports_free(_by_node([w0, w1]))
+
+
+def _tf(name: str, replicas: dict[str, tuple[int, int]]) -> dict[str, Any]:
+    """A TFJob with replica type → (replicas, GPUs per pod)."""
+    return with_identity({
+        "apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": name},
+        "spec": {"tfReplicaSpecs": {t: _replica("tensorflow", g, n)
+                                    for t, (n, g) in replicas.items()}}})
+
+
+def _tf_checks(result: Any, job: dict[str, Any]) -> list[dict[str, Any]]:
+    pods = _gpu_pods(result, job)
+    configs = [json.loads(_env(p, "TF_CONFIG")[0]) for p in pods]
+    assert all(c["cluster"] == configs[0]["cluster"] for c in configs)
+    for pod, config in zip(pods, configs, strict=True):
+        task = config["task"]
+        port = int(config["cluster"][task["type"]][task["index"]].rsplit(":", 1)[1])
+        assert host_ports(pod) == {("TCP", port)}
+    assert_node_ports_free(_by_node(pods))
+    return pods
+
+
+def test_tfjob_chief_and_workers_spanning_both_nodes_agree_on_every_port(mutate):
+    job = _tf("span", {"Chief": (1, 1), "Worker": (11, 1)})
+    result = mutate([job, *expand(job)])
+    assert result.rc == 0, result.stderr
+    pods = _tf_checks(result, job)
+    assert len(pods) == 12 and len({pinned_node(p) for p in pods}) == 2
+
+
+def test_tfjob_with_a_parameter_server_without_gpus_uses_the_pod_network(mutate):
+    job = _tf("ps", {"PS": (1, 0), "Worker": (4, 1)})
+    job["spec"]["tfReplicaSpecs"]["PS"]["template"]["spec"]["containers"][0]["resources"] = {}
+    result = mutate([job, *expand(job)])
+    assert result.rc == 0, result.stderr
+    workers = _gpu_pods(result, job)
+    assert len(workers) == 4 and len({pinned_node(p) for p in workers}) == 1
+    for pod in workers:
+        assert "hostNetwork" not in stored(pod)["spec"] and not host_ports(pod)
+        assert json.loads(_env(pod, "TF_CONFIG")[0])["cluster"]["ps"] == [
+            "ps-ps-0.default.svc:2222"], "TF_CONFIG untouched: the PS reads the same"
+        assert record(pod)["network"]["plan"] == "pod"

@@ -203,10 +203,10 @@ def needs(job: Job, *, mode: str, pod_spec: Mapping[str, Any],
     wants_host = pod_spec.get("hostNetwork") is True
     if not wants_host:
         return _shared_fixed(Needs(POD, "the pods do not use the host network"), job, fixed,
-                             pod_spec, pod_type, host_network=False)
+                             original_spec, pod_type, host_network=False)
     if mode == POD and not user_host:
         return _shared_fixed(Needs(POD, "the policy asks for pod networking (network: pod)"),
-                             job, fixed, pod_spec, pod_type, host_network=False)
+                             job, fixed, original_spec, pod_type, host_network=False)
     if mode == POD:
         warnings.append("the pod sets hostNetwork itself; kept, so the gang uses the host "
                         "network (network: pod asked otherwise)")
@@ -227,7 +227,7 @@ def needs(job: Job, *, mode: str, pod_spec: Mapping[str, Any],
             return _shared_fixed(Needs(POD, "a TFJob task without GPUs (e.g. a parameter "
                                        "server) is not mutated, so task ports cannot be "
                                        "moved; pod networking lets co-located tasks keep "
-                                       "port 2222"), job, fixed, pod_spec, pod_type,
+                                       "port 2222"), job, fixed, original_spec, pod_type,
                                  host_network=False)
         warnings.append("TFJob tasks without GPUs are not mutated: task ports stay as the "
                         "operator made them")
@@ -236,7 +236,7 @@ def needs(job: Job, *, mode: str, pod_spec: Mapping[str, Any],
         shown = ", ".join(f"{n}/{p}" for p, n in sorted(shared))
         return _shared_fixed(Needs(POD, f"the GPU replicas all declare port {shown}, which "
                                    "host networking would make one host port for all of "
-                                   "them"), job, fixed, pod_spec, pod_type,
+                                   "them"), job, fixed, original_spec, pod_type,
                              host_network=False)
     cap, cap_why = (None, "")
     if shared:
@@ -250,10 +250,13 @@ def needs(job: Job, *, mode: str, pod_spec: Mapping[str, Any],
                  cap_why=cap_why, warnings=tuple(warnings), pinned=pinned)
 
 
-def _shared_fixed(base: Needs, job: Job, fixed: frozenset[Port], pod_spec: Mapping[str, Any],
-                  pod_type: str | None, *, host_network: bool) -> Needs:
-    """``base`` with the user's own host ports: shared by two replicas, one per node."""
-    shared = _shared_ports(job, pod_spec, pod_type, host_network=host_network, skip=set())
+def _shared_fixed(base: Needs, job: Job, fixed: frozenset[Port],
+                  original_spec: Mapping[str, Any], pod_type: str | None, *,
+                  host_network: bool) -> Needs:
+    """``base`` with the user's own host ports (the pod as it came in, not the hostPorts
+    the policy wrote for host networking): shared by two replicas, one per node."""
+    shared = _shared_ports(job, original_spec, pod_type, host_network=host_network,
+                           skip=set())
     cap, why = (None, "")
     if shared:
         shown = ", ".join(f"{n}/{p}" for p, n in sorted(shared))
