@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import RESOURCE, bind, gpu_pod, start_plugin
 from k8s_double import api_client
+from plugin_kit import RESOURCE, bind, gpu_pod, start_plugin
 
 from gputopo import names
 from gputopo.cli import main
