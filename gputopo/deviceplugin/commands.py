@@ -13,9 +13,14 @@ import logging
 import os
 import signal
 import threading
+from typing import TYPE_CHECKING
 
 from gputopo import names
 from gputopo.errors import InputError
+
+if TYPE_CHECKING:
+    from gputopo.deviceplugin.allocator import Allocator
+    from gputopo.topology.model import Topology
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -77,7 +82,7 @@ def _run(args: argparse.Namespace) -> int:  # pragma: no cover - runs until SIGT
     return 0
 
 
-def _topology(args: argparse.Namespace):  # type: ignore[no-untyped-def]  # pragma: no cover
+def _topology(args: argparse.Namespace) -> Topology:  # pragma: no cover - needs NVML
     from gputopo.topology import nvml
 
     if args.nvml_recorded:
@@ -91,7 +96,8 @@ def _topology(args: argparse.Namespace):  # type: ignore[no-untyped-def]  # prag
     return nvml.topology_from_nvml(source)
 
 
-def _allocator(args: argparse.Namespace, topology):  # type: ignore[no-untyped-def]  # pragma: no cover
+def _allocator(args: argparse.Namespace, topology: Topology  # pragma: no cover
+               ) -> Allocator:
     from kubernetes import client, config
 
     from gputopo.deviceplugin.allocator import Allocator

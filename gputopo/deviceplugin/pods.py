@@ -47,6 +47,7 @@ class PodClaim:
     record: dict[str, Any] | None = None
     gang: str | None = None
     env: Mapping[str, Mapping[str, str | None]] = field(default_factory=dict)
+    started: bool = False  # the kubelet already reported containers: admitted long ago
 
     @property
     def placed(self) -> bool:
@@ -66,7 +67,14 @@ class PodClaim:
         return sum(n for _, n in self.sizes)
 
     def next_container(self) -> tuple[str, int] | None:
-        """(name, count) of the first GPU container not yet allocated; None when done."""
+        """(name, count) of the first GPU container not yet allocated; None when done.
+
+        A pod whose containers the kubelet already reported, yet which carries no mark, was
+        admitted without this plugin marking it (installed later, or the PATCH failed): it
+        waits for nothing, and must not take the place of the pod really being admitted.
+        """
+        if self.started and not self.allocated:
+            return None
         given = len(self.allocated)
         for name, n in self.sizes:
             if given < n:
@@ -116,6 +124,7 @@ def claim_of(pod: Mapping[str, Any], *, node: str, resource: str) -> PodClaim | 
         order=(bound or created, created, f"{ns}/{name}"),
         sizes=tuple(sizes), allocated=allocated, group=group, visible=visible, record=record,
         gang=lab.get(names.GANG_LABEL), env=env,
+        started=bool(status.get("containerStatuses")) or status.get("phase") == "Running",
     )
 
 

@@ -290,3 +290,26 @@ def test_a_pod_with_two_gpu_containers_is_allocated_container_by_container(
         assert _used_by_view(kube) == {int(i) for i in both}
     finally:
         running.halt()
+
+
+def test_a_running_pod_nobody_marked_does_not_take_the_admitted_pods_place(
+        kube, core, kubelet, socket_dir, dgx1, seed_workers):
+    """A pod started before the plugin was installed (running, no mark) is older than the
+    pod being admitted; it must not be mistaken for it."""
+    _setup_node(kube)
+    old = bind(gpu_pod("old", 1, namespace="team-b"), NODE, at="2026-01-01T00:00:00Z")
+    old["metadata"]["annotations"] = {names.GPU_GROUP_ANNOTATION: "7"}
+    old["status"] = {"phase": "Running", "containerStatuses": [
+        {"name": "c0", "ready": True, "restartCount": 0, "image": "cuda", "imageID": "",
+         "state": {"running": {}}}]}
+    kube.apply(old)
+    kube.apply(bind(seed_workers[2], NODE, at="2026-01-01T00:00:05Z"))
+    running = start_plugin(core, dgx1, socket_dir, NODE)
+    try:
+        assert kubelet.wait_registered(1)
+        kubelet.in_use["7"] = "old"  # the kubelet's checkpoint has it
+        assert kubelet.admit("w2", 1).given == ["2"]
+        assert names.ALLOCATED_GPUS_ANNOTATION not in _pod(core, old)["annotations"]
+        assert _used_by_view(kube) == {2, 7}
+    finally:
+        running.halt()
