@@ -77,7 +77,6 @@ def daemon_set(*, image: str, resource: str, namespace: str,
             "runAsUser": 0,  # the kubelet's socket directory is root's
             "runAsNonRoot": False,
             "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
         },
         "volumeMounts": [
             {"name": "device-plugins", "mountPath": DEVICE_PLUGIN_DIR},
@@ -86,6 +85,7 @@ def daemon_set(*, image: str, resource: str, namespace: str,
     }
     pod_spec: dict[str, Any] = {
         "serviceAccountName": DEVICE_PLUGIN_NAME,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         # evicted last: without it no GPU pod on the node can start
         "priorityClassName": "system-node-critical",
         "nodeSelector": {NODE_ACTIVATION_LABEL: NODE_ACTIVATION_VALUE},

@@ -161,7 +161,11 @@ def test_kubelet_ignoring_the_preference_is_written_back(
     """The kubelet gives worker-0 GPU 5 instead of 0: the container's env says 5, the pod's
     annotations are corrected, a Warning event says so, and the view counts 5, not 0. The
     next peer is offered the GPU worker-0 left (0), not another peer's."""
-    from gputopo.deviceplugin.allocator import ALLOCATIONS
+    from prometheus_client import REGISTRY
+
+    def corrected_count() -> float:
+        return REGISTRY.get_sample_value("gputopo_device_plugin_allocations_total",
+                                         {"outcome": "corrected"}) or 0.0
 
     _setup_node(kube)
     for k, pod in enumerate(seed_workers):
@@ -170,7 +174,7 @@ def test_kubelet_ignoring_the_preference_is_written_back(
             for c in pod["spec"]["containers"]:
                 c.pop("env", None)
         kube.apply(pod)
-    corrected = ALLOCATIONS.labels("corrected")._value.get()
+    corrected = corrected_count()
     running = start_plugin(core, dgx1, socket_dir, NODE)
     try:
         assert kubelet.wait_registered(1)
@@ -183,7 +187,7 @@ def test_kubelet_ignoring_the_preference_is_written_back(
         assert ann[names.ALLOCATED_GPUS_ANNOTATION] == "5"
         record = json.loads(ann[names.PLACEMENT_ANNOTATION])
         assert record["gpus"] == [5] and record["placementGpus"] == [0]
-        assert ALLOCATIONS.labels("corrected")._value.get() == corrected + 1
+        assert corrected_count() == corrected + 1
         reasons = sorted(e["reason"] for e in kube.objects("v1", "Event"))
         assert reasons == (["GPUEnvOverridden", "GPUPlacementNotHonoured"] if spec_env
                            else ["GPUPlacementNotHonoured"])
