@@ -2,8 +2,10 @@
 
 Why these objects: ``gputopo device-plugin`` registers the GPU resource with each node's
 kubelet through a UNIX socket in ``/var/lib/kubelet/device-plugins`` (a hostPath: the only
-way in) and reads NVML (the NVIDIA container runtime exposes the driver library with
-``NVIDIA_VISIBLE_DEVICES=all`` and the ``utility`` capability). It must find which pod an
+way in), reads the kubelet's PodResources API (``/var/lib/kubelet/pod-resources``, read
+only) to check which pod really holds which GPU, and reads NVML (the NVIDIA container
+runtime exposes the driver library with ``NVIDIA_VISIBLE_DEVICES=all`` and the ``utility``
+capability). It must find which pod an
 allocation is for and write back what the kubelet gave, so it may read pods, patch them
 (annotations) and create events — nothing else (docs/rbac.md).
 
@@ -27,6 +29,7 @@ from gputopo.names import (
 
 COMPONENT = DEVICE_PLUGIN_NAME
 DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"
 
 
 def rules() -> list[dict[str, Any]]:
@@ -80,6 +83,8 @@ def daemon_set(*, image: str, resource: str, namespace: str,
         },
         "volumeMounts": [
             {"name": "device-plugins", "mountPath": DEVICE_PLUGIN_DIR},
+            # the kubelet's own record of which pod holds which device (read only)
+            {"name": "pod-resources", "mountPath": POD_RESOURCES_DIR, "readOnly": True},
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
@@ -99,6 +104,8 @@ def daemon_set(*, image: str, resource: str, namespace: str,
         "volumes": [
             {"name": "device-plugins",
              "hostPath": {"path": DEVICE_PLUGIN_DIR, "type": "Directory"}},
+            {"name": "pod-resources",
+             "hostPath": {"path": POD_RESOURCES_DIR, "type": "Directory"}},
             {"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}},
         ],
     }

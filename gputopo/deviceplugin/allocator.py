@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from kubernetes.client.rest import ApiException
@@ -39,7 +40,8 @@ ALLOCATIONS = Counter(
     "Container allocations by outcome: placement (the kubelet gave the placement's GPUs), "
     "corrected (it gave others; the pod's annotations were corrected), unplaced (a pod "
     "gputopo did not place; its GPUs were written back), unidentified (no waiting pod of "
-    "that size on the node), write_failed (the pod could not be annotated).",
+    "that size on the node), write_failed (the pod could not be annotated), reconciled (a "
+    "pod's annotations corrected to what the kubelet's PodResources API says it holds).",
     ["outcome"],
 )
 _API_ERRORS = (ApiException, OSError, ValueError)
@@ -86,15 +88,15 @@ class Allocator:
                             "GPUs are handed out but no pod is marked", gpu_list(given),
                             len(given))
                 return container_env(visible=given, own=given)
-            if claim.placed:
-                values, visible, outcome = self._placed(claim, claims, given)
-            else:
-                own = (*claim.allocated, *given)
-                values = {names.GPU_GROUP_ANNOTATION: gpu_list(own),
-                          names.GPU_VISIBLE_ANNOTATION: gpu_list(own)}
-                visible, outcome = set(own), "unplaced"
-            values[names.ALLOCATED_GPUS_ANNOTATION] = gpu_list((*claim.allocated, *given))
+            values, visible, outcome = self._values(claim, claims, given)
             env = container_env(visible=visible, own=given)
+            if outcome == "corrected":
+                message = (f"the kubelet gave GPUs {gpu_list(given)} instead of the "
+                           f"placement's {gpu_list(claim.wanted(len(given)))} (its preference "
+                           "is only advice); annotations now say "
+                           f"{names.GPU_GROUP_ANNOTATION}={values[names.GPU_GROUP_ANNOTATION]}")
+                log.warning("pod %s/%s: %s", claim.namespace, claim.name, message)
+                self.pods.event(claim, reason="GPUPlacementNotHonoured", message=message)
             try:
                 self.pods.annotate(claim, values)
             except _API_ERRORS as exc:
@@ -108,11 +110,18 @@ class Allocator:
             self._check_spec_env(claim, env)
             return env
 
-    def _placed(self, claim: PodClaim, claims: list[PodClaim], given: tuple[int, ...]
+    def _values(self, claim: PodClaim, claims: list[PodClaim], given: tuple[int, ...]
                 ) -> tuple[dict[str, str], set[int], str]:
+        """The annotations saying ``claim`` got ``given`` (on top of what it had), the gang's
+        visible GPUs, and the outcome: placement, corrected or unplaced."""
+        allocated = (*claim.allocated, *given)
+        if not claim.placed:
+            return ({names.GPU_GROUP_ANNOTATION: gpu_list(allocated),
+                     names.GPU_VISIBLE_ANNOTATION: gpu_list(allocated),
+                     names.ALLOCATED_GPUS_ANNOTATION: gpu_list(allocated)},
+                    set(allocated), "unplaced")
         wanted = claim.wanted(len(given))
         group = claim.group or ()
-        allocated = (*claim.allocated, *given)
         # this pod's GPUs: what it was given so far, then the placement's rest
         rest = [g for g in group if g not in allocated and g not in wanted]
         own = set(allocated) | set(rest[: max(0, len(group) - len(allocated))])
@@ -126,20 +135,50 @@ class Allocator:
         for peer in peers:
             visible |= set(peer.allocated or peer.group or ())
         values = {names.GPU_GROUP_ANNOTATION: gpu_list(own),
-                  names.GPU_VISIBLE_ANNOTATION: gpu_list(visible)}
+                  names.GPU_VISIBLE_ANNOTATION: gpu_list(visible),
+                  names.ALLOCATED_GPUS_ANNOTATION: gpu_list(allocated)}
         if set(wanted) == set(given):
             return values, visible, "placement"
         record = dict(claim.record or {})
-        record.setdefault("placementGpus", list(group))
+        record.setdefault("placementGpus", list(claim.placement_gpus))
         record.update(gpus=sorted(own), gpuVisible=sorted(visible),
                       allocatedBy=names.DEVICE_PLUGIN_NAME)
         values[names.PLACEMENT_ANNOTATION] = _record_json(record)
-        message = (f"the kubelet gave GPUs {gpu_list(given)} instead of the placement's "
-                   f"{gpu_list(wanted)} (its preference is only advice); annotations now say "
-                   f"{names.GPU_GROUP_ANNOTATION}={gpu_list(own)}")
-        log.warning("pod %s/%s: %s", claim.namespace, claim.name, message)
-        self.pods.event(claim, reason="GPUPlacementNotHonoured", message=message)
         return values, visible, "corrected"
+
+    # --- reconciliation with the kubelet's own record ---------------------------------
+    def reconcile(self, assigned: Mapping[tuple[str, str], Sequence[int]]) -> int:
+        """Make pods' annotations say what the kubelet's PodResources API says they hold.
+
+        ``assigned``: (namespace, name) → the resource's device IDs the kubelet assigned to
+        the pod's containers. Fixes a pod whose mark is missing (the PATCH failed, or the
+        plugin came later) or wrong (two pods of one size bound in the same second, admitted
+        in the other order). Returns how many pods were corrected.
+        """
+        fixed = 0
+        with self._lock:
+            claims = self._claims()
+            for claim in claims:
+                got = tuple(sorted(assigned.get((claim.namespace, claim.name), ())))
+                if not got or got == tuple(sorted(claim.allocated)):
+                    continue
+                fresh = replace(claim, allocated=(), started=False)
+                values, _, _ = self._values(fresh, claims, got)
+                try:
+                    self.pods.annotate(claim, values)
+                except _API_ERRORS as exc:
+                    log.error("pod %s/%s: cannot correct its GPUs to %s: %s", claim.namespace,
+                              claim.name, gpu_list(got), exc)
+                    continue
+                fixed += 1
+                ALLOCATIONS.labels("reconciled").inc()
+                message = (f"the kubelet assigned GPUs {gpu_list(got)} to this pod; its "
+                           f"annotations said {gpu_list(claim.allocated) or 'nothing'} and now "
+                           f"say {names.GPU_GROUP_ANNOTATION}="
+                           f"{values[names.GPU_GROUP_ANNOTATION]}")
+                log.warning("pod %s/%s: %s", claim.namespace, claim.name, message)
+                self.pods.event(claim, reason="GPUAllocationReconciled", message=message)
+        return fixed
 
     def _check_spec_env(self, claim: PodClaim, env: dict[str, str]) -> None:
         """The pod spec's own GPU env wins over the plugin's in the container (the kubelet

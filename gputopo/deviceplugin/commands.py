@@ -39,6 +39,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="the kubelet's device-plugins directory (default: %(default)s)")
     p.add_argument("--endpoint", default="gputopo-gpu.sock",
                    help="socket file name in --plugin-dir (default: %(default)s)")
+    p.add_argument("--pod-resources-socket", default="/var/lib/kubelet/pod-resources/kubelet.sock",
+                   help="the kubelet's PodResources API socket, read to correct annotations "
+                   "(default: %(default)s)")
+    p.add_argument("--reconcile-seconds", type=float, default=10.0,
+                   help="how often to compare annotations with the kubelet's record; 0: never "
+                   "(default: %(default)s)")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: the in-cluster account)")
     p.add_argument("--nvml-recorded", metavar="FILE",
                    help="replay NVML answers recorded on a node (JSON) instead of asking NVML")
@@ -77,7 +83,9 @@ def _run(args: argparse.Namespace) -> int:  # pragma: no cover - runs until SIGT
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     plugin = DevicePlugin(resource=args.resource, table=table, allocator=allocator,
-                          plugin_dir=args.plugin_dir, endpoint=args.endpoint, health=health)
+                          plugin_dir=args.plugin_dir, endpoint=args.endpoint, health=health,
+                          pod_resources=args.pod_resources_socket,
+                          reconcile_every=args.reconcile_seconds)
     plugin.run(stop)
     return 0
 

@@ -9,6 +9,11 @@ this process: the pods' annotations hold it, so a plugin restart loses nothing e
 
 Device IDs and their health stream to the kubelet through ``ListAndWatch``: the whole list
 once, then again on each health change (the protocol has no deltas).
+
+Every ``reconcile_every`` seconds the loop also asks the kubelet's PodResources API which
+device IDs it really assigned to which pod, and has the allocator correct annotations that
+say otherwise: the kubelet's calls carry no pod, so the pod an ``Allocate`` was for is
+inferred (binding order), and this is where an inference that went wrong is repaired.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -26,6 +32,8 @@ import grpc
 
 from gputopo.deviceplugin.allocator import Allocator
 from gputopo.deviceplugin.devices import DeviceTable, HealthSource, watch_health
+from gputopo.deviceplugin.podresources import api_pb2 as podresources
+from gputopo.deviceplugin.podresources import api_pb2_grpc as podresources_rpc
 from gputopo.deviceplugin.v1beta1 import api_pb2 as api
 from gputopo.deviceplugin.v1beta1 import api_pb2_grpc as rpc
 
@@ -35,6 +43,7 @@ API_VERSION = "v1beta1"
 DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
 KUBELET_SOCKET = "kubelet.sock"
 DEFAULT_ENDPOINT = "gputopo-gpu.sock"
+POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
 
 class DevicePluginService(rpc.DevicePluginServicer):
@@ -98,11 +107,16 @@ class DevicePlugin:
 
     def __init__(self, *, resource: str, table: DeviceTable, allocator: Allocator,
                  plugin_dir: str | Path = DEVICE_PLUGIN_DIR, endpoint: str = DEFAULT_ENDPOINT,
-                 health: HealthSource | None = None) -> None:
+                 health: HealthSource | None = None,
+                 pod_resources: str | Path | None = None,
+                 reconcile_every: float = 10.0) -> None:
         self.resource, self.table, self.allocator = resource, table, allocator
         self.dir = Path(plugin_dir)
         self.endpoint = endpoint
         self.health = health
+        self.pod_resources = Path(pod_resources) if pod_resources else None
+        self.reconcile_every = reconcile_every
+        self._last_reconcile = float("-inf")
         self.registrations = 0
         self._server: grpc.Server | None = None
         self._server_stop = threading.Event()
@@ -179,6 +193,8 @@ class DevicePlugin:
                     except grpc.RpcError as exc:
                         log.warning("kubelet registration failed (%s); retrying",
                                     exc.code() if hasattr(exc, "code") else exc)
+                if registered:
+                    self.maybe_reconcile()
                 stop.wait(poll)
         finally:
             self.shutdown()
@@ -186,6 +202,41 @@ class DevicePlugin:
                 self.socket.unlink()
             if health_thread is not None:
                 health_thread.join(timeout=2.0)
+
+
+    def maybe_reconcile(self) -> None:
+        """Correct pods' annotations from the kubelet's record, at most every
+        ``reconcile_every`` seconds; a kubelet without the PodResources API is skipped."""
+        now = time.monotonic()
+        if self.pod_resources is None or self.reconcile_every <= 0 \
+                or now - self._last_reconcile < self.reconcile_every \
+                or not self.pod_resources.exists():
+            return
+        self._last_reconcile = now
+        try:
+            assigned = assigned_devices(self.pod_resources, self.resource, self.table)
+        except grpc.RpcError as exc:
+            log.warning("PodResources List failed (%s); annotations not reconciled",
+                        exc.code() if hasattr(exc, "code") else exc)
+            return
+        self.allocator.reconcile(assigned)
+
+
+def assigned_devices(socket: Path, resource: str, table: DeviceTable, timeout: float = 5.0
+                     ) -> dict[tuple[str, str], tuple[int, ...]]:
+    """(namespace, pod) → GPU indices of ``resource`` the kubelet assigned, per its
+    PodResources API (all containers of the pod together)."""
+    with grpc.insecure_channel(f"unix://{socket}") as channel:
+        answer = podresources_rpc.PodResourcesListerStub(channel).List(
+            podresources.ListPodResourcesRequest(), timeout=timeout)
+    out: dict[tuple[str, str], tuple[int, ...]] = {}
+    known = {dev_id for dev_id, _, _ in table.devices()}
+    for pod in answer.pod_resources:
+        ids = {table.index_of(i) for c in pod.containers for d in c.devices
+               if d.resource_name == resource for i in d.device_ids if i in known}
+        if ids:
+            out[(pod.namespace, pod.name)] = tuple(sorted(ids))
+    return out
 
 
 def _file_id(path: Path) -> tuple[int, int] | None:

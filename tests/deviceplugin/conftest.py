@@ -18,10 +18,12 @@ if str(TESTS) not in sys.path:  # the API double is a package under tests/
 
 from fake_kubelet import FakeKubelet  # noqa: E402
 from k8s_double import KubeApiDouble, api_client, running_double  # noqa: E402
-from plugin_kit import FixtureNvml, fixture_topology  # noqa: E402
+from plugin_kit import POD_RESOURCES, SEED, FixtureNvml, fixture_topology  # noqa: E402
 
+from gputopo.cli import main  # noqa: E402
 from gputopo.topology.model import Topology  # noqa: E402
 from gputopo.topology.nvml import topology_from_nvml  # noqa: E402
+from gputopo.yamlio import load_documents_text  # noqa: E402
 
 
 @pytest.fixture
@@ -57,10 +59,26 @@ def socket_dir() -> Iterator[Path]:
 
 @pytest.fixture
 def kubelet(socket_dir: Path) -> Iterator[FakeKubelet]:
-    k = FakeKubelet(socket_dir).start()
+    k = FakeKubelet(socket_dir, pod_resources=socket_dir / POD_RESOURCES).start()
     try:
         yield k
     finally:
         k.stop()
 
 
+
+
+@pytest.fixture(scope="session")
+def seed_workers() -> list[dict]:
+    """The four worker pods exactly as the webhook's dry run mutates them."""
+    import contextlib
+    import io
+    from pathlib import Path
+
+    out = io.StringIO()
+    root = Path(__file__).resolve().parents[2]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        assert main(["mutate", str(root / SEED)]) == 0
+    pods = [p for p in load_documents_text(out.getvalue()) if "-worker-" in p["metadata"]["name"]]
+    assert len(pods) == 4
+    return sorted(pods, key=lambda p: p["metadata"]["name"])

@@ -12,7 +12,9 @@ plugins"; kubelet pkg/kubelet/cm/devicemanager):
   the preference (or, when told to ignore it, the IDs the test gives), then calls
   ``Allocate`` with them and records them as in use (its checkpoint);
 - a restart removes every socket in the directory but keeps its checkpoint, then serves a
-  new ``kubelet.sock``, as the real kubelet does on start.
+  new ``kubelet.sock``, as the real kubelet does on start;
+- with ``pod_resources``, serves the PodResources API ``List`` from its checkpoint (which
+  container of which pod holds which device IDs).
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from pathlib import Path
 
 import grpc
 
+from gputopo.deviceplugin.podresources import api_pb2 as podresources
+from gputopo.deviceplugin.podresources import api_pb2_grpc as podresources_rpc
 from gputopo.deviceplugin.v1beta1 import api_pb2 as api
 from gputopo.deviceplugin.v1beta1 import api_pb2_grpc as rpc
 
@@ -47,13 +51,36 @@ class _Registration(rpc.RegistrationServicer):
         return api.Empty()
 
 
+class _PodResources(podresources_rpc.PodResourcesListerServicer):
+    def __init__(self, kubelet: FakeKubelet, resource: str) -> None:
+        self.kubelet, self.resource = kubelet, resource
+
+    def List(self, request: object, context: object) -> podresources.ListPodResourcesResponse:
+        pods: dict[tuple[str, str], dict[str, list[str]]] = {}
+        with self.kubelet._cond:
+            for dev, owner in sorted(self.kubelet.in_use.items()):
+                parts = owner.split("/")
+                if len(parts) == 3:  # "namespace/pod/container"
+                    pods.setdefault((parts[0], parts[1]), {}).setdefault(parts[2], []).append(dev)
+        return podresources.ListPodResourcesResponse(pod_resources=[
+            podresources.PodResources(namespace=ns, name=name, containers=[
+                podresources.ContainerResources(name=c, devices=[podresources.ContainerDevices(
+                    resource_name=self.resource, device_ids=ids)])
+                for c, ids in containers.items()])
+            for (ns, name), containers in pods.items()])
+
+
 class FakeKubelet:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, pod_resources: Path | None = None,
+                 resource: str = "aliyun.com/gpu") -> None:
         self.dir = directory
+        self.pod_resources = pod_resources
+        self.resource = resource
         self.registrations: list[api.RegisterRequest] = []
         self.devices: dict[str, str] = {}  # ID -> health, from ListAndWatch
         self.lists = 0  # ListAndWatch responses received
-        self.in_use: dict[str, str] = {}  # ID -> container, the checkpoint
+        #: ID -> the container holding it ("namespace/pod/container"), the checkpoint
+        self.in_use: dict[str, str] = {}
         self._server: grpc.Server | None = None
         self._channel: grpc.Channel | None = None
         self._stub: rpc.DevicePluginStub | None = None
@@ -69,6 +96,10 @@ class FakeKubelet:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         rpc.add_RegistrationServicer_to_server(_Registration(self), server)
         server.add_insecure_port(f"unix://{self.socket}")
+        if self.pod_resources is not None:
+            podresources_rpc.add_PodResourcesListerServicer_to_server(
+                _PodResources(self, self.resource), server)
+            server.add_insecure_port(f"unix://{self.pod_resources}")
         server.start()
         self._server = server
         return self
@@ -137,7 +168,10 @@ class FakeKubelet:
 
     def admit(self, container: str, size: int, *,
               ignore_preference: Sequence[str] | None = None) -> Admission:
-        """GetPreferredAllocation (if offered) then Allocate, as the device manager does."""
+        """GetPreferredAllocation (if offered) then Allocate, as the device manager does.
+
+        ``container`` names the holder in the checkpoint: "namespace/pod/container" makes it
+        visible through the PodResources API."""
         assert self._stub is not None, "no plugin registered"
         available = self.available()
         assert len(available) >= size, f"only {available} available for {size}"

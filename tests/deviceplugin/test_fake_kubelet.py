@@ -11,64 +11,21 @@ from __future__ import annotations
 import json
 
 import pytest
-from k8s_double import api_client
-from plugin_kit import RESOURCE, bind, gpu_pod, start_plugin
+from plugin_kit import (
+    NODE,
+    RESOURCE,
+    bind,
+    gpu_pod,
+    group_of,
+    pod_meta,
+    setup_node,
+    start_plugin,
+    used_by_view,
+)
 
 from gputopo import names
-from gputopo.cli import main
-from gputopo.cluster.demo import demo_snapshot
-from gputopo.cluster.view import ClusterView
 from gputopo.deviceplugin.choice import best_set
 from gputopo.deviceplugin.devices import HealthEvent
-from gputopo.yamlio import load_documents_text
-
-NODE = "cn-shanghai.192.168.16.172"
-SEED = "policies/tests/arena-mpi-v2beta1/resources.yaml"
-
-
-@pytest.fixture(scope="module")
-def seed_workers() -> list[dict]:
-    """The four worker pods exactly as the webhook's dry run mutates them."""
-    import contextlib
-    import io
-    from pathlib import Path
-
-    out = io.StringIO()
-    root = Path(__file__).resolve().parents[2]
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        assert main(["mutate", str(root / SEED)]) == 0
-    pods = [p for p in load_documents_text(out.getvalue()) if "-worker-" in p["metadata"]["name"]]
-    assert len(pods) == 4
-    return sorted(pods, key=lambda p: p["metadata"]["name"])
-
-
-def _group(pod: dict) -> str:
-    return pod["metadata"]["annotations"][names.GPU_GROUP_ANNOTATION]
-
-
-def _setup_node(kube) -> None:
-    node = next(n for n in demo_snapshot().of_kind("Node") if n["metadata"]["name"] == NODE)
-    kube.apply(node)
-    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-b"}})
-
-
-def _used_by_view(kube) -> set[int]:
-    ac = api_client(kube.url)
-    view = ClusterView(ac).start()
-    try:
-        assert view.wait_synced(10)
-        state = next(s for s in view.node_states() if s.name == NODE)
-        return set(state.used)
-    finally:
-        view.stop()
-        ac.close()
-
-
-def _pod(core, pod: dict) -> dict:
-    """The pod's metadata as the API returns it (raw JSON, as the plugin reads it)."""
-    got = core.read_namespaced_pod(pod["metadata"]["name"], pod["metadata"]["namespace"],
-                                   _preload_content=False)
-    return json.loads(got.data)["metadata"]
 
 
 @pytest.mark.parametrize("order", [(0, 1, 2, 3), (3, 1, 0, 2), (2, 3, 1, 0)])
@@ -78,7 +35,7 @@ def test_seed_gang_gets_its_placement_and_a_stray_pod_the_best_pair(
     """Done-when: the four Allocate calls (bound in any order) hand out exactly GPUs 0-3 as
     the placement says; a pod nobody placed gets an NVLink-best set; the cluster view then
     counts exactly those GPUs in use."""
-    _setup_node(kube)
+    setup_node(kube)
     bound = [seed_workers[i] for i in order]
     stray = gpu_pod("stray", 2, namespace="team-b")
     sequence = ([stray, *bound]) if stray_first else ([*bound, stray])
@@ -95,21 +52,21 @@ def test_seed_gang_gets_its_placement_and_a_stray_pod_the_best_pair(
             got[pod["metadata"]["name"]] = kubelet.admit(pod["metadata"]["name"], size)
         for pod in bound:
             a = got[pod["metadata"]["name"]]
-            assert a.preferred == a.given == [_group(pod)]
+            assert a.preferred == a.given == [group_of(pod)]
             assert a.env == {"NVIDIA_VISIBLE_DEVICES": "0,1,2,3",
-                             "CUDA_VISIBLE_DEVICES": _group(pod)}
-            ann = _pod(core, pod)["annotations"]
-            assert ann[names.ALLOCATED_GPUS_ANNOTATION] == _group(pod)
-            assert ann[names.GPU_GROUP_ANNOTATION] == _group(pod)
+                             "CUDA_VISIBLE_DEVICES": group_of(pod)}
+            ann = pod_meta(core, pod)["annotations"]
+            assert ann[names.ALLOCATED_GPUS_ANNOTATION] == group_of(pod)
+            assert ann[names.GPU_GROUP_ANNOTATION] == group_of(pod)
         pair = [int(i) for i in got["stray"].given]
         assert pair == list(best_set(dgx1, range(4, 8), 2))
         assert dgx1.link(*pair).startswith("NV")
         assert got["stray"].env == {"NVIDIA_VISIBLE_DEVICES": ",".join(map(str, pair)),
                                     "CUDA_VISIBLE_DEVICES": "0,1"}
-        stray_ann = _pod(core, stray)["annotations"]
+        stray_ann = pod_meta(core, stray)["annotations"]
         assert stray_ann[names.GPU_GROUP_ANNOTATION] == ",".join(map(str, pair))
         assert sorted(kubelet.in_use, key=int) == ["0", "1", "2", "3", *map(str, pair)]
-        assert _used_by_view(kube) == {0, 1, 2, 3, *pair}
+        assert used_by_view(kube) == {0, 1, 2, 3, *pair}
         assert not kube.objects("v1", "Event")  # nothing to warn about
     finally:
         running.halt()
@@ -121,7 +78,7 @@ def test_kubelet_restart_and_plugin_restart_re_register_without_changes(
     allocations made before stay as they were, and allocation goes on correctly."""
     import time
 
-    _setup_node(kube)
+    setup_node(kube)
     for k, pod in enumerate(seed_workers):
         kube.apply(bind(pod, NODE, at=f"2026-01-01T00:00:{10 + k:02d}Z"))
     running = start_plugin(core, dgx1, socket_dir, NODE)
@@ -129,15 +86,15 @@ def test_kubelet_restart_and_plugin_restart_re_register_without_changes(
         assert kubelet.wait_registered(1)
         ids = dict(kubelet.devices)
         kubelet.admit("w0", 1)
-        before = [_pod(core, p)["annotations"] for p in seed_workers]
+        before = [pod_meta(core, p)["annotations"] for p in seed_workers]
 
         t0 = time.monotonic()
         kubelet.restart()  # its sockets are deleted, a new kubelet.sock appears
         assert kubelet.wait_registered(2, timeout=5)
         assert time.monotonic() - t0 < 5
         assert kubelet.devices == ids
-        assert [_pod(core, p)["annotations"] for p in seed_workers] == before
-        assert kubelet.admit("w1", 1).given == [_group(seed_workers[1])]
+        assert [pod_meta(core, p)["annotations"] for p in seed_workers] == before
+        assert kubelet.admit("w1", 1).given == [group_of(seed_workers[1])]
 
         running.halt()  # the plugin process ends (its socket goes) ...
         assert not (socket_dir / "gputopo-gpu.sock").exists()
@@ -147,10 +104,10 @@ def test_kubelet_restart_and_plugin_restart_re_register_without_changes(
         assert time.monotonic() - t0 < 5
         assert kubelet.devices == ids
         for k in (2, 3):
-            assert kubelet.admit(f"w{k}", 1).given == [_group(seed_workers[k])]
-        assert [_pod(core, p)["annotations"][names.ALLOCATED_GPUS_ANNOTATION]
+            assert kubelet.admit(f"w{k}", 1).given == [group_of(seed_workers[k])]
+        assert [pod_meta(core, p)["annotations"][names.ALLOCATED_GPUS_ANNOTATION]
                 for p in seed_workers] == ["0", "1", "2", "3"]
-        assert _used_by_view(kube) == {0, 1, 2, 3}
+        assert used_by_view(kube) == {0, 1, 2, 3}
     finally:
         running.halt()
 
@@ -167,7 +124,7 @@ def test_kubelet_ignoring_the_preference_is_written_back(
         return REGISTRY.get_sample_value("gputopo_device_plugin_allocations_total",
                                          {"outcome": "corrected"}) or 0.0
 
-    _setup_node(kube)
+    setup_node(kube)
     for k, pod in enumerate(seed_workers):
         pod = bind(pod, NODE, at=f"2026-01-01T00:00:{10 + k:02d}Z")
         if not spec_env:  # the webhook left the env to the plugin
@@ -181,7 +138,7 @@ def test_kubelet_ignoring_the_preference_is_written_back(
         a = kubelet.admit("w0", 1, ignore_preference=["5"])
         assert a.preferred == ["0"] and a.given == ["5"]
         assert a.env == {"NVIDIA_VISIBLE_DEVICES": "1,2,3,5", "CUDA_VISIBLE_DEVICES": "3"}
-        ann = _pod(core, seed_workers[0])["annotations"]
+        ann = pod_meta(core, seed_workers[0])["annotations"]
         assert ann[names.GPU_GROUP_ANNOTATION] == "5"
         assert ann[names.GPU_VISIBLE_ANNOTATION] == "1,2,3,5"
         assert ann[names.ALLOCATED_GPUS_ANNOTATION] == "5"
@@ -196,14 +153,14 @@ def test_kubelet_ignoring_the_preference_is_written_back(
         assert b.given == ["1"]
         assert b.env["NVIDIA_VISIBLE_DEVICES"] == "1,2,3,5"
         # workers 2 and 3 are bound and still hold their placement's GPUs; 0 is free again
-        assert _used_by_view(kube) == {1, 2, 3, 5}
+        assert used_by_view(kube) == {1, 2, 3, 5}
     finally:
         running.halt()
 
 
 def test_a_peer_given_another_peers_gpu_leaves_its_own_to_that_peer(
         kube, core, kubelet, socket_dir, dgx1, seed_workers):
-    _setup_node(kube)
+    setup_node(kube)
     for k, pod in enumerate(seed_workers):
         kube.apply(bind(pod, NODE, at=f"2026-01-01T00:00:{10 + k:02d}Z"))
     running = start_plugin(core, dgx1, socket_dir, NODE)
@@ -213,14 +170,14 @@ def test_a_peer_given_another_peers_gpu_leaves_its_own_to_that_peer(
         b = kubelet.admit("w1", 1)
         assert b.preferred == ["0"]  # worker-0's placement GPU, not worker-2's or -3's
         assert [kubelet.admit(f"w{k}", 1).given for k in (2, 3)] == [["2"], ["3"]]
-        assert _used_by_view(kube) == {0, 1, 2, 3}
+        assert used_by_view(kube) == {0, 1, 2, 3}
     finally:
         running.halt()
 
 
 def test_two_gpu_pods_of_one_gang_in_either_order(kube, core, kubelet, socket_dir, dgx1):
     """A 2 x 2-GPU gang placed on 4,5 and 6,7; the second replica is bound first."""
-    _setup_node(kube)
+    setup_node(kube)
     pods = []
     for r, gpus in enumerate(("4,5", "6,7")):
         pod = gpu_pod(f"g-{r}", 2, namespace="team-b")
@@ -241,14 +198,14 @@ def test_two_gpu_pods_of_one_gang_in_either_order(kube, core, kubelet, socket_di
         assert first.env == {"NVIDIA_VISIBLE_DEVICES": "4,5,6,7", "CUDA_VISIBLE_DEVICES": "2,3"}
         assert second.env == {"NVIDIA_VISIBLE_DEVICES": "4,5,6,7",
                               "CUDA_VISIBLE_DEVICES": "0,1"}
-        assert _used_by_view(kube) == {4, 5, 6, 7}
+        assert used_by_view(kube) == {4, 5, 6, 7}
     finally:
         running.halt()
 
 
 def test_a_gpu_turning_unhealthy_is_streamed_and_not_offered(
         kube, core, kubelet, socket_dir, dgx1):
-    _setup_node(kube)
+    setup_node(kube)
     kube.apply(bind(gpu_pod("p", 1, namespace="team-b"), NODE, at="2026-01-01T00:00:01Z"))
     running = start_plugin(core, dgx1, socket_dir, NODE)
     try:
@@ -268,7 +225,7 @@ def test_a_gpu_turning_unhealthy_is_streamed_and_not_offered(
 
 def test_an_allocation_no_pod_waits_for_still_gets_a_consistent_env(
         kube, core, kubelet, socket_dir, dgx1):
-    _setup_node(kube)
+    setup_node(kube)
     running = start_plugin(core, dgx1, socket_dir, NODE)
     try:
         assert kubelet.wait_registered(1)
@@ -280,7 +237,7 @@ def test_an_allocation_no_pod_waits_for_still_gets_a_consistent_env(
 
 def test_a_pod_with_two_gpu_containers_is_allocated_container_by_container(
         kube, core, kubelet, socket_dir, dgx1):
-    _setup_node(kube)
+    setup_node(kube)
     pod = gpu_pod("two", 1, namespace="team-b", containers=2)
     kube.apply(bind(pod, NODE, at="2026-01-01T00:00:01Z"))
     running = start_plugin(core, dgx1, socket_dir, NODE)
@@ -288,10 +245,10 @@ def test_a_pod_with_two_gpu_containers_is_allocated_container_by_container(
         assert kubelet.wait_registered(1)
         a, b = kubelet.admit("two/c0", 1), kubelet.admit("two/c1", 1)
         both = sorted({*a.given, *b.given}, key=int)
-        ann = _pod(core, pod)["annotations"]
+        ann = pod_meta(core, pod)["annotations"]
         assert ann[names.ALLOCATED_GPUS_ANNOTATION] == ",".join(both)
         assert ann[names.GPU_GROUP_ANNOTATION] == ",".join(both)
-        assert _used_by_view(kube) == {int(i) for i in both}
+        assert used_by_view(kube) == {int(i) for i in both}
     finally:
         running.halt()
 
@@ -300,7 +257,7 @@ def test_a_running_pod_nobody_marked_does_not_take_the_admitted_pods_place(
         kube, core, kubelet, socket_dir, dgx1, seed_workers):
     """A pod started before the plugin was installed (running, no mark) is older than the
     pod being admitted; it must not be mistaken for it."""
-    _setup_node(kube)
+    setup_node(kube)
     old = bind(gpu_pod("old", 1, namespace="team-b"), NODE, at="2026-01-01T00:00:00Z")
     old["metadata"]["annotations"] = {names.GPU_GROUP_ANNOTATION: "7"}
     old["status"] = {"phase": "Running", "containerStatuses": [
@@ -313,7 +270,7 @@ def test_a_running_pod_nobody_marked_does_not_take_the_admitted_pods_place(
         assert kubelet.wait_registered(1)
         kubelet.in_use["7"] = "old"  # the kubelet's checkpoint has it
         assert kubelet.admit("w2", 1).given == ["2"]
-        assert names.ALLOCATED_GPUS_ANNOTATION not in _pod(core, old)["annotations"]
-        assert _used_by_view(kube) == {2, 7}
+        assert names.ALLOCATED_GPUS_ANNOTATION not in pod_meta(core, old)["annotations"]
+        assert used_by_view(kube) == {2, 7}
     finally:
         running.halt()
