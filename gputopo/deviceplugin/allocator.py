@@ -90,13 +90,6 @@ class Allocator:
                 return container_env(visible=given, own=given)
             values, visible, outcome = self._values(claim, claims, given)
             env = container_env(visible=visible, own=given)
-            if outcome == "corrected":
-                message = (f"the kubelet gave GPUs {gpu_list(given)} instead of the "
-                           f"placement's {gpu_list(claim.wanted(len(given)))} (its preference "
-                           "is only advice); annotations now say "
-                           f"{names.GPU_GROUP_ANNOTATION}={values[names.GPU_GROUP_ANNOTATION]}")
-                log.warning("pod %s/%s: %s", claim.namespace, claim.name, message)
-                self.pods.event(claim, reason="GPUPlacementNotHonoured", message=message)
             try:
                 self.pods.annotate(claim, values)
             except _API_ERRORS as exc:
@@ -104,6 +97,13 @@ class Allocator:
                 log.error("pod %s/%s got GPUs %s but cannot be annotated: %s",
                           claim.namespace, claim.name, gpu_list(given), exc)
                 return env
+            if outcome == "corrected":
+                message = (f"the kubelet gave GPUs {gpu_list(given)} instead of the "
+                           f"placement's {gpu_list(claim.wanted(len(given)))} (its preference "
+                           "is only advice); annotations now say "
+                           f"{names.GPU_GROUP_ANNOTATION}={values[names.GPU_GROUP_ANNOTATION]}")
+                log.warning("pod %s/%s: %s", claim.namespace, claim.name, message)
+                self.pods.event(claim, reason="GPUPlacementNotHonoured", message=message)
             ALLOCATIONS.labels(outcome).inc()
             log.info("pod %s/%s: GPUs %s (%s)", claim.namespace, claim.name,
                      gpu_list(given), outcome)

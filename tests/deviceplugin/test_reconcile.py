@@ -82,3 +82,35 @@ def test_a_pod_started_before_the_plugin_is_marked_from_the_kubelets_record(
         assert _events(kube) == ["GPUAllocationReconciled"]
     finally:
         running.halt()
+
+
+def test_with_the_api_server_away_the_container_starts_and_the_annotations_catch_up(
+        kube, core, kubelet, socket_dir, dgx1, seed_workers):
+    """No pod can be identified while the API answers 503: the kubelet still gets a
+    preference (the solver's) and an env; once the API is back, the reconciliation writes
+    what the kubelet gave."""
+    from prometheus_client import REGISTRY
+
+    def count(outcome: str) -> float:
+        return REGISTRY.get_sample_value("gputopo_device_plugin_allocations_total",
+                                         {"outcome": outcome}) or 0.0
+
+    setup_node(kube)
+    pod = bind(seed_workers[3], NODE, at="2026-01-01T00:00:01Z")
+    kube.apply(pod)
+    unidentified = count("unidentified")
+    running = start_plugin(core, dgx1, socket_dir, NODE, reconcile_every=0.2)
+    try:
+        assert kubelet.wait_registered(1)
+        kube.set_down("503")
+        name = pod["metadata"]["name"]
+        a = kubelet.admit(f"team-b/{name}/mpi", 1)
+        assert a.preferred is not None and a.env["CUDA_VISIBLE_DEVICES"] == "0"
+        assert count("unidentified") == unidentified + 1
+        kube.set_down(None)
+        assert _wait(lambda: pod_meta(core, pod)["annotations"].get(
+            names.ALLOCATED_GPUS_ANNOTATION) == a.given[0])
+        assert used_by_view(kube) == {int(a.given[0])}
+    finally:
+        kube.set_down(None)
+        running.halt()
