@@ -79,3 +79,9 @@ REPORTER_NAME = "gputopo-topology-reporter"
 RESERVATION_LABEL = "gputopo.io/reservation"  # value: "gang" or "ledger"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "gputopo"
+
+# --- the node device plugin (gputopo device-plugin; docs/device-plugin.md) ---------------
+#: Pod annotation the device plugin writes once the kubelet allocated GPUs to the pod: the
+#: device IDs (GPU indices) it was actually given, "4,5". Present = allocated.
+ALLOCATED_GPUS_ANNOTATION = "gputopo.io/allocated-gpus"
+DEVICE_PLUGIN_NAME = "gputopo-device-plugin"

@@ -68,6 +68,7 @@ RESOURCES = [
     Resource("", "v1", "namespaces", "Namespace", False),
     Resource("", "v1", "pods", "Pod", True),
     Resource("", "v1", "configmaps", "ConfigMap", True),
+    Resource("", "v1", "events", "Event", True),
     Resource("batch", "v1", "jobs", "Job", True),
     Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", True),
     Resource("kubeflow.org", "v1", "tfjobs", "TFJob", True),
