@@ -83,7 +83,7 @@ class _Option:
 
     gpus: tuple[int, ...]
     bw: float  # ring bus bandwidth, GB/s
-    intra: float  # the cost model's per-byte intra-node cost 2(k-1)/(k*bw); 0 for one GPU
+    intra: float  # -bw: lower is better, as a cost; -inf for one GPU (never limits)
     pair: float  # slowest pair, rounded
     health: int  # encoded blocks delta
 
@@ -163,7 +163,7 @@ def _options(topology: Topology, free_mask: int, k: int) -> tuple[_Option, ...]:
     raw = []
     for combo in subsets or distinct_subsets(topology, free, k):
         bw = ring_bus_bandwidth(topology, combo)
-        intra = 2 * (k - 1) / (k * bw) if k > 1 else 0.0
+        intra = -bw if k > 1 else -math.inf
         taken = position_mask(topology, combo)
         raw.append(
             _Option(
@@ -405,10 +405,11 @@ def _infeasible_reason(groups: list[_Group], gang: GangRequest, node_count: int)
 
 # --- the search -------------------------------------------------------------------------
 def _f(n: int, m: int, intra: float, net_gbps: float, factor: float) -> float:
-    """The cost model's hierarchical bus bandwidth, written exactly as gang_bus_bandwidth."""
-    net_gbytes = net_gbps / 8.0 * factor
-    per_byte = intra + 2 * (m - 1) / (m * net_gbytes)
-    return 2 * (n - 1) / n / per_byte
+    """The cost model's multi-node bus bandwidth (cost.multi_node_bus_bandwidth, the same
+    operations, so the same float): the worst share (``-intra``) or the slowest effective
+    network, whichever is lower. ``n`` and ``m`` do not enter it (NCCL's rings pipeline);
+    fewer nodes win through the objective's ``nodes`` term instead."""
+    return min(-intra, net_gbps / 8.0 * factor)
 
 
 def _sumset(x: int, y: int) -> int:
@@ -492,7 +493,7 @@ class _Search:
         # equal topologies of different objects are merged per bucket below.
         buckets: dict[tuple[int, frozenset[int], float], list[NodeState]] = {}
         for node in nodes:
-            key = (id(node.topology), node.used, node.network_gbps)
+            key = (id(node.topology), node.used, node.effective_gbps)
             members = buckets.get(key)
             if members is None:
                 buckets[key] = [node]
@@ -559,7 +560,7 @@ class _Search:
             jmax = max(min(self.per_node, grp.kind.free // self.g) for grp in self.groups)
             net = max(grp.network_gbps for grp in self.groups)
             m_lb = max(2, math.ceil(self.r / jmax))
-            if round(_f(self.n, m_lb, 0.0, net, 1.0), ROUND) < best.score.bus_bandwidth:
+            if round(_f(self.n, m_lb, -math.inf, net, 1.0), ROUND) < best.score.bus_bandwidth:
                 return best
         rated = []
         for span, classes in self._scopes():
@@ -638,7 +639,7 @@ class _Search:
         jmax = max(cap)
         m_lb = max(2, math.ceil(self.r / jmax))
         net = max(c.network_gbps for c in classes)
-        return round(_f(self.n, m_lb, 0.0, net, SPAN_FACTOR[span]), ROUND)
+        return round(_f(self.n, m_lb, -math.inf, net, SPAN_FACTOR[span]), ROUND)
 
     def _scope(self, span: str, classes: list[_Class], floor: float | None) -> _Candidate | None:
         sig = (span, tuple((c.canon, min(len(c.nodes), self.r)) for c in classes))
@@ -724,6 +725,9 @@ class _Search:
                     i += 1
         if not found:
             return None
+        # the objective's next term: fewest nodes among the best bandwidth
+        fewest = min(m for m, _, _ in tied)
+        tied = [t for t in tied if t[0] == fewest]
         # b. highest slowest-pair threshold
         best_pair = None
         stage2 = []
@@ -913,7 +917,9 @@ def _placement(gang: GangRequest, best: _Candidate) -> Placement:
         bus = 0.0
     else:
         shares = [
-            NodeShare(n.topology, tuple(sorted(best.shares[n.name])), n.network_gbps)
+            NodeShare(
+                n.topology, tuple(sorted(best.shares[n.name])), n.network_gbps, n.network_transport
+            )
             for n in touched
         ]
         bus = gang_bus_bandwidth(shares, span=span)
