@@ -11,6 +11,7 @@ import yaml
 from solver_helpers import dgx1_v100
 
 from gputopo import names
+from gputopo.topology.transport import effective_network_gbps
 from gputopo.cli import main
 
 
@@ -153,7 +154,8 @@ def test_unusable_network_annotation_falls_back_to_the_default(tmp_path, capsys,
     path.write_text(yaml.safe_dump_all(docs), encoding="utf-8")
     doc = run_json(capsys, "--cluster", str(path), "--replicas", "2", "--gpus-per-replica", "1")
     assert doc["feasible"] is True
-    assert doc["busBandwidthGBps"] == pytest.approx(names.DEFAULT_NETWORK_GBPS / 8)
+    default = effective_network_gbps(names.DEFAULT_NETWORK_GBPS, names.DEFAULT_NETWORK_TRANSPORT)
+    assert doc["busBandwidthGBps"] == pytest.approx(default / 8, abs=1e-3)
 
 
 def test_activated_nodes_with_bad_topology_are_not_called_unactivated(tmp_path, capsys):
