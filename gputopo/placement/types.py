@@ -45,9 +45,8 @@ class NodeState:
     effective_gbps: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(
-            self, "effective_gbps", effective_network_gbps(self.network_gbps, self.network_transport)
-        )
+        effective = effective_network_gbps(self.network_gbps, self.network_transport)
+        object.__setattr__(self, "effective_gbps", effective)
 
     @property
     def free(self) -> tuple[int, ...]:

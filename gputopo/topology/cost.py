@@ -68,7 +68,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import combinations, permutations
+from itertools import combinations, pairwise, permutations
 from typing import Any
 
 from gputopo.errors import TopologyError
@@ -284,9 +284,9 @@ def _hamiltonian_cycles(
     def walk(v: int, mask: int) -> None:
         if len(path) == k:
             if 0 in adj[v] and path[1] < path[-1]:
-                cyc = path + [0]
+                cyc = [*path, 0]
                 out.append(
-                    tuple(edges[min(a, b), max(a, b)] for a, b in zip(cyc, cyc[1:], strict=False))
+                    tuple(edges[min(a, b), max(a, b)] for a, b in pairwise(cyc))
                 )
             return
         for u in adj[v]:

@@ -11,8 +11,8 @@ import yaml
 from solver_helpers import dgx1_v100
 
 from gputopo import names
-from gputopo.topology.transport import effective_network_gbps
 from gputopo.cli import main
+from gputopo.topology.transport import effective_network_gbps
 
 
 def write_cluster(path: Path, *, bound: dict[str, str] | None = None) -> Path:
