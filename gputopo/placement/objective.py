@@ -49,9 +49,9 @@ from itertools import combinations
 
 from gputopo.errors import InputError
 from gputopo.placement.types import GangRequest, NodeState
-from gputopo.topology.bandwidth import is_all_to_all
 from gputopo.topology.cost import (
     NodeShare,
+    all_to_all,
     bus_upper_bound,
     gang_bus_bandwidth,
     is_hierarchical,
@@ -142,7 +142,7 @@ def best_quality(topology: Topology, size: int) -> tuple[float, float] | None:
     idx = topology.indices
     if size > len(idx):
         return None
-    if is_all_to_all(topology) and topology.measured is None:
+    if all_to_all(topology) and topology.measured is None:
         return set_quality(topology, idx[:size])
     classes = _hierarchy_classes(topology, size)
     if classes is not None:
@@ -224,7 +224,7 @@ def free_blocks(topology: Topology, free_mask: int) -> tuple[int, ...]:
     NVSwitch nodes (all pairs alike, no measured matrix) take the shortcut ``free // k``.
     """
     n_free = free_mask.bit_count()
-    if is_all_to_all(topology) and topology.measured is None:
+    if all_to_all(topology) and topology.measured is None:
         return tuple(n_free // k if k <= len(topology.gpus) else 0 for k in BLOCK_SIZES)
     if is_hierarchical(topology):
         return tuple(

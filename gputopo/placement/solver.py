@@ -68,8 +68,13 @@ from gputopo.placement.objective import (
     tie_break,
 )
 from gputopo.placement.types import GangRequest, NodeState, Placement, ReplicaSlot
-from gputopo.topology.bandwidth import is_all_to_all
-from gputopo.topology.cost import SPAN_FACTOR, NodeShare, gang_bus_bandwidth, ring_bus_bandwidth
+from gputopo.topology.cost import (
+    SPAN_FACTOR,
+    NodeShare,
+    all_to_all,
+    gang_bus_bandwidth,
+    ring_bus_bandwidth,
+)
 from gputopo.topology.model import Topology
 
 #: Base of the integer encoding of the blocks vector (order-preserving while every summed
@@ -159,7 +164,7 @@ def _options(topology: Topology, free_mask: int, k: int) -> tuple[_Option, ...]:
     free = _index_by_position(topology, free_mask)
     # NVSwitch: every k-subset has the same ring, pairs and blocks left, so only the first
     # survives the Pareto filter below; skip the C(free, k) walk (DGX-2 has 16 GPUs).
-    subsets = [free[:k]] if is_all_to_all(topology) and topology.measured is None else None
+    subsets = [free[:k]] if all_to_all(topology) and topology.measured is None else None
     raw = []
     for combo in subsets or distinct_subsets(topology, free, k):
         bw = ring_bus_bandwidth(topology, combo)

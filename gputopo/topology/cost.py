@@ -201,6 +201,13 @@ def link_efficiency(topology: Topology) -> float:
 
 
 @lru_cache(maxsize=1024)
+def all_to_all(topology: Topology) -> bool:
+    """:func:`gputopo.topology.bandwidth.is_all_to_all`, worked out once per topology (it
+    walks the whole legend matrix; the objective asks for every new free-GPU mask)."""
+    return is_all_to_all(topology)
+
+
+@lru_cache(maxsize=1024)
 def _nvlink_flags(topology: Topology) -> tuple[tuple[bool, ...], ...]:
     """Per position pair: is the link an NVLink bond (NV#)?"""
     return tuple(tuple(nvlink_count(c) > 0 for c in row) for row in topology.links)
@@ -215,7 +222,7 @@ def _bus(topology: Topology, key: frozenset[int]) -> _Bus:
         return _Bus(ring.bus_gbps, "single", ring, 0.0, 1.0)
     if k == 2:
         return _Bus(ring.bus_gbps * eff, "pair", ring, 0.0, eff)
-    if is_all_to_all(topology):
+    if all_to_all(topology):
         return _Bus(ring.bus_gbps * eff, "nvswitch", ring, 0.0, eff)
     rings = 2 * _nvlink_packing(topology, key)
     if rings > ring.bus_gbps:
@@ -369,14 +376,25 @@ def bus_upper_bound(topology: Topology, gpus: Sequence[int]) -> float:
         return math.inf
     pos, sym = symmetric_weights(topology)
     ps = [pos[g] for g in gpus]
-    ring = math.inf
+    rings = len(ps) <= MAX_CHANNEL_GPUS and not all_to_all(topology)
+    nv = _nvlink_flags(topology)
+    ring = nv_cap = math.inf
     for v in ps:
-        row = sym[v]
-        ring = min(ring, sorted((row[u] for u in ps if u != v), reverse=True)[1])
-    bound = ring
-    if len(ps) <= MAX_CHANNEL_GPUS and not is_all_to_all(topology):
-        nv = _nvlink_flags(topology)
-        bound = max(bound, min(sum(sym[v][u] for u in ps if nv[v][u]) for v in ps))
+        row, flags = sym[v], nv[v]
+        first = second = nv_sum = 0.0
+        for u in ps:
+            x = row[u]  # 0 on the diagonal
+            if x > first:
+                first, second = x, first
+            elif x > second:
+                second = x
+            if flags[u]:
+                nv_sum += x
+        if second < ring:
+            ring = second
+        if nv_sum < nv_cap:
+            nv_cap = nv_sum
+    bound = max(ring, nv_cap) if rings else ring
     return bound * link_efficiency(topology)
 
 
@@ -390,7 +408,7 @@ def is_hierarchical(topology: Topology) -> bool:
     """
     if not is_ultrametric(topology):
         return False
-    if is_all_to_all(topology):
+    if all_to_all(topology):
         return True
     nv = _nvlink_flags(topology)
     n = len(topology.gpus)
@@ -545,7 +563,7 @@ def best_ring_subset(
     pool = sorted(among if among is not None else topology.indices)
     if not 1 <= size <= len(pool):
         raise TopologyError(f"cannot choose {size} GPUs out of {len(pool)}")
-    if is_all_to_all(topology) and topology.measured is None:
+    if all_to_all(topology) and topology.measured is None:
         chosen = tuple(pool[:size])
         return chosen, ring_bus_bandwidth(topology, chosen)
     best: tuple[tuple[int, ...], float] | None = None
@@ -770,7 +788,7 @@ def explain(topology: Topology, gpus: Sequence[int]) -> dict[str, Any]:
     return {
         "gpus": sorted(order),
         "generation": infer_generation(topology),
-        "allToAll": is_all_to_all(topology),
+        "allToAll": all_to_all(topology),
         "model": bus.kind,
         "channels": channels,
         "perChannelGBps": round(per_channel, 3),
