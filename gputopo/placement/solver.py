@@ -15,21 +15,24 @@ search that gets past its first bound walks the nodes again, once, to split grou
 
 The search, for ``R`` replicas of ``G`` GPUs (``n = R*G``):
 
-1. One node. For every class with ``n`` free GPUs, its best ``n``-subset by (ring bus
+1. One node. For every class with ``n`` free GPUs, its best ``n``-subset by (bus
    bandwidth, slowest pair, blocks kept); the best class wins.
 2. Several nodes, inside each *scope*: every rack, every zone, the whole cluster (a scope's
    span is an upper bound of the placement's real span; a placement that is narrower is also
    found in the narrower scope, where it is rated exactly). The cost model's gang bandwidth
-   for ``m`` nodes is ``f(m, I, N) = 2(n-1)/n / (I + 2(m-1)/(m N))`` where ``I`` is the worst
-   share's intra-node cost and ``N`` the slowest network: decreasing in ``I`` and ``m``,
-   increasing in ``N``. So:
+   for ``m`` nodes is ``f(m, I, N) = min(-I, N x span factor / 8)`` where ``I`` is the worst
+   share's cost (minus its bus bandwidth; -inf for one GPU) and ``N`` the slowest effective
+   network (line rate x transport share): non-increasing in ``I``, increasing in ``N``,
+   the same for every ``m`` (NCCL's rings pipeline; the objective then prefers the fewest
+   nodes). Nodes are grouped by their effective network. So:
 
    a. for every node count m and network threshold N, the smallest intra-cost threshold I
       such that exactly ``m`` nodes with network >= N can hold the ``R`` replicas with every
       share's cost <= I (a reachability DP over classes and replica counts, one big
       integer as the bitset of (nodes, replicas); feasibility only grows with I, so binary
       search). The best ``f(m, I, N)`` is the best bandwidth;
-      every feasible triple with the same rounded value ties;
+      every feasible triple with the same rounded value ties, and of those only the
+      smallest ``m`` (the objective's ``nodes`` term) goes on;
    b. among those, the highest slowest-pair threshold that stays feasible;
    c. among those, a DP over classes that maximises the blocks kept and then packing.
 
