@@ -62,19 +62,22 @@ POLICIES: dict[str, Policy] = {"gputopo": solve, **BASELINES}
 # --- hardware -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class NodeKind:
-    """A kind of server: its fixture topology and its network (Gbit/s, an assumption)."""
+    """A kind of server: its fixture topology and its network (Gbit/s and transport, an
+    assumption)."""
 
     name: str
     fixture: str
     network_gbps: float
+    transport: str = "tcp"
 
 
 #: DGX-1 V100 with one 100 Gbit/s EDR port (a common cloud setup), DGX A100 with 4 x 200 Gbit/s
-#: HDR (half of the 8 ports of the reference design), PCIe servers on 25 GbE.
+#: HDR (half of the 8 ports of the reference design), both over RDMA; PCIe servers on 25 GbE
+#: with NCCL over TCP sockets.
 KINDS = {
-    "dgx1": NodeKind("dgx1", "dgx1-v100.txt", 100.0),
-    "a100": NodeKind("a100", "dgx-a100.txt", 800.0),
-    "pcie": NodeKind("pcie", "pcie-2socket-phb.txt", 25.0),
+    "dgx1": NodeKind("dgx1", "dgx1-v100.txt", 100.0, "rdma"),
+    "a100": NodeKind("a100", "dgx-a100.txt", 800.0, "rdma"),
+    "pcie": NodeKind("pcie", "pcie-2socket-phb.txt", 25.0, "tcp"),
 }
 _TOPOLOGIES: dict[str, Topology] = {}
 
@@ -101,6 +104,7 @@ def mixed_cluster(
                         zone=f"zone-{rack // racks_per_zone}",
                         rack=f"rack-{rack:03d}",
                         network_gbps=KINDS[kind].network_gbps,
+                        network_transport=KINDS[kind].transport,
                     )
                 )
             rack += 1
@@ -108,7 +112,10 @@ def mixed_cluster(
 
 
 def with_used(node: NodeState, used: frozenset[int]) -> NodeState:
-    return NodeState(node.name, node.topology, used, node.zone, node.rack, node.network_gbps)
+    return NodeState(
+        node.name, node.topology, used, node.zone, node.rack, node.network_gbps,
+        node.network_transport,
+    )
 
 
 # --- the seeds' scenario ------------------------------------------------------------------

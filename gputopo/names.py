@@ -24,6 +24,13 @@ NETWORK_GBPS_ANNOTATION = "gputopo.io/network-gbps"
 #: Gbit/s per node when a node says nothing: 25GbE, the TKE seed's CVM network and a common
 #: cloud default. Conservative on purpose: over-estimating the network hides bad placements.
 DEFAULT_NETWORK_GBPS = 25.0
+#: How a node's NCCL traffic crosses the network: "tcp" (NCCL's socket transport) or "rdma"
+#: (InfiniBand / RoCE verbs). Decides the share of the line rate the cost model expects
+#: (gputopo.topology.transport). Default: tcp, the conservative choice and what a cloud
+#: VPC without RDMA gives (the seeds ran NCCL over sockets).
+NETWORK_TRANSPORT_ANNOTATION = "gputopo.io/network-transport"
+NETWORK_TRANSPORTS = ("tcp", "rdma")
+DEFAULT_NETWORK_TRANSPORT = "tcp"
 
 # --- resources -------------------------------------------------------------------------
 SOURCE_GPU_RESOURCE = "nvidia.com/gpu"

@@ -54,7 +54,12 @@ def rated(nodes: Sequence[NodeState], gang: GangRequest, slots: list[ReplicaSlot
         bus = 0.0
     else:
         bus = gang_bus_bandwidth(
-            [NodeShare(n.topology, tuple(sorted(shares[n.name])), n.network_gbps) for n in touched],
+            [
+                NodeShare(
+                    n.topology, tuple(sorted(shares[n.name])), n.network_gbps, n.network_transport
+                )
+                for n in touched
+            ],
             span=span_of(touched),
         )
     return Placement(feasible=True, slots=tuple(slots), bus_bandwidth_gbps=bus, reason="baseline")

@@ -163,6 +163,14 @@ def network_gbps(node: Mapping[str, Any]) -> float:
     return value if 0 < value < math.inf else names.DEFAULT_NETWORK_GBPS
 
 
+def network_transport(node: Mapping[str, Any]) -> str:
+    """Node network transport ("tcp" or "rdma") from its annotation; the documented default
+    (tcp) when absent or not one of those (a typo must not make a node look faster)."""
+    raw = annotations(node).get(names.NETWORK_TRANSPORT_ANNOTATION)
+    value = raw.strip().lower() if isinstance(raw, str) else None
+    return value if value in names.NETWORK_TRANSPORTS else names.DEFAULT_NETWORK_TRANSPORT
+
+
 def allocatable_gpus(node: Mapping[str, Any]) -> int | None:
     """GPUs the device plugin advertises (``aliyun.com/gpu`` after rename, else
     ``nvidia.com/gpu``), or None when the node says nothing (cluster files may omit status)."""
@@ -214,6 +222,7 @@ def node_state(
         zone=lab.get(names.ZONE_LABEL),
         rack=lab.get(names.RACK_LABEL),
         network_gbps=network_gbps(node),
+        network_transport=network_transport(node),
         facts=NodeFacts.of(node),
         host_ports=frozenset(host_ports),
     )

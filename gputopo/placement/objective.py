@@ -10,14 +10,18 @@ on that node. Its :class:`Score` is compared lexicographically, larger is better
 
 1. ``bus_bandwidth``: the predicted all-reduce bus bandwidth of the whole gang,
    :func:`gputopo.topology.cost.gang_bus_bandwidth` over the shares with the gang's span
-   (ring inside a node, hierarchical across nodes, rounded to 1e-6 GB/s). A one-GPU gang
-   does not communicate, so this term is 0 for every placement of it and the later terms
-   decide (the cost model's "best link of the node" for one GPU would otherwise pull every
-   single-GPU job onto the most precious NVSwitch nodes).
+   (NCCL-like channels inside a node, the slower of the worst share and the effective
+   network across nodes, rounded to 1e-6 GB/s). A one-GPU gang does not communicate, so
+   this term is 0 for every placement of it and the later terms decide (the cost model's
+   "best link of the node" for one GPU would otherwise pull every single-GPU job onto the
+   most precious NVSwitch nodes).
+   ``nodes``: minus the number of nodes touched. NCCL's pipelined rings give 2 nodes and 4
+   nodes the same bus bandwidth when the network is the limit, but every extra node is
+   another NIC loaded and another machine the job depends on: fewer nodes win.
 2. ``bottleneck_pair``: the slowest link between any two GPUs of one share (the worst share
-   counts; koordinator's quality measure). The ring model alone rates a DGX-1 set like
-   {0,3,4,7} as good as the NVLink quad {0,1,2,3}; NCCL does not, so the set whose every
-   pair is NVLink-connected wins. A share of one GPU has no pairs and does not limit it.
+   counts; koordinator's quality measure). A set whose every pair is NVLink-connected wins
+   over one of the same bus bandwidth that needs a PCIe or SYS link. A share of one GPU has
+   no pairs and does not limit it.
 3. ``locality``: minus the span rank, node (0) < rack (1) < zone (2) < cluster (3): a
    multi-node gang prefers one rack, then one zone. Nodes without a rack or zone label are
    never assumed to share one.
@@ -45,11 +49,12 @@ from itertools import combinations
 
 from gputopo.errors import InputError
 from gputopo.placement.types import GangRequest, NodeState
-from gputopo.topology.bandwidth import is_all_to_all
 from gputopo.topology.cost import (
     NodeShare,
+    all_to_all,
+    bus_upper_bound,
     gang_bus_bandwidth,
-    is_ultrametric,
+    is_hierarchical,
     ring_bus_bandwidth,
     symmetric_weights,
 )
@@ -71,6 +76,7 @@ class Score:
     """The objective of one placement, compared field by field (larger is better)."""
 
     bus_bandwidth: float
+    nodes: int
     bottleneck_pair: float
     locality: int
     blocks: tuple[int, ...]
@@ -79,6 +85,7 @@ class Score:
     def to_json(self) -> dict[str, object]:
         return {
             "busBandwidthGBps": self.bus_bandwidth,
+            "nodes": -self.nodes,
             "bottleneckPairGBps": None if self.bottleneck_pair == NO_PAIR else self.bottleneck_pair,
             "span": SPANS[-self.locality],
             "blocksDelta": dict(zip((str(k) for k in BLOCK_SIZES), self.blocks, strict=True)),
@@ -108,18 +115,8 @@ def set_quality(topology: Topology, gpus: Iterable[int]) -> tuple[float, float]:
 
 
 def _ring_upper_bound(topology: Topology, gpus: tuple[int, ...]) -> float:
-    """Cheap bound on the ring bus bandwidth (rounded): a ring uses two links at every GPU,
-    so it is never faster than any GPU's second-fastest link inside the set."""
-    if len(gpus) < 3:
-        return float("inf")
-    pos, sym = symmetric_weights(topology)
-    ps = [pos[g] for g in gpus]
-    bound = float("inf")
-    for v in ps:
-        row = sym[v]
-        links = sorted((row[u] for u in ps if u != v), reverse=True)
-        bound = min(bound, links[1])
-    return round(bound, ROUND)
+    """Cheap bound on the bus bandwidth (rounded), cost.bus_upper_bound."""
+    return round(bus_upper_bound(topology, gpus), ROUND)
 
 
 @lru_cache(maxsize=4096)
@@ -145,7 +142,7 @@ def best_quality(topology: Topology, size: int) -> tuple[float, float] | None:
     idx = topology.indices
     if size > len(idx):
         return None
-    if is_all_to_all(topology) and topology.measured is None:
+    if all_to_all(topology) and topology.measured is None:
         return set_quality(topology, idx[:size])
     classes = _hierarchy_classes(topology, size)
     if classes is not None:
@@ -166,7 +163,7 @@ def _hierarchy_classes(topology: Topology, size: int) -> tuple[int, ...] | None:
     PCIe node went from seconds to microseconds); tests/placement check it against the
     exhaustive path.
     """
-    if size < 2 or size > len(topology.gpus) or not is_ultrametric(topology):
+    if size < 2 or size > len(topology.gpus) or not is_hierarchical(topology):
         return None
     idx = topology.indices
     n = len(idx)
@@ -227,9 +224,9 @@ def free_blocks(topology: Topology, free_mask: int) -> tuple[int, ...]:
     NVSwitch nodes (all pairs alike, no measured matrix) take the shortcut ``free // k``.
     """
     n_free = free_mask.bit_count()
-    if is_all_to_all(topology) and topology.measured is None:
+    if all_to_all(topology) and topology.measured is None:
         return tuple(n_free // k if k <= len(topology.gpus) else 0 for k in BLOCK_SIZES)
-    if is_ultrametric(topology):
+    if is_hierarchical(topology):
         return tuple(
             sum((c & free_mask).bit_count() // k for c in _hierarchy_classes(topology, k) or ())
             for k in BLOCK_SIZES
@@ -304,7 +301,8 @@ def score_by_name(
     touched = [by_name[name] for name in sorted(shares)]
     span = span_of(touched)
     node_shares = [
-        NodeShare(n.topology, tuple(sorted(shares[n.name])), n.network_gbps) for n in touched
+        NodeShare(n.topology, tuple(sorted(shares[n.name])), n.network_gbps, n.network_transport)
+        for n in touched
     ]
     # One GPU does not communicate (module docstring, term 1).
     bus = 0.0 if gang.total_gpus == 1 else round(gang_bus_bandwidth(node_shares, span=span), ROUND)
@@ -318,6 +316,7 @@ def score_by_name(
         opened += not n.used
     return Score(
         bus_bandwidth=bus,
+        nodes=-len(touched),
         bottleneck_pair=pair,
         locality=-SPAN_RANK[span],
         blocks=tuple(blocks),

@@ -15,21 +15,24 @@ search that gets past its first bound walks the nodes again, once, to split grou
 
 The search, for ``R`` replicas of ``G`` GPUs (``n = R*G``):
 
-1. One node. For every class with ``n`` free GPUs, its best ``n``-subset by (ring bus
+1. One node. For every class with ``n`` free GPUs, its best ``n``-subset by (bus
    bandwidth, slowest pair, blocks kept); the best class wins.
 2. Several nodes, inside each *scope*: every rack, every zone, the whole cluster (a scope's
    span is an upper bound of the placement's real span; a placement that is narrower is also
    found in the narrower scope, where it is rated exactly). The cost model's gang bandwidth
-   for ``m`` nodes is ``f(m, I, N) = 2(n-1)/n / (I + 2(m-1)/(m N))`` where ``I`` is the worst
-   share's intra-node cost and ``N`` the slowest network: decreasing in ``I`` and ``m``,
-   increasing in ``N``. So:
+   for ``m`` nodes is ``f(m, I, N) = min(-I, N x span factor / 8)`` where ``I`` is the worst
+   share's cost (minus its bus bandwidth; -inf for one GPU) and ``N`` the slowest effective
+   network (line rate x transport share): non-increasing in ``I``, increasing in ``N``,
+   the same for every ``m`` (NCCL's rings pipeline; the objective then prefers the fewest
+   nodes). Nodes are grouped by their effective network. So:
 
    a. for every node count m and network threshold N, the smallest intra-cost threshold I
       such that exactly ``m`` nodes with network >= N can hold the ``R`` replicas with every
       share's cost <= I (a reachability DP over classes and replica counts, one big
       integer as the bitset of (nodes, replicas); feasibility only grows with I, so binary
       search). The best ``f(m, I, N)`` is the best bandwidth;
-      every feasible triple with the same rounded value ties;
+      every feasible triple with the same rounded value ties, and of those only the
+      smallest ``m`` (the objective's ``nodes`` term) goes on;
    b. among those, the highest slowest-pair threshold that stays feasible;
    c. among those, a DP over classes that maximises the blocks kept and then packing.
 
@@ -68,8 +71,13 @@ from gputopo.placement.objective import (
     tie_break,
 )
 from gputopo.placement.types import GangRequest, NodeState, Placement, ReplicaSlot
-from gputopo.topology.bandwidth import is_all_to_all
-from gputopo.topology.cost import SPAN_FACTOR, NodeShare, gang_bus_bandwidth, ring_bus_bandwidth
+from gputopo.topology.cost import (
+    SPAN_FACTOR,
+    NodeShare,
+    all_to_all,
+    gang_bus_bandwidth,
+    ring_bus_bandwidth,
+)
 from gputopo.topology.model import Topology
 
 #: Base of the integer encoding of the blocks vector (order-preserving while every summed
@@ -83,7 +91,7 @@ class _Option:
 
     gpus: tuple[int, ...]
     bw: float  # ring bus bandwidth, GB/s
-    intra: float  # the cost model's per-byte intra-node cost 2(k-1)/(k*bw); 0 for one GPU
+    intra: float  # -bw: lower is better, as a cost; -inf for one GPU (never limits)
     pair: float  # slowest pair, rounded
     health: int  # encoded blocks delta
 
@@ -159,11 +167,11 @@ def _options(topology: Topology, free_mask: int, k: int) -> tuple[_Option, ...]:
     free = _index_by_position(topology, free_mask)
     # NVSwitch: every k-subset has the same ring, pairs and blocks left, so only the first
     # survives the Pareto filter below; skip the C(free, k) walk (DGX-2 has 16 GPUs).
-    subsets = [free[:k]] if is_all_to_all(topology) and topology.measured is None else None
+    subsets = [free[:k]] if all_to_all(topology) and topology.measured is None else None
     raw = []
     for combo in subsets or distinct_subsets(topology, free, k):
         bw = ring_bus_bandwidth(topology, combo)
-        intra = 2 * (k - 1) / (k * bw) if k > 1 else 0.0
+        intra = -bw if k > 1 else -math.inf
         taken = position_mask(topology, combo)
         raw.append(
             _Option(
@@ -405,10 +413,11 @@ def _infeasible_reason(groups: list[_Group], gang: GangRequest, node_count: int)
 
 # --- the search -------------------------------------------------------------------------
 def _f(n: int, m: int, intra: float, net_gbps: float, factor: float) -> float:
-    """The cost model's hierarchical bus bandwidth, written exactly as gang_bus_bandwidth."""
-    net_gbytes = net_gbps / 8.0 * factor
-    per_byte = intra + 2 * (m - 1) / (m * net_gbytes)
-    return 2 * (n - 1) / n / per_byte
+    """The cost model's multi-node bus bandwidth (cost.multi_node_bus_bandwidth, the same
+    operations, so the same float): the worst share (``-intra``) or the slowest effective
+    network, whichever is lower. ``n`` and ``m`` do not enter it (NCCL's rings pipeline);
+    fewer nodes win through the objective's ``nodes`` term instead."""
+    return min(-intra, net_gbps / 8.0 * factor)
 
 
 def _sumset(x: int, y: int) -> int:
@@ -492,7 +501,7 @@ class _Search:
         # equal topologies of different objects are merged per bucket below.
         buckets: dict[tuple[int, frozenset[int], float], list[NodeState]] = {}
         for node in nodes:
-            key = (id(node.topology), node.used, node.network_gbps)
+            key = (id(node.topology), node.used, node.effective_gbps)
             members = buckets.get(key)
             if members is None:
                 buckets[key] = [node]
@@ -559,7 +568,7 @@ class _Search:
             jmax = max(min(self.per_node, grp.kind.free // self.g) for grp in self.groups)
             net = max(grp.network_gbps for grp in self.groups)
             m_lb = max(2, math.ceil(self.r / jmax))
-            if round(_f(self.n, m_lb, 0.0, net, 1.0), ROUND) < best.score.bus_bandwidth:
+            if round(_f(self.n, m_lb, -math.inf, net, 1.0), ROUND) < best.score.bus_bandwidth:
                 return best
         rated = []
         for span, classes in self._scopes():
@@ -638,7 +647,7 @@ class _Search:
         jmax = max(cap)
         m_lb = max(2, math.ceil(self.r / jmax))
         net = max(c.network_gbps for c in classes)
-        return round(_f(self.n, m_lb, 0.0, net, SPAN_FACTOR[span]), ROUND)
+        return round(_f(self.n, m_lb, -math.inf, net, SPAN_FACTOR[span]), ROUND)
 
     def _scope(self, span: str, classes: list[_Class], floor: float | None) -> _Candidate | None:
         sig = (span, tuple((c.canon, min(len(c.nodes), self.r)) for c in classes))
@@ -724,6 +733,9 @@ class _Search:
                     i += 1
         if not found:
             return None
+        # the objective's next term: fewest nodes among the best bandwidth
+        fewest = min(m for m, _, _ in tied)
+        tied = [t for t in tied if t[0] == fewest]
         # b. highest slowest-pair threshold
         best_pair = None
         stage2 = []
@@ -913,7 +925,9 @@ def _placement(gang: GangRequest, best: _Candidate) -> Placement:
         bus = 0.0
     else:
         shares = [
-            NodeShare(n.topology, tuple(sorted(best.shares[n.name])), n.network_gbps)
+            NodeShare(
+                n.topology, tuple(sorted(best.shares[n.name])), n.network_gbps, n.network_transport
+            )
             for n in touched
         ]
         bus = gang_bus_bandwidth(shares, span=span)

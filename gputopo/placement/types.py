@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gputopo.names import DEFAULT_NETWORK_GBPS
+from gputopo.names import DEFAULT_NETWORK_GBPS, DEFAULT_NETWORK_TRANSPORT
 from gputopo.topology.model import Topology
+from gputopo.topology.transport import effective_network_gbps
 
 if TYPE_CHECKING:
     from gputopo.cluster.node_fit import NodeFacts
@@ -22,7 +23,11 @@ class NodeState:
     """One activated node as the solver sees it.
 
     ``used`` holds driver indices of GPUs that are taken (bound pods and reservations);
-    ``network_gbps`` is the node's network in Gbit/s (annotation ``gputopo.io/network-gbps``).
+    ``network_gbps`` is the node's network line rate in Gbit/s (annotation
+    ``gputopo.io/network-gbps``) and ``network_transport`` how NCCL crosses it ("tcp" or
+    "rdma", annotation ``gputopo.io/network-transport``); ``effective_gbps`` is what the
+    all-reduce gets of it (gputopo.topology.transport), worked out once here because the
+    solver groups thousands of nodes by it on every solve.
     ``facts`` is what the scheduler's node filters read of the Node object (labels, taints),
     kept beside the state so that a pod's nodeSelector and tolerations can be checked
     against 1,000s of nodes without looking each object up; None for nodes built without
@@ -38,9 +43,15 @@ class NodeState:
     zone: str | None = None
     rack: str | None = None
     network_gbps: float = DEFAULT_NETWORK_GBPS
+    network_transport: str = DEFAULT_NETWORK_TRANSPORT
     facts: NodeFacts | None = field(default=None, compare=False, repr=False)
     host_ports: frozenset[tuple[str, int]] = field(default=frozenset(), compare=False,
                                                    repr=False)
+    effective_gbps: float = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        effective = effective_network_gbps(self.network_gbps, self.network_transport)
+        object.__setattr__(self, "effective_gbps", effective)
 
     @property
     def free(self) -> tuple[int, ...]:

@@ -33,12 +33,25 @@ down here so nobody mistakes them for data.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
 from gputopo.errors import TopologyError
 
-if TYPE_CHECKING:
-    from gputopo.topology.model import Topology
+
+class LinkMatrix(Protocol):
+    """What the functions below read of a node: its legend matrix and named generation.
+
+    Why a protocol, not :class:`gputopo.topology.model.Topology`: the model builds its
+    bandwidth matrix from this table, so this module must not import the model back (that
+    was an import circle, hidden inside functions).
+    """
+
+    @property
+    def links(self) -> Sequence[Sequence[str]]: ...
+
+    @property
+    def generation(self) -> str | None: ...
 
 #: Per-direction GB/s of ONE NVLink, by generation (interconnect.md; nvlink1 is the Tesla
 #: P100 whitepaper's 20 GB/s, kept for annotations that name it explicitly).
@@ -114,7 +127,7 @@ def link_bandwidth(code: str, generation: str | None) -> float:
     raise TopologyError(f"unknown link code {code!r}")
 
 
-def infer_generation(topology: Topology) -> str | None:
+def infer_generation(topology: LinkMatrix) -> str | None:
     """Guess the NVLink generation from the legend matrix alone.
 
     The heuristic uses the widest bonded NVLink set between any two GPUs, because each
@@ -153,7 +166,7 @@ def infer_generation(topology: Topology) -> str | None:
     return "nvlink5"
 
 
-def is_all_to_all(topology: Topology) -> bool:
+def is_all_to_all(topology: LinkMatrix) -> bool:
     """True when every pair of distinct GPUs has the same NVLink code (an NVSwitch node).
 
     On such a node (DGX-2 NV6, DGX A100 NV12, HGX H100 NV18) any subset of GPUs is as good as

@@ -16,7 +16,7 @@ from typing import Any
 
 from gputopo import names
 from gputopo.errors import InputError, TopologyError
-from gputopo.topology.cost import best_ring_subset, explain
+from gputopo.topology.cost import SPANS, best_ring_subset, explain, network_explanation
 from gputopo.topology.load import read_topology_file
 from gputopo.topology.model import Topology
 
@@ -39,6 +39,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="nvidia-smi topo -m text, annotation JSON or ACK report ConfigMap",
     )
     e.add_argument("--gpus", required=True, metavar="LIST", help="GPU indices, e.g. 0,1,2,3")
+    e.add_argument(
+        "--network-gbps",
+        type=float,
+        default=names.DEFAULT_NETWORK_GBPS,
+        metavar="GBITS",
+        help=f"the node's network line rate (default {names.DEFAULT_NETWORK_GBPS:g}, as for "
+        "a node without the gputopo.io/network-gbps annotation)",
+    )
+    e.add_argument(
+        "--transport",
+        choices=names.NETWORK_TRANSPORTS,
+        default=names.DEFAULT_NETWORK_TRANSPORT,
+        help="how NCCL crosses the network (default tcp, as for an unannotated node)",
+    )
+    e.add_argument(
+        "--span", choices=SPANS[1:], default="rack", help="locality of a multi-node gang"
+    )
     e.add_argument("-o", "--output", choices=("text", "json"), default="text")
     e.set_defaults(func=_explain)
 
@@ -68,10 +85,13 @@ def _parse(args: argparse.Namespace) -> int:
 def _explain(args: argparse.Namespace) -> int:
     topo = read_topology_file(args.topology)
     gpus = _gpu_list(args.gpus)
+    if not 0 < args.network_gbps < float("inf"):
+        raise InputError(f"--network-gbps {args.network_gbps:g}: must be a positive number")
     try:
         result = explain_with_alternative(topo, gpus)
     except TopologyError as exc:
         raise TopologyError(exc.reason, file=args.topology, obj=f"--gpus {args.gpus}") from exc
+    result["network"] = network_explanation(args.network_gbps, args.transport, args.span)
     if args.output == "json":
         print(json.dumps(result, indent=2))
     else:
@@ -99,16 +119,23 @@ def render_explanation(r: dict[str, Any]) -> str:
     if len(r["gpus"]) == 1:
         lines.append("one GPU needs no all-reduce; the figure is the node's best link")
     else:
+        lines.append(
+            f"channels: {r['channels']:g} x {r['perChannelGBps']:g} GB/s line rate x "
+            f"{r['linkEfficiency']:g} achieved ({r['model']}: {r['limit']})"
+        )
         if len(r["gpus"]) == 2:
             e = r["links"][0]
             lines.append(f"pair: {e['from']} -{e['link']}- {e['to']}")
         else:
             ring = " ".join(f"{e['from']} -{e['link']}->" for e in r["links"])
-            lines.append(f"ring: {ring} {r['ring'][0]}")
+            lines.append(
+                f"best single ring: {ring} {r['ring'][0]} "
+                f"({r['ringBusBandwidthGBps']:g} GB/s)"
+            )
         b = r["bottleneck"]
         lines.append(
             f"bottleneck: GPU{b['from']}-GPU{b['to']} {b['link']} "
-            f"({b['bandwidthGBps']:g} GB/s per direction)"
+            f"({b['bandwidthGBps']:g} GB/s per direction, line rate, on that ring)"
         )
     best = r["best"]
     if best["busBandwidthGBps"] > r["busBandwidthGBps"]:
@@ -119,6 +146,15 @@ def render_explanation(r: dict[str, Any]) -> str:
         )
     else:
         lines.append(f"no {len(r['gpus'])}-GPU set on this node is faster")
+    net = r.get("network")
+    if net is not None:
+        lines.append(
+            f"across nodes: {net['lineGbps']:g} Gbit/s over {net['transport']} x "
+            f"{net['transportEfficiency']:g} = {net['effectiveGbps']:g} Gbit/s, "
+            f"{net['effectiveGBps']:g} GB/s in one {net['span']} "
+            f"(span factor {net['spanFactor']:g}); a gang spread over nodes gets at most "
+            f"min(its node shares, {net['effectiveGBps']:g} GB/s)"
+        )
     return "\n".join(lines)
 
 

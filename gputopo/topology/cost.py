@@ -3,29 +3,50 @@
 Why: placement quality has to be a number the solver can maximise and a user can read. The
 number is the predicted all-reduce *bus bandwidth* in GB/s, NCCL's definition
 (``busbw = algbw * 2(n-1)/n``, nccl-tests PERFORMANCE.md), because it does not depend on
-the message size or the GPU count and equals the bottleneck link speed of a ring.
+the message size or the GPU count, and it is what nccl-tests prints, so every prediction
+can be held against a published measurement (docs/topology.md, "Calibration").
 
 Assumptions (also in docs/topology.md):
 
-1. Within a node, the collective is a ring over the GPUs. Its bus bandwidth is the slowest
-   link of the best ring order (a bottleneck Hamiltonian cycle). Link speeds are per
-   direction from :mod:`gputopo.topology.bandwidth` or measured values. NCCL also runs
-   several rings at once over spare links; the model ignores that, so it under-rates rich
-   meshes a little, but it ranks GPU sets the way NCCL's own topology search does.
-2. NVSwitch nodes (every pair NV6/NV12/NV18) are all-to-all: any subset of k GPUs is as good
-   as any other. The bottleneck rule gives that for free; a fast path skips the search.
+1. Within a node NCCL lays several *channels* over the GPUs, each a ring, and the bus
+   bandwidth is the sum of the channels' speeds. Two ways to build them are modelled, and
+   the better one counts:
+
+   a. NVLink rings (NCCL's graph search on NVLink): every ring uses one direction of one
+      link between neighbours, so a ring and its reverse share no link, and a bonded set
+      ``NV#`` carries # links. The most ring bandwidth that fits is a fractional packing
+      of Hamiltonian cycles of the set's NVLink graph into the links' capacities (an
+      exact small LP, :func:`_nvlink_packing`); both directions double it. A DGX-1 V100
+      NVLink quad (every pair NV1 or NV2) packs 2 rings, a 4-GPU ring across the two
+      halves (0,1,5,4) only 1: the quad predicts twice the bandwidth.
+   b. One ring over any links (PCIe, host bridges, the CPU interconnect for SYS): its
+      bottleneck link, as the table gives it (PCIe x16 discounted per path, SYS capped by
+      QPI/UPI: gputopo.topology.bandwidth). Not doubled: both directions of a GPU's PCIe
+      port carry the ring and its peer traffic (nccl-tests #178 measured ~20 GB/s for 3
+      A100 over PCIe Gen4, not 2x).
+
+   Two GPUs use both directions of their link (one ring of two): the pair's figure.
+   NVSwitch nodes (every pair the same NV#) are all-to-all: the NV# is the GPU's links to
+   the switches, not to each peer, so any k GPUs get the pair figure, the bandwidth one
+   GPU can move.
+2. Table figures are line rates; NCCL achieves LINK_EFFICIENCY = 0.78 of them (NCCL's own
+   model in src/graph/topo.h: 20 GB/s per NVLink for SM70/SM80 against 25.78/25 line, 12
+   GB/s for PCIe Gen3 x16 against 15.7). Measured ``bandwidthGBps`` figures are scaled
+   too: they are copy bandwidths of a peer-to-peer test (koordinator's DGX-1 figures: NV1
+   48 GB/s both ways, 0.93 of line), which NCCL's reduction kernels do not reach either,
+   and an annotation and an ACK report of one node must predict the same. One factor for
+   everything, so rankings inside a node never move.
 3. One GPU needs no communication. So that the solver still has a total order, its "bus
    bandwidth" is defined as the best link of its node (the largest off-diagonal entry; for a
    one-GPU node, the PIX figure of its generation). It never enters a multi-node formula.
-4. Across nodes the all-reduce is hierarchical: reduce-scatter inside each node (ring), an
-   all-reduce of each shard between nodes over each node's network, then an all-gather
-   inside each node. For ``S`` bytes, ``m`` nodes and ``k_i`` GPUs on node ``i``::
-
-       t / S = max_i 2(k_i-1)/(k_i B_i)  +  2(m-1)/(m N)
-
-   with ``B_i`` the node's ring bus bandwidth and ``N`` the slowest node network in GB/s
-   (Gbit/s / 8) times the span factor. The gang's bus bandwidth is ``2(n-1)/n / (t/S)``
-   with ``n = sum k_i``. One node reduces to ``B``; one GPU per node reduces to ``N``.
+4. Across nodes NCCL's ring crosses each node's network once per channel and pipelines
+   everything: every intra-node hop and every NIC carries the same 2(n-1)/n of the data
+   (NCCL maintainers, NVIDIA/nccl #209), so the gang's bus bandwidth is the slowest of
+   its parts: ``min(min_i B_i, N)``, with ``B_i`` the bus bandwidth of node i's share
+   (shares of one GPU do not limit) and ``N`` the slowest node's *effective* network in
+   GB/s: line rate x transport efficiency (gputopo.topology.transport: tcp 0.25, rdma
+   0.94) / 8 x the span factor. NCCL's trees on exactly 2 nodes can beat this (up to 2x
+   the network, #209); the model keeps the ring figure, the conservative one.
 5. Span factors for the network (:data:`SPAN_FACTOR`): same rack 1.0 (a non-blocking
    top-of-rack switch), same zone 0.5 (2:1 oversubscribed spine), cluster-wide 0.25
    (cross-zone links). They are assumptions, chosen conservative, not measurements.
@@ -33,7 +54,9 @@ Assumptions (also in docs/topology.md):
    messages; for small messages the model is optimistic).
 7. Step time: ``compute + comm - hidden``, where ``hidden = min(overlap * comm, compute)``:
    a fraction ``overlap`` of the all-reduce runs under the backward pass (gradient
-   bucketing in Horovod/DDP), but never more than the compute time itself.
+   bucketing in Horovod/DDP), but never more than the compute time itself. Compute comes
+   from a measured single-GPU rate (:func:`compute_time_s`); the seeds' case is worked out
+   in docs/topology.md.
 
 Everything here is pure and fast: the solver calls :func:`ring_bus_bandwidth` in hot loops,
 so results are cached on ``(topology, frozenset(gpus))`` (Topology hashes once).
@@ -45,12 +68,19 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import combinations, permutations
+from itertools import combinations, pairwise, permutations
 from typing import Any
 
 from gputopo.errors import TopologyError
-from gputopo.topology.bandwidth import infer_generation, is_all_to_all, link_bandwidth
+from gputopo.names import DEFAULT_NETWORK_TRANSPORT
+from gputopo.topology.bandwidth import (
+    infer_generation,
+    is_all_to_all,
+    link_bandwidth,
+    nvlink_count,
+)
 from gputopo.topology.model import Topology
+from gputopo.topology.transport import TRANSPORT_EFFICIENCY, effective_network_gbps
 
 #: Network bandwidth multiplier by the widest locality a gang spans (assumption 5).
 SPAN_FACTOR: dict[str, float] = {"node": 1.0, "rack": 1.0, "zone": 0.5, "cluster": 0.25}
@@ -58,6 +88,12 @@ SPANS: tuple[str, ...] = tuple(SPAN_FACTOR)
 #: Largest non-uniform GPU set solved exactly (bitmask DP, 2^(k-1) states); larger sets
 #: fall back to a greedy ring, which is a lower bound.
 MAX_EXACT_RING = 16
+#: Share of a table (line-rate) figure NCCL achieves inside a node (assumption 2).
+LINK_EFFICIENCY = 0.78
+#: Largest GPU set whose NVLink rings are packed exactly (K8 has 2,520 Hamiltonian
+#: cycles); larger sets count the single-ring figure only. No NVLink mesh without a switch
+#: joins more than 8 GPUs (NVSwitch nodes take the all-to-all rule).
+MAX_CHANNEL_GPUS = 8
 
 
 # --- intra-node ring --------------------------------------------------------------------
@@ -69,12 +105,13 @@ class _Ring:
 
 
 def ring_bus_bandwidth(topology: Topology, gpus: Sequence[int]) -> float:
-    """Predicted all-reduce bus bandwidth (GB/s) of a ring over ``gpus`` of one node.
+    """Predicted all-reduce bus bandwidth (GB/s) of ``gpus`` of one node (assumptions 1-3).
 
-    ``gpus`` are driver indices; order does not matter (the best ring order is searched).
-    Unknown or repeated indices raise :class:`TopologyError`.
+    ``gpus`` are driver indices; order does not matter (the best channels are searched).
+    Unknown or repeated indices raise :class:`TopologyError`. The name stays from the
+    single-ring model; the figure is the channel model's.
     """
-    return _ring(topology, _key(topology, gpus)).bus_gbps
+    return _bus(topology, _key(topology, gpus)).bus_gbps
 
 
 def _key(topology: Topology, gpus: Iterable[int]) -> frozenset[int]:
@@ -146,6 +183,251 @@ def _ring(topology: Topology, key: frozenset[int]) -> _Ring:
         if w[a][b] < bus:
             bus, edge = w[a][b], (a, b)
     return _Ring(bus, tuple(nodes[p] for p in order), (nodes[edge[0]], nodes[edge[1]]))
+
+
+# --- intra-node channels ----------------------------------------------------------------
+@dataclass(frozen=True)
+class _Bus:
+    bus_gbps: float  # predicted (achieved) bus bandwidth, GB/s
+    kind: str  # "single", "pair", "nvswitch", "nvlink-rings", "ring"
+    ring: _Ring  # the best single ring (line-rate figures)
+    nvlink_rings_gbps: float  # 2 x the NVLink ring packing, line rate; 0 if none
+    efficiency: float  # the factor applied (assumption 2)
+
+
+def link_efficiency(topology: Topology) -> float:
+    """Assumption 2: the share of a node's link figures NCCL achieves (one per node)."""
+    return LINK_EFFICIENCY
+
+
+@lru_cache(maxsize=1024)
+def all_to_all(topology: Topology) -> bool:
+    """:func:`gputopo.topology.bandwidth.is_all_to_all`, worked out once per topology (it
+    walks the whole legend matrix; the objective asks for every new free-GPU mask)."""
+    return is_all_to_all(topology)
+
+
+@lru_cache(maxsize=1024)
+def _nvlink_flags(topology: Topology) -> tuple[tuple[bool, ...], ...]:
+    """Per position pair: is the link an NVLink bond (NV#)?"""
+    return tuple(tuple(nvlink_count(c) > 0 for c in row) for row in topology.links)
+
+
+@lru_cache(maxsize=1 << 16)
+def _bus(topology: Topology, key: frozenset[int]) -> _Bus:
+    ring = _ring(topology, key)
+    k = len(key)
+    eff = link_efficiency(topology)
+    if k == 1:
+        return _Bus(ring.bus_gbps, "single", ring, 0.0, 1.0)
+    if k == 2:
+        return _Bus(ring.bus_gbps * eff, "pair", ring, 0.0, eff)
+    if all_to_all(topology):
+        return _Bus(ring.bus_gbps * eff, "nvswitch", ring, 0.0, eff)
+    rings = 2 * _nvlink_packing(topology, key)
+    if rings > ring.bus_gbps:
+        return _Bus(rings * eff, "nvlink-rings", ring, rings, eff)
+    return _Bus(ring.bus_gbps * eff, "ring", ring, rings, eff)
+
+
+def _nvlink_packing(topology: Topology, key: frozenset[int]) -> float:
+    """Most ring bandwidth (GB/s, one direction) that fits into the set's NVLinks.
+
+    A fractional packing of Hamiltonian cycles of the NVLink graph: each undirected cycle H
+    at rate y_H, every link's load sum(y_H : H uses it) within its per-direction figure.
+    Exact: one cycle is its slowest link; a greedy packing that reaches the bound "every
+    GPU's NVLinks / 2" is optimal; otherwise a small simplex. Exactness is what makes the
+    model monotone (a faster link never lowers the figure: tests/topology/test_cost.py).
+    """
+    k = len(key)
+    if k < 3 or k > MAX_CHANNEL_GPUS:
+        return 0.0
+    pos, sym = symmetric_weights(topology)
+    nv = _nvlink_flags(topology)
+    ps = [pos[g] for g in sorted(key)]
+    edges: dict[tuple[int, int], int] = {}
+    caps: list[float] = []
+    adj: list[list[int]] = [[] for _ in range(k)]
+    for a in range(k):
+        for b in range(a + 1, k):
+            pa, pb = ps[a], ps[b]
+            if nv[pa][pb] and sym[pa][pb] > 0:
+                edges[(a, b)] = len(caps)
+                caps.append(sym[pa][pb])
+                adj[a].append(b)
+                adj[b].append(a)
+    if any(len(n) < 2 for n in adj) or not _connected(adj):
+        return 0.0
+    cycles = _hamiltonian_cycles(adj, edges)
+    if not cycles:
+        return 0.0
+    if len(cycles) == 1:
+        return min(caps[e] for e in cycles[0])
+    bound = min(sum(caps[edges[min(a, b), max(a, b)]] for b in adj[a]) for a in range(k)) / 2
+    greedy = _greedy_packing(cycles, caps)
+    if greedy >= bound * (1 - 1e-12):
+        return round(bound, 9)
+    return round(_simplex_packing(cycles, caps), 9)
+
+
+def _connected(adj: list[list[int]]) -> bool:
+    seen, stack = {0}, [0]
+    while stack:
+        for b in adj[stack.pop()]:
+            if b not in seen:
+                seen.add(b)
+                stack.append(b)
+    return len(seen) == len(adj)
+
+
+def _hamiltonian_cycles(
+    adj: list[list[int]], edges: dict[tuple[int, int], int]
+) -> list[tuple[int, ...]]:
+    """Every Hamiltonian cycle once (as edge indices): from vertex 0, second < last."""
+    k = len(adj)
+    out: list[tuple[int, ...]] = []
+    path = [0]
+
+    def walk(v: int, mask: int) -> None:
+        if len(path) == k:
+            if 0 in adj[v] and path[1] < path[-1]:
+                cyc = [*path, 0]
+                out.append(
+                    tuple(edges[min(a, b), max(a, b)] for a, b in pairwise(cyc))
+                )
+            return
+        for u in adj[v]:
+            if not mask >> u & 1:
+                path.append(u)
+                walk(u, mask | 1 << u)
+                path.pop()
+
+    walk(0, 1)
+    return out
+
+
+def _greedy_packing(cycles: list[tuple[int, ...]], caps: list[float]) -> float:
+    """A feasible packing (a lower bound): take the widest remaining cycle until none."""
+    left = list(caps)
+    total = 0.0
+    while True:
+        best, width = None, 0.0
+        for c in cycles:
+            w = min(left[e] for e in c)
+            if w > width:
+                best, width = c, w
+        if best is None or width <= 1e-12:
+            return total
+        for e in best:
+            left[e] -= width
+        total += width
+
+
+def _simplex_packing(cycles: list[tuple[int, ...]], caps: list[float]) -> float:
+    """max sum(y) s.t. per link sum(y_H over cycles using it) <= cap, y >= 0.
+
+    Dense tableau simplex with Bland's rule (no cycling); the origin is feasible (caps are
+    positive), so no phase one. Sizes: at most 28 links and 2,520 cycles (8 GPUs).
+    """
+    m, n = len(caps), len(cycles)
+    width = n + m
+    rows = [[0.0] * width + [caps[i]] for i in range(m)]
+    for j, cyc in enumerate(cycles):
+        for e in cyc:
+            rows[e][j] = 1.0
+    for i in range(m):
+        rows[i][n + i] = 1.0
+    obj = [-1.0] * n + [0.0] * m + [0.0]
+    basis = [n + i for i in range(m)]
+    eps = 1e-12
+    while True:
+        enter = next((j for j in range(width) if obj[j] < -eps), None)
+        if enter is None:
+            return obj[-1]
+        leave, ratio = -1, math.inf
+        for i in range(m):
+            a = rows[i][enter]
+            if a > eps:
+                r = rows[i][-1] / a
+                if r < ratio - eps or (abs(r - ratio) <= eps and basis[i] < basis[leave]):
+                    leave, ratio = i, r
+        piv = rows[leave]
+        p = piv[enter]
+        piv = [x / p for x in piv]
+        rows[leave] = piv
+        for i in range(m):
+            f = rows[i][enter]
+            if i != leave and f != 0.0:
+                row = rows[i]
+                rows[i] = [x - f * y for x, y in zip(row, piv, strict=True)]
+        f = obj[enter]
+        obj = [x - f * y for x, y in zip(obj, piv, strict=True)]
+        basis[leave] = enter
+
+
+def bus_upper_bound(topology: Topology, gpus: Sequence[int]) -> float:
+    """A cheap bound the bus bandwidth of ``gpus`` never exceeds (inf below 3 GPUs).
+
+    A single ring uses two links at every GPU, so it is never faster than any GPU's
+    second-fastest link inside the set; NVLink rings never carry more than any GPU's NVLinks
+    inside the set. Lets the objective skip most sets of 12- and 16-GPU nodes unrated.
+    """
+    if len(gpus) < 3:
+        return math.inf
+    pos, sym = symmetric_weights(topology)
+    ps = [pos[g] for g in gpus]
+    rings = len(ps) <= MAX_CHANNEL_GPUS and not all_to_all(topology)
+    nv = _nvlink_flags(topology)
+    ring = nv_cap = math.inf
+    for v in ps:
+        row, flags = sym[v], nv[v]
+        first = second = nv_sum = 0.0
+        for u in ps:
+            x = row[u]  # 0 on the diagonal
+            if x > first:
+                first, second = x, first
+            elif x > second:
+                second = x
+            if flags[u]:
+                nv_sum += x
+        if second < ring:
+            ring = second
+        if nv_sum < nv_cap:
+            nv_cap = nv_sum
+    bound = max(ring, nv_cap) if rings else ring
+    return bound * link_efficiency(topology)
+
+
+@lru_cache(maxsize=1024)
+def is_hierarchical(topology: Topology) -> bool:
+    """True when every GPU set's bus bandwidth is decided by its slowest pair alone.
+
+    That holds on ultrametric nodes (:func:`is_ultrametric`: PCIe trees, NVLink-bridged
+    pairs, NVSwitch) as long as no NVLink rings can form (the NVLink graph is a forest) or
+    the node is all-to-all; the objective's per-class block counting relies on it.
+    """
+    if not is_ultrametric(topology):
+        return False
+    if all_to_all(topology):
+        return True
+    nv = _nvlink_flags(topology)
+    n = len(topology.gpus)
+    parent = list(range(n))
+
+    def root(a: int) -> int:
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        return a
+
+    for a in range(n):
+        for b in range(a + 1, n):
+            if nv[a][b]:
+                ra, rb = root(a), root(b)
+                if ra == rb:
+                    return False  # an NVLink cycle: some set has rings
+                parent[ra] = rb
+    return True
 
 
 @lru_cache(maxsize=1024)
@@ -281,7 +563,7 @@ def best_ring_subset(
     pool = sorted(among if among is not None else topology.indices)
     if not 1 <= size <= len(pool):
         raise TopologyError(f"cannot choose {size} GPUs out of {len(pool)}")
-    if is_all_to_all(topology) and topology.measured is None:
+    if all_to_all(topology) and topology.measured is None:
         chosen = tuple(pool[:size])
         return chosen, ring_bus_bandwidth(topology, chosen)
     best: tuple[tuple[int, ...], float] | None = None
@@ -296,7 +578,8 @@ def best_ring_subset(
 # --- across nodes -----------------------------------------------------------------------
 @dataclass(frozen=True)
 class NodeShare:
-    """The GPUs a gang gets on one node, with that node's network in Gbit/s.
+    """The GPUs a gang gets on one node, with that node's network line rate in Gbit/s and
+    its transport ("tcp" or "rdma", gputopo.topology.transport).
 
     A gang has at most one share per node: two replicas on one node are one share.
     """
@@ -304,13 +587,29 @@ class NodeShare:
     topology: Topology
     gpus: tuple[int, ...]
     network_gbps: float
+    transport: str = DEFAULT_NETWORK_TRANSPORT
+
+    @property
+    def effective_gbps(self) -> float:
+        """What the all-reduce gets of the line rate (Gbit/s)."""
+        return effective_network_gbps(self.network_gbps, self.transport)
+
+
+def multi_node_bus_bandwidth(worst_share_gbps: float, effective_gbps: float, span: str) -> float:
+    """Assumption 4: the bus bandwidth (GB/s) of a gang over two or more nodes.
+
+    ``worst_share_gbps`` is the lowest bus bandwidth of a node share of 2+ GPUs (inf when
+    every share is one GPU); ``effective_gbps`` the slowest node's effective network in
+    Gbit/s. The solver evaluates exactly this function.
+    """
+    return min(worst_share_gbps, effective_gbps / 8.0 * SPAN_FACTOR[span])
 
 
 def gang_bus_bandwidth(shares: Sequence[NodeShare], *, span: str) -> float:
     """Predicted all-reduce bus bandwidth (GB/s) of a gang spread over ``shares``.
 
     ``span`` is the widest locality the gang crosses: "node" (exactly one share), "rack",
-    "zone" or "cluster". Hierarchical all-reduce, assumptions 4 and 5 of the module docstring.
+    "zone" or "cluster". Assumptions 4 and 5 of the module docstring.
     """
     if span not in SPAN_FACTOR:
         raise ValueError(f"span must be one of {', '.join(SPANS)}, not {span!r}")
@@ -320,21 +619,37 @@ def gang_bus_bandwidth(shares: Sequence[NodeShare], *, span: str) -> float:
         return ring_bus_bandwidth(shares[0].topology, shares[0].gpus)
     if span == "node":
         raise ValueError(f"span 'node' with {len(shares)} node shares")
-    n = sum(len(s.gpus) for s in shares)
-    m = len(shares)
-    intra = 0.0
+    worst = math.inf
     for s in shares:
-        k = len(s.gpus)
-        if k > 1:
-            intra = max(intra, 2 * (k - 1) / (k * ring_bus_bandwidth(s.topology, s.gpus)))
+        if len(s.gpus) > 1:
+            worst = min(worst, ring_bus_bandwidth(s.topology, s.gpus))
         else:
             _key(s.topology, s.gpus)  # still validate the index
-    slowest = min(s.network_gbps for s in shares)
-    if slowest <= 0:
+    if min(s.network_gbps for s in shares) <= 0:
         raise ValueError("network_gbps must be positive")
-    net_gbytes = slowest / 8.0 * SPAN_FACTOR[span]
-    per_byte = intra + 2 * (m - 1) / (m * net_gbytes)
-    return 2 * (n - 1) / n / per_byte
+    slowest = min(s.effective_gbps for s in shares)
+    return multi_node_bus_bandwidth(worst, slowest, span)
+
+
+def network_explanation(line_gbps: float, transport: str, span: str = "rack") -> dict[str, Any]:
+    """The effective inter-node rate the model uses for one node's network, and why."""
+    eff = TRANSPORT_EFFICIENCY.get(transport)
+    used = transport if eff is not None else DEFAULT_NETWORK_TRANSPORT
+    effective = effective_network_gbps(line_gbps, used)
+    return {
+        "lineGbps": line_gbps,
+        "transport": used,
+        "transportEfficiency": TRANSPORT_EFFICIENCY[used],
+        "effectiveGbps": round(effective, 3),
+        "span": span,
+        "spanFactor": SPAN_FACTOR[span],
+        "effectiveGBps": round(effective / 8.0 * SPAN_FACTOR[span], 3),
+        "why": (
+            f"NCCL over {used} gets {TRANSPORT_EFFICIENCY[used]:g} of the {line_gbps:g} "
+            f"Gbit/s line rate (gputopo.topology.transport); a multi-node gang's bus "
+            f"bandwidth is the lower of this and its slowest node share"
+        ),
+    }
 
 
 # --- time -------------------------------------------------------------------------------
@@ -376,6 +691,13 @@ def step_time_s(
     return compute_s + comm - hidden
 
 
+def compute_time_s(batch_per_gpu: int, images_per_s_one_gpu: float) -> float:
+    """Seconds of forward+backward for one GPU's batch, from a measured single-GPU rate."""
+    if batch_per_gpu <= 0 or images_per_s_one_gpu <= 0:
+        raise ValueError("batch and images/s must be positive")
+    return batch_per_gpu / images_per_s_one_gpu
+
+
 # --- explanation ------------------------------------------------------------------------
 #: Up to this many GPUs, explain() searches every ring order for the most readable one.
 _READABLE_MAX = 8
@@ -400,12 +722,41 @@ def _readable_order(topology: Topology, order: list[int]) -> list[int]:
     return list(best)
 
 
-def explain(topology: Topology, gpus: Sequence[int]) -> dict[str, Any]:
-    """Why a GPU set gets its bus bandwidth: ring order, every ring link, the bottleneck.
+def _channels(topology: Topology, bus: _Bus, gpus: Sequence[int]) -> tuple[float, float]:
+    """(channels, line-rate GB/s per channel) for the explanation."""
+    if bus.kind == "nvlink-rings":
+        pos, sym = symmetric_weights(topology)
+        per_link = min(
+            sym[pos[a]][pos[b]] / nvlink_count(topology.link(a, b))
+            for a, b in combinations(gpus, 2)
+            if nvlink_count(topology.link(a, b))
+        )
+        return round(bus.nvlink_rings_gbps / per_link, 3), per_link
+    if bus.kind == "nvswitch":
+        links = nvlink_count(topology.link(gpus[0], gpus[1])) or 1
+        return float(links), bus.ring.bus_gbps / links
+    return 1.0, bus.ring.bus_gbps
 
-    Plain JSON-able data for ``gputopo topology explain``.
+
+_LIMITS = {
+    "single": "one GPU does not communicate; the figure is its node's best link",
+    "pair": "two GPUs: one ring over both directions of their link",
+    "nvswitch": "all-to-all: every GPU reaches every other at its full NVLink bandwidth "
+    "(a switch or a direct full mesh), so any set of this size is as good",
+    "nvlink-rings": "NVLink rings in both directions over every link between the GPUs; "
+    "the GPUs' NVLinks inside the set bound how many fit",
+    "ring": "no NVLink ring reaches every GPU: one ring, limited by its slowest link",
+}
+
+
+def explain(topology: Topology, gpus: Sequence[int]) -> dict[str, Any]:
+    """Why a GPU set gets its bus bandwidth: the channels, the best single ring and its
+    bottleneck, and the efficiency applied. Plain JSON-able data for
+    ``gputopo topology explain``.
     """
-    ring = _ring(topology, _key(topology, gpus))
+    key = _key(topology, gpus)
+    bus = _bus(topology, key)
+    ring = bus.ring
     order = _readable_order(topology, list(ring.order))
     edges = []
     if len(order) > 1:
@@ -433,12 +784,19 @@ def explain(topology: Topology, gpus: Sequence[int]) -> dict[str, Any]:
             "link": topology.link(a, b),
             "bandwidthGBps": round(_weight(topology, a, b), 3),
         }
+    channels, per_channel = _channels(topology, bus, sorted(key))
     return {
         "gpus": sorted(order),
         "generation": infer_generation(topology),
-        "allToAll": is_all_to_all(topology),
+        "allToAll": all_to_all(topology),
+        "model": bus.kind,
+        "channels": channels,
+        "perChannelGBps": round(per_channel, 3),
+        "linkEfficiency": bus.efficiency,
+        "limit": _LIMITS[bus.kind],
         "ring": order,
         "links": edges,
         "bottleneck": bottleneck,
-        "busBandwidthGBps": round(ring.bus_gbps, 3),
+        "ringBusBandwidthGBps": round(ring.bus_gbps * bus.efficiency, 3),
+        "busBandwidthGBps": round(bus.bus_gbps, 3),
     }

@@ -22,6 +22,7 @@ from functools import cached_property
 from typing import Any
 
 from gputopo.errors import TopologyError
+from gputopo.topology.bandwidth import GENERATIONS, infer_generation, link_bandwidth
 
 ANNOTATION_VERSION = 1
 LINK_CODE = re.compile(r"^(X|NV[1-9][0-9]?|PIX|PXB|PHB|NODE|SYS|SOC)$")
@@ -99,8 +100,6 @@ class Topology:
     @cached_property
     def bandwidth_matrix(self) -> tuple[tuple[float, ...], ...]:
         """Per-direction GB/s by position; measured where present and positive."""
-        from gputopo.topology.bandwidth import infer_generation, link_bandwidth
-
         gen = self.generation or infer_generation(self)
         rows = []
         for a, row in enumerate(self.links):
@@ -110,10 +109,9 @@ class Topology:
                     out.append(0.0)
                     continue
                 m = self.measured[a][b] if self.measured is not None else 0.0
-                out.append(float(m) if m and m > 0 else link_bandwidth(code, gen))
+                table = link_bandwidth(code, gen)
+                out.append(_denoised(float(m), table) if m and m > 0 else table)
             rows.append(tuple(out))
-        if self.measured is not None:
-            return _denoised(rows, self.links, self.measured)
         return tuple(rows)
 
     # --- wire form ----------------------------------------------------------------------
@@ -192,8 +190,6 @@ class Topology:
         generation = value.get("generation")
         if generation is not None and not isinstance(generation, str):
             raise TopologyError("generation: must be a string")
-        from gputopo.topology.bandwidth import GENERATIONS
-
         if generation is not None and generation not in GENERATIONS:
             # refused here, where a bad node is left out, not in the solver's first use of
             # the bandwidth table, which failed the whole placement
@@ -212,42 +208,28 @@ def _is_int(x: object) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-#: Measured figures of one link code within this factor of each other are one figure.
+#: A measured figure within this factor of its link code's table figure is that figure.
 DENOISE_SPREAD = 1.25
 
 
-def _denoised(
-    rows: list[tuple[float, ...]],
-    links: tuple[tuple[str, ...], ...],
-    measured: tuple[tuple[float, ...], ...],
-) -> tuple[tuple[float, ...], ...]:
-    """Measured bandwidths with the measurement noise taken out.
+def _denoised(measured: float, table: float) -> float:
+    """A measured bandwidth with the measurement noise taken out, monotonically.
 
     Why: a reporter's bandwidth test gives every pair a slightly different figure (a few
     percent up to ~10 %), so GPUs that are wired alike stop looking alike; the solver then
     loses its exact shortcuts for interchangeable GPUs and hierarchical nodes (measured:
-    20-38 s to place 8 GPUs on a DGX-2 with +-10 % noise, against milliseconds). Pairs
-    with the same link code whose figures lie within DENOISE_SPREAD of the lowest of them
-    are given their median. A real difference inside one code — a degraded NVLink at half
-    speed — is far outside that spread and keeps its own figure.
+    20-38 s to place 8 GPUs on a DGX-2 with +-10 % noise, against milliseconds).
+
+    A figure within DENOISE_SPREAD of the documented figure of its link code (either way)
+    becomes that figure: "as documented, give or take noise". A real difference — a
+    degraded NVLink at half speed, a link much faster than the table thinks — lies
+    outside and keeps its own figure. Why this rule and not "the median of the figures of
+    one code that lie close together" (the rule before): each figure depends on its own
+    measurement only, and never decreases when it rises, so a faster measured link can
+    never make a GPU set predict less. Any rule that pulls figures of one code towards
+    each other breaks that: 10 -> 20 next to a 25 made the median pull 25 down to 22.5
+    (tests/topology/test_cost.py, test_a_faster_link_never_makes_a_ring_slower).
     """
-    by_code: dict[str, list[tuple[float, int, int]]] = {}
-    for a, row in enumerate(links):
-        for b, code in enumerate(row):
-            if a != b and measured[a][b] and measured[a][b] > 0:
-                by_code.setdefault(code, []).append((rows[a][b], a, b))
-    out = [list(r) for r in rows]
-    for items in by_code.values():
-        items.sort()
-        start = 0
-        while start < len(items):
-            end = start
-            while end < len(items) and items[end][0] <= items[start][0] * DENOISE_SPREAD:
-                end += 1
-            values = [v for v, _, _ in items[start:end]]
-            mid = len(values) // 2
-            median = values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
-            for _, a, b in items[start:end]:
-                out[a][b] = median
-            start = end
-    return tuple(tuple(r) for r in out)
+    if table / DENOISE_SPREAD <= measured < table * DENOISE_SPREAD:
+        return table
+    return measured

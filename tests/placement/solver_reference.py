@@ -7,6 +7,13 @@ the solver's own convention), so tests/placement/test_solver_reference.py solves
 clusters with both and asserts equal placements. Delete it together with that test once a
 change of answers is intended.
 
+ADAPTED ONCE (issue 11, the channel cost model): the cost model's interface to the search
+changed — the multi-node bus bandwidth is min(worst share, effective network) instead of
+the additive hierarchical formula, the objective gained "fewest nodes" after bandwidth,
+and nodes are grouped by their effective network (line rate x transport). Those four
+places were changed here exactly as in the solver (marked "issue 11"), nothing else, so
+this copy still pins the one-pass rework's search against the search it replaced.
+
 The original module docstring follows.
 
 The gang placement solver: the best placement of a gang by the objective in ``objective.py``.
@@ -165,7 +172,7 @@ def _options(topology: Topology, free_mask: int, k: int) -> tuple[_Option, ...]:
     raw = []
     for combo in subsets or distinct_subsets(topology, free, k):
         bw = ring_bus_bandwidth(topology, combo)
-        intra = 2 * (k - 1) / (k * bw) if k > 1 else 0.0
+        intra = -bw if k > 1 else -math.inf  # issue 11
         taken = position_mask(topology, combo)
         raw.append(
             _Option(
@@ -293,10 +300,8 @@ def _infeasible_reason(
 
 # --- the search -------------------------------------------------------------------------
 def _f(n: int, m: int, intra: float, net_gbps: float, factor: float) -> float:
-    """The cost model's hierarchical bus bandwidth, written exactly as gang_bus_bandwidth."""
-    net_gbytes = net_gbps / 8.0 * factor
-    per_byte = intra + 2 * (m - 1) / (m * net_gbytes)
-    return 2 * (n - 1) / n / per_byte
+    """issue 11: cost.multi_node_bus_bandwidth, as in the solver."""
+    return min(-intra, net_gbps / 8.0 * factor)
 
 
 def _sumset(x: int, y: int, full: int) -> int:
@@ -364,7 +369,7 @@ class _Search:
         for node in members:
             if self.free_count[node.name] < self.g:
                 continue
-            net = node.network_gbps if by_network else 0.0
+            net = node.effective_gbps if by_network else 0.0  # issue 11
             key = (node.topology, node.used, net)
             cls = groups.get(key)
             if cls is None:
@@ -372,7 +377,7 @@ class _Search:
                 cls = _Class(
                     topology=node.topology,
                     free_mask=self.free_mask[node.name],
-                    network_gbps=node.network_gbps,
+                    network_gbps=node.effective_gbps,  # issue 11
                     opened=not node.used,
                     names=[],
                     canon=canon,
@@ -412,9 +417,9 @@ class _Search:
         if best is not None:
             # Cheapest bound first: the whole cluster at rack speed, no intra-node cost.
             jmax = max(min(self.per_node, c // self.g) for c in self.free_count.values())
-            net = max(n.network_gbps for n in self.nodes)
+            net = max(n.effective_gbps for n in self.nodes)  # issue 11
             m_lb = max(2, math.ceil(self.r / jmax))
-            if round(_f(self.n, m_lb, 0.0, net, 1.0), ROUND) < best.score.bus_bandwidth:
+            if round(_f(self.n, m_lb, -math.inf, net, 1.0), ROUND) < best.score.bus_bandwidth:
                 return best
         scopes: list[tuple[str, list[NodeState]]] = []
         racks: dict[tuple[str | None, str], list[NodeState]] = {}
@@ -461,7 +466,7 @@ class _Search:
         jmax = max(cap)
         m_lb = max(2, math.ceil(self.r / jmax))
         net = max(c.network_gbps for c in classes)
-        return round(_f(self.n, m_lb, 0.0, net, SPAN_FACTOR[span]), ROUND)
+        return round(_f(self.n, m_lb, -math.inf, net, SPAN_FACTOR[span]), ROUND)
 
     def _scope(self, span: str, classes: list[_Class], floor: float | None) -> _Candidate | None:
         sig = (span, tuple((c.canon, min(len(c.names), self.r)) for c in classes))
@@ -534,6 +539,9 @@ class _Search:
                     i += 1
         if not found:
             return None
+        # issue 11: the objective's next term, fewest nodes among the best bandwidth
+        fewest = min(m for m, _, _ in tied)
+        tied = [t for t in tied if t[0] == fewest]
         # b. highest slowest-pair threshold
         best_pair = None
         stage2 = []
@@ -700,7 +708,9 @@ def _placement(nodes: Sequence[NodeState], gang: GangRequest, best: _Candidate) 
         bus = 0.0
     else:
         shares = [
-            NodeShare(n.topology, tuple(sorted(best.shares[n.name])), n.network_gbps)
+            NodeShare(  # issue 11
+                n.topology, tuple(sorted(best.shares[n.name])), n.network_gbps, n.network_transport
+            )
             for n in touched
         ]
         bus = gang_bus_bandwidth(shares, span=span)

@@ -12,6 +12,7 @@ from solver_helpers import dgx1_v100
 
 from gputopo import names
 from gputopo.cli import main
+from gputopo.topology.transport import effective_network_gbps
 
 
 def write_cluster(path: Path, *, bound: dict[str, str] | None = None) -> Path:
@@ -153,7 +154,8 @@ def test_unusable_network_annotation_falls_back_to_the_default(tmp_path, capsys,
     path.write_text(yaml.safe_dump_all(docs), encoding="utf-8")
     doc = run_json(capsys, "--cluster", str(path), "--replicas", "2", "--gpus-per-replica", "1")
     assert doc["feasible"] is True
-    assert doc["busBandwidthGBps"] == pytest.approx(names.DEFAULT_NETWORK_GBPS / 8)
+    default = effective_network_gbps(names.DEFAULT_NETWORK_GBPS, names.DEFAULT_NETWORK_TRANSPORT)
+    assert doc["busBandwidthGBps"] == pytest.approx(default / 8, abs=1e-3)
 
 
 def test_activated_nodes_with_bad_topology_are_not_called_unactivated(tmp_path, capsys):
@@ -167,3 +169,24 @@ def test_activated_nodes_with_bad_topology_are_not_called_unactivated(tmp_path, 
     doc = run_json(capsys, "--cluster", str(path), "--replicas", "1", "--gpus-per-replica", "1")
     assert doc["feasible"] is False
     assert "usable topology data" in doc["reason"]
+
+
+@pytest.mark.parametrize(
+    ("transport", "share"),
+    [("rdma", 0.94), ("RDMA", 0.94), ("tcp", 0.25), (None, 0.25), ("infiniband-ish", 0.25)],
+)
+def test_network_transport_annotation_decides_the_share_of_the_line_rate(
+    tmp_path, capsys, transport, share
+):
+    """gputopo.io/network-transport is read where network-gbps is: rdma gets 0.94 of the
+    line rate, tcp and anything unknown or absent the conservative 0.25."""
+    seven = "0,1,2,3,4,5,6"  # one GPU free per node: the gang must span both
+    path = write_cluster(tmp_path / "cluster.yaml", bound={"dgx1-a": seven, "dgx1-b": seven})
+    docs = list(yaml.safe_load_all(path.read_text()))
+    for doc in docs[:2]:
+        doc["metadata"]["annotations"][names.NETWORK_GBPS_ANNOTATION] = "100"
+        if transport is not None:
+            doc["metadata"]["annotations"][names.NETWORK_TRANSPORT_ANNOTATION] = transport
+    path.write_text(yaml.safe_dump_all(docs), encoding="utf-8")
+    doc = run_json(capsys, "--cluster", str(path), "--replicas", "2", "--gpus-per-replica", "1")
+    assert doc["busBandwidthGBps"] == pytest.approx(100 * share / 8, abs=1e-3)

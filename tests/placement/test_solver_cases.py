@@ -226,3 +226,28 @@ def test_replicas_per_node_cap_makes_a_small_cluster_infeasible_with_a_reason(tw
     p = solve(two_dgx1, GangRequest(replicas=3, gpus_per_replica=1, max_replicas_per_node=1))
     assert not p.feasible
     assert "at most 1 per node" in p.reason
+
+
+def test_when_the_network_limits_fewer_nodes_win() -> None:
+    """Issue 11: NCCL's pipelined rings give 2 and 4 nodes the same bus bandwidth when the
+    network is the limit; the objective's ``nodes`` term keeps the gang on 2 nodes (the
+    slowest-pair term alone would pick four lone GPUs, which have no pairs at all)."""
+    busy = (2, 3, 4, 5, 6, 7)  # GPUs 0,1 (an NV1 pair) free on every node
+    nodes = [node(f"n{i}", dgx1_v100(), busy) for i in range(4)]
+    p = solve(nodes, GangRequest(4, 1))
+    assert p.feasible
+    assert len({s.node for s in p.slots}) == 2
+    assert p.bus_bandwidth_gbps == pytest.approx(25.0 * 0.25 / 8)
+
+
+def test_an_rdma_node_pair_beats_a_tcp_pair() -> None:
+    """The transport decides between otherwise equal nodes: the rdma ones carry 3.8x more."""
+    busy = tuple(range(1, 8))
+    tcp = [node(f"a{i}", dgx1_v100(), busy, network_gbps=100.0) for i in range(2)]
+    rdma = [
+        NodeState(f"b{i}", dgx1_v100(), frozenset(busy), "zone-a", "rack-1", 100.0, "rdma")
+        for i in range(2)
+    ]
+    p = solve([*tcp, *rdma], GangRequest(2, 1))
+    assert {s.node for s in p.slots} == {"b0", "b1"}
+    assert p.bus_bandwidth_gbps == pytest.approx(100 * 0.94 / 8)

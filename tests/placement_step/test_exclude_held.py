@@ -17,7 +17,7 @@ def test_every_nodestate_field_survives_exclude_held() -> None:
     topo = read_topology_file(str(FIXTURE))
     facts = NodeFacts.of({"metadata": {"name": "n0", "labels": {"pool": "a"}}})
     node = NodeState(name="n0", topology=topo, used=frozenset({0}), zone="z", rack="r",
-                     network_gbps=100.0, facts=facts,
+                     network_gbps=100.0, network_transport="rdma", facts=facts,
                      host_ports=frozenset({("TCP", 23456)}))
     # every field set to something other than its default, so a dropped one shows
     for f in dataclasses.fields(NodeState):

@@ -58,7 +58,9 @@ def test_ack_shaped_report_with_health_map() -> None:
     cm = {"metadata": {"name": "gpu-2-gputopo-report"}, "data": data}
     topo = topology_from_report(cm)
     assert topo.indices == (0, 1, 2)
-    assert topo.bandwidth(0, 1) == 48.2
+    assert topo.measured is not None and topo.measured[0][1] == 48.2
+    # within the noise band of V100's NV2 figure: the documented 51.562 (model._denoised)
+    assert topo.bandwidth(0, 1) == 51.562
     assert unhealthy_gpus(cm) == frozenset({2})
 
 

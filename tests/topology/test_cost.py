@@ -10,7 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gputopo.errors import TopologyError
+from gputopo.topology.bandwidth import nvlink_count
 from gputopo.topology.cost import (
+    LINK_EFFICIENCY,
     SPANS,
     NodeShare,
     allreduce_time_s,
@@ -43,9 +45,16 @@ def brute_force_ring(topo: Topology, gpus: tuple[int, ...]) -> float:
 
 @given(topo=st.one_of(topologies(min_gpus=2, max_gpus=7), measured_topologies()), data=st.data())
 def test_ring_is_the_best_ring_order(topo: Topology, data: st.DataObject) -> None:
+    """The single-ring part is the best ring order; the channels never predict less, and
+    without an NVLink between the GPUs it is the whole answer."""
     k = data.draw(st.integers(2, len(topo.gpus)))
     gpus = tuple(data.draw(st.permutations(topo.indices))[:k])
-    assert ring_bus_bandwidth(topo, gpus) == pytest.approx(brute_force_ring(topo, tuple(gpus)))
+    ring = brute_force_ring(topo, tuple(gpus)) * LINK_EFFICIENCY
+    assert explain(topo, gpus)["ringBusBandwidthGBps"] == pytest.approx(ring, abs=1e-3)
+    bus = ring_bus_bandwidth(topo, gpus)
+    assert bus >= ring * (1 - 1e-9)
+    if not any(nvlink_count(topo.link(a, b)) for a, b in itertools.combinations(gpus, 2)):
+        assert bus == pytest.approx(ring)
 
 
 @given(topo=topologies(min_gpus=3, max_gpus=7))
@@ -54,8 +63,15 @@ def test_explain_ring_visits_every_gpu_and_its_bottleneck_is_the_answer(topo: To
     r = explain(topo, gpus)
     assert sorted(r["ring"]) == sorted(gpus)
     assert len(r["links"]) == len(gpus)
-    assert min(e["bandwidthGBps"] for e in r["links"]) == r["busBandwidthGBps"]
-    assert r["bottleneck"]["bandwidthGBps"] == r["busBandwidthGBps"]
+    assert min(e["bandwidthGBps"] for e in r["links"]) == r["bottleneck"]["bandwidthGBps"]
+    assert r["ringBusBandwidthGBps"] == pytest.approx(
+        r["bottleneck"]["bandwidthGBps"] * LINK_EFFICIENCY, abs=1e-3
+    )
+    assert r["busBandwidthGBps"] >= r["ringBusBandwidthGBps"]
+    if r["model"] == "nvlink-rings":  # channels x per-channel line rate x efficiency
+        assert r["channels"] * r["perChannelGBps"] * LINK_EFFICIENCY == pytest.approx(
+            r["busBandwidthGBps"], rel=1e-3
+        )
 
 
 @given(topo=measured_topologies(min_gpus=3, max_gpus=6), data=st.data())
@@ -78,18 +94,31 @@ def test_nvswitch_every_subset_is_equally_good(
         assert len(values) == 1
 
 
-def test_dgx1_quad_beats_a_cross_socket_set(dgx1: Topology) -> None:
+def test_dgx1_quad_beats_every_set_across_the_halves(dgx1: Topology) -> None:
+    """Issue 11: a fully NVLink-connected quad (every pair NV1 or NV2) packs two rings each
+    way; any 4 GPUs that need the link between the two halves pack at most one."""
+    nv1 = dgx1.bandwidth(0, 1)
     quad = ring_bus_bandwidth(dgx1, (0, 1, 2, 3))
-    assert quad == pytest.approx(dgx1.bandwidth(0, 1))  # NV1 is the quad's bottleneck
-    assert quad > ring_bus_bandwidth(dgx1, (0, 1, 2, 5))
+    assert quad == pytest.approx(4 * nv1 * LINK_EFFICIENCY)  # 4 channels of one NVLink
+    assert ring_bus_bandwidth(dgx1, (4, 5, 6, 7)) == pytest.approx(quad)
+    across = [
+        c for c in itertools.combinations(dgx1.indices, 4)
+        if not set(c) <= {0, 1, 2, 3} and not set(c) <= {4, 5, 6, 7}
+    ]
+    assert max(ring_bus_bandwidth(dgx1, c) for c in across) == pytest.approx(quad / 2)
+    assert ring_bus_bandwidth(dgx1, (0, 1, 5, 4)) == pytest.approx(quad / 2)  # one NVLink ring
+    assert ring_bus_bandwidth(dgx1, (0, 1, 2, 5)) < quad / 10  # needs a SYS hop
     assert best_ring_subset(dgx1, 4)[1] == pytest.approx(quad)
-    assert best_ring_subset(dgx1, 2)[1] == pytest.approx(dgx1.bandwidth(0, 3))  # an NV2 pair
+    pair = dgx1.bandwidth(0, 3) * LINK_EFFICIENCY  # an NV2 pair
+    assert best_ring_subset(dgx1, 2)[1] == pytest.approx(pair)
+    assert ring_bus_bandwidth(dgx1, tuple(range(8))) == pytest.approx(6 * nv1 * LINK_EFFICIENCY)
 
 
 def test_pcie_pairs_a100_third_gpu_falls_to_pcie(a100_pairs: Topology) -> None:
     pair = ring_bus_bandwidth(a100_pairs, (0, 1))
     three = ring_bus_bandwidth(a100_pairs, (0, 1, 2))
     assert pair > 10 * three  # nccl-tests #178: 208 GB/s on the pair, ~20 with a third GPU
+    assert 180 <= pair <= 240 and 15 <= three <= 25
 
 
 def test_one_gpu_is_defined_and_finite(dgx1: Topology, pcie: Topology) -> None:
@@ -113,9 +142,22 @@ def test_single_share_is_the_ring(dgx1: Topology) -> None:
     assert gang_bus_bandwidth([share], span="node") == ring_bus_bandwidth(dgx1, (0, 1, 2, 3))
 
 
-def test_one_gpu_per_node_is_the_network(dgx1: Topology) -> None:
-    shares = [NodeShare(dgx1, (0,), 100.0) for _ in range(4)]
-    assert gang_bus_bandwidth(shares, span="rack") == pytest.approx(100.0 / 8)
+def test_one_gpu_per_node_is_the_effective_network(dgx1: Topology) -> None:
+    shares = [NodeShare(dgx1, (0,), 100.0) for _ in range(4)]  # tcp by default
+    assert gang_bus_bandwidth(shares, span="rack") == pytest.approx(100.0 * 0.25 / 8)
+    rdma = [NodeShare(dgx1, (0,), 100.0, "rdma") for _ in range(4)]
+    assert gang_bus_bandwidth(rdma, span="rack") == pytest.approx(100.0 * 0.94 / 8)
+    # the slowest node decides, transport included
+    assert gang_bus_bandwidth([*rdma[:3], shares[0]], span="rack") == pytest.approx(3.125)
+    unknown = [NodeShare(dgx1, (0,), 100.0, "carrier-pigeon") for _ in range(2)]
+    assert gang_bus_bandwidth(unknown, span="rack") == pytest.approx(100.0 * 0.25 / 8)
+
+
+def test_the_worst_share_limits_a_fast_network(dgx1: Topology) -> None:
+    shares = [NodeShare(dgx1, (0, 1, 2, 5), 800.0, "rdma"), NodeShare(dgx1, (0, 1), 800.0, "rdma")]
+    assert gang_bus_bandwidth(shares, span="rack") == pytest.approx(
+        ring_bus_bandwidth(dgx1, (0, 1, 2, 5))
+    )
 
 
 def test_seeds_case_one_node_beats_two(dgx1: Topology) -> None:
@@ -123,8 +165,8 @@ def test_seeds_case_one_node_beats_two(dgx1: Topology) -> None:
     two = gang_bus_bandwidth(
         [NodeShare(dgx1, (0, 1), 25.0), NodeShare(dgx1, (0, 1), 25.0)], span="rack"
     )
-    assert one > 5 * two
-    assert 25.0 / 8 < two < ring_bus_bandwidth(dgx1, (0, 1))  # hierarchy beats a flat ring
+    assert one > 50 * two
+    assert two == pytest.approx(25.0 * 0.25 / 8)  # TCP sockets: a quarter of the line rate
 
 
 @given(

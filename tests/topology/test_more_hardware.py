@@ -7,7 +7,7 @@ import pytest
 
 from gputopo.topology.bandwidth import infer_generation, is_all_to_all
 from gputopo.topology.commands import explain_with_alternative, render_explanation
-from gputopo.topology.cost import ring_bus_bandwidth
+from gputopo.topology.cost import LINK_EFFICIENCY, ring_bus_bandwidth
 from gputopo.topology.model import Topology
 from gputopo.topology.nvidia_smi import parse_nvidia_smi
 
@@ -35,7 +35,7 @@ def test_other_machines(name: str, gpus: int, gen: str | None, all_to_all: bool,
     assert topo.indices == tuple(range(gpus))
     assert infer_generation(topo) == gen
     assert is_all_to_all(topo) is all_to_all
-    assert ring_bus_bandwidth(topo, (0, 1)) == pytest.approx(pair_gbps)
+    assert ring_bus_bandwidth(topo, (0, 1)) == pytest.approx(pair_gbps * LINK_EFFICIENCY)
 
 
 def test_a100_full_mesh_is_not_taken_for_v100() -> None:

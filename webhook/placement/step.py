@@ -179,7 +179,8 @@ def exclude_held(nodes: Sequence[NodeState], held: Mapping[str, set[int]],
             # field is passed on (tests/placement_step/test_exclude_held.py checks that)
             hit = (n, frozenset(extra), NodeState(
                 name=n.name, topology=n.topology, used=n.used | frozenset(extra), zone=n.zone,
-                rack=n.rack, network_gbps=n.network_gbps, facts=n.facts,
+                rack=n.rack, network_gbps=n.network_gbps,
+                network_transport=n.network_transport, facts=n.facts,
                 host_ports=n.host_ports))
         fresh[n.name] = hit
         out.append(hit[2])
