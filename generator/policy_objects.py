@@ -9,7 +9,6 @@ are not policies and stay out.
 from __future__ import annotations
 
 import re
-import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,6 +18,7 @@ from generator import k8s
 from generator.literal import Literal
 from gputopo.errors import InputError
 from gputopo.names import GPUTOPO_NAMESPACE, POLICIES_CONFIGMAP, WEBHOOK_NAME
+from gputopo.platforms import gather_policies
 from webhook.policy.loader import load_policies
 from webhook.policy.loader import policy_files as loader_policy_files
 
@@ -64,14 +64,7 @@ def config_map_of_files(directory: Path, names: Sequence[str]) -> dict[str, Any]
     relative to it): each file's text unchanged under its base name, the set validated as
     the webhook will load it (one directory)."""
     with tempfile.TemporaryDirectory(prefix="gputopo-policies-") as tmp:
-        for name in names:
-            src = directory / name
-            if not src.is_file():
-                raise InputError("no such policy file", file=str(src))
-            dst = Path(tmp) / Path(name).name
-            if dst.exists():
-                raise InputError(f"two policy files named {dst.name}", file=str(src))
-            shutil.copyfile(src, dst)
+        gather_policies(directory, names, Path(tmp))
         return config_map(Path(tmp), source=directory)
 
 

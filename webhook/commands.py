@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="cluster file (default: the embedded demo cluster)")
     mutate.add_argument("--policies", metavar="DIR", type=Path,
                         help="policy directory (default: the shipped policies)")
+    mutate.add_argument("--platform", choices=("ack", "tke", "generic"),
+                        help="admit with the policies `generate manifests --platform` ships "
+                             "(default: every shipped policy, or --policies)")
     mutate.add_argument("--namespace", metavar="NS", default="default",
                         help="namespace of input objects that name none (default: default)")
     mutate.add_argument("--namespace-labels", metavar="k=v,...",
@@ -58,7 +62,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _mutate(args: argparse.Namespace) -> int:
     from gputopo.cluster.demo import demo_snapshot
     from gputopo.cluster.snapshot import ClusterSnapshot
-    from webhook.assembly import build_admitter
+    from gputopo.platforms import gather_policies, platform
+    from webhook.assembly import build_admitter, default_policies_dir
     from webhook.dryrun import (
         add_missing_namespaces,
         admit_all,
@@ -94,8 +99,15 @@ def _mutate(args: argparse.Namespace) -> int:
         if not namespace_opted_in(_labels(cluster.namespace(ns))):
             print(f"gputopo: namespace {ns} is not opted in (no gputopo.io/inject=enabled "
                   f"label): its pods are admitted unchanged", file=sys.stderr)
-    admitter = build_admitter(args.policies, cluster, placement=make_placement_step(),
-                              reload_interval_s=0)
+    policies = args.policies
+    with tempfile.TemporaryDirectory(prefix="gputopo-platform-") as tmp:
+        if args.platform is not None:
+            if policies is not None:
+                raise InputError("give --policies or --platform, not both", obj="--platform")
+            chosen = platform(args.platform)
+            policies = gather_policies(default_policies_dir(), chosen.policies, Path(tmp))
+        admitter = build_admitter(policies, cluster, placement=make_placement_step(),
+                                  reload_interval_s=0)
     try:
         outcomes = admit_all(admitter, cluster, pods)
     finally:
