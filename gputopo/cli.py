@@ -29,6 +29,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "webhook.server_commands",
     "gputopo.topology.commands",
     "gputopo.placement.commands",
+    "gputopo.cluster.commands",
     "generator.commands",
 )
 

@@ -39,6 +39,7 @@ COMMANDS = [
     "policy test {P}/pol",
     "topology parse {P}/t.txt",
     "topology explain --topology {P}/t.txt --gpus 0,1",
+    "nodes --cluster {P}/c.yaml",
 ]
 SERVE = ["serve --policies {P}/pol", "serve --cluster {P}/c.yaml",
          "serve --cert-dir {P}/certs"]
