@@ -154,3 +154,19 @@ def test_an_unknown_platform_is_refused(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["generate", "manifests", "--platform", "gke"])
     assert exc.value.code == 2
+
+
+def test_install_mds_platform_table_is_the_profiles():
+    from gputopo.platforms import PLATFORMS
+
+    text = (REPO / "docs" / "install.md").read_text(encoding="utf-8")
+    rows = {line.split("|")[1].strip().strip("`"): line for line in text.splitlines()
+            if line.startswith("| `") and line.split("|")[1].strip().strip("`") in PLATFORMS}
+    assert set(rows) == set(PLATFORMS)
+    for name, p in PLATFORMS.items():
+        cells = rows[name].split("|")
+        assert f"`{p.gpu_resource}`" in cells[3]
+        for policy in p.policies:
+            assert f"`{Path(policy).stem}`" in cells[2], (name, policy)
+        for agent in p.node_agents:
+            assert agent in cells[4]
