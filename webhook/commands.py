@@ -77,7 +77,10 @@ def _mutate(args: argparse.Namespace) -> int:
 
     ns_labels = (None if args.namespace_labels is None
                  else parse_label_list(args.namespace_labels))
-    pods, others = read_inputs(args.files, namespace=args.namespace)
+    notes: list[str] = []
+    pods, others = read_inputs(args.files, namespace=args.namespace, notes=notes)
+    for note in notes:
+        print(f"gputopo: {note}", file=sys.stderr)
     if not pods:
         raise InputError("no Pods and no training jobs in the input files",
                          file=", ".join(map(str, args.files)))

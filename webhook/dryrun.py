@@ -131,13 +131,34 @@ def _owned_job(obj: dict[str, Any], jobs_by_owner: dict[tuple[str, str, str], An
     return None
 
 
-def read_inputs(files: Sequence[Path], *, namespace: str = "default"
+def _fill_owner_uids(obj: dict[str, Any], uids: Mapping[tuple[str, str, str], str],
+                     notes: list[str]) -> None:
+    """An ownerReference without a uid (the API server refuses one) to a job of the input
+    gets that job's uid, so the dry run can identify the gang; said in ``notes``."""
+    meta = obj["metadata"]
+    ns = str(meta.get("namespace") or "")
+    for ref in meta.get("ownerReferences") or []:
+        if not isinstance(ref, dict) or ref.get("uid"):
+            continue
+        uid = uids.get((ns, str(ref.get("kind")), str(ref.get("name"))))
+        if uid:
+            ref["uid"] = uid
+            notes.append(f"{_label(obj)}: ownerReference to {ref.get('kind')} "
+                         f"{ns}/{ref.get('name')} has no uid (the API server requires one); "
+                         f"using the {ref.get('kind')}'s uid {uid}")
+
+
+def read_inputs(files: Sequence[Path], *, namespace: str = "default",
+                notes: list[str] | None = None
                 ) -> tuple[list[InputPod], list[dict[str, Any]]]:
     """Pods to admit (in order) and the other objects (Namespaces, jobs) of the files.
 
     A training job none of whose pods is in the input is expanded into its operator's
-    objects, at the job's place in the input; objects without a namespace get ``namespace``.
+    objects, at the job's place in the input; objects without a namespace get ``namespace``;
+    a job without a uid gets a made-up one, and so do its pods' owner references that lack
+    it (each said in ``notes``).
     """
+    notes = notes if notes is not None else []
     found: list[tuple[str, dict[str, Any]]] = []
     for path in files:
         docs = load_documents(path)
@@ -153,8 +174,20 @@ def read_inputs(files: Sequence[Path], *, namespace: str = "default"
                     _check_input_object(item, str(path), k)
                 _place_in_namespace(item, namespace)
                 found.append((str(path), item))
+    found = [(f, with_identity(o, namespace=namespace) if is_training_job(o) else o)
+             for f, o in found]
     jobs = {(o["metadata"]["namespace"], o["kind"], o["metadata"]["name"]): o
             for _, o in found if is_training_job(o)}
+    uids = {k: str(o["metadata"]["uid"]) for k, o in jobs.items()}
+    for _, obj in found:
+        if obj.get("kind") == "Job" and obj.get("apiVersion") == "batch/v1":
+            _fill_owner_uids(obj, uids, notes)
+            if obj["metadata"].get("uid"):
+                uids[(obj["metadata"]["namespace"], "Job", obj["metadata"]["name"])] = str(
+                    obj["metadata"]["uid"])
+    for _, obj in found:
+        if obj.get("kind") == "Pod":
+            _fill_owner_uids(obj, uids, notes)
     batch_parents: dict[tuple[str, str], tuple[str, str, str]] = {}
     for _, obj in found:
         if obj.get("kind") == "Job" and obj.get("apiVersion") == "batch/v1":
@@ -167,7 +200,7 @@ def read_inputs(files: Sequence[Path], *, namespace: str = "default"
     for file, item in found:
         key = (item["metadata"].get("namespace"), item.get("kind"), item["metadata"].get("name"))
         if is_training_job(item) and key not in with_pods:
-            job = with_identity(item, namespace=namespace)
+            job = item
             others.append(job)
             try:
                 created = expand(job)

@@ -170,3 +170,38 @@ def test_install_mds_platform_table_is_the_profiles():
             assert f"`{Path(policy).stem}`" in cells[2], (name, policy)
         for agent in p.node_agents:
             assert agent in cells[4]
+
+
+def test_hand_made_pods_without_owner_uids_are_identified_with_a_note(tmp_path, capsys):
+    """Issue 12: hand-made pods whose ownerReference lacks the uid got an internal
+    'GangKey.uid must be a non-empty string' and no placement."""
+    src = REPO / "policies" / "tests" / "ack-pytorch" / "resources.yaml"
+    docs = [d for d in yaml.safe_load_all(src.read_text()) if d]
+    for d in docs:
+        d["metadata"].pop("uid", None)
+        for ref in d["metadata"].get("ownerReferences", []):
+            ref.pop("uid")
+    f = tmp_path / "pods.yaml"
+    f.write_text(yaml.safe_dump_all(docs))
+    assert main(["mutate", "-o", "table", str(f)]) == 0
+    out, err = capsys.readouterr()
+    assert all(r[1] != "-" for r in _table(out))
+    assert "GangKey" not in err and err.count("has no uid (the API server requires one)") == 2
+
+
+def test_dash_means_stdin_for_cluster_files_and_stdout_for_one_output_file(monkeypatch,
+                                                                          capsys, tmp_path):
+    from gputopo.cluster.demo import demo_cluster_path
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO(demo_cluster_path().read_text()))
+    assert main(["nodes", "--cluster", "-"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 3
+    monkeypatch.setattr(sys, "stdin", io.StringIO(demo_cluster_path().read_text()))
+    assert main(["place", "--cluster", "-", "--replicas", "2", "--gpus-per-replica", "4"]) == 0
+    capsys.readouterr()
+    assert main(["generate", "scheduler-config", "-o", "-"]) == 0
+    assert "KubeSchedulerConfiguration" in capsys.readouterr().out
+    assert not (tmp_path / "-").exists()
+    assert main(["generate", "manifests", "-o", "-"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        "writes several files: give a directory, not -")
