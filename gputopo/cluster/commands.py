@@ -21,8 +21,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "holding GPUs there (pods and reservation records). The first view when "
                     "asking why a job did not fit.",
     )
-    p.add_argument("--cluster", metavar="FILE",
-                   help="cluster file ('-' for stdin); default: the embedded demo cluster")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--cluster", metavar="FILE",
+                     help="cluster file ('-' for stdin); default: the embedded demo cluster")
+    src.add_argument("--live", action="store_true",
+                     help="list the cluster this process can reach (in-cluster account, "
+                          "else --kubeconfig / $KUBECONFIG / ~/.kube/config)")
+    p.add_argument("--kubeconfig", metavar="FILE", help="with --live: this kubeconfig")
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")
     p.set_defaults(func=_nodes)
 
@@ -48,7 +53,11 @@ def _reserved(objects: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
 def _nodes(args: argparse.Namespace) -> int:
     from gputopo.cluster.node_table import format_rows, gangs_by_node, node_rows
 
-    if args.cluster:
+    if args.live:
+        from gputopo.cluster.live_snapshot import live_snapshot
+
+        snapshot = live_snapshot(args.kubeconfig)
+    elif args.cluster:
         from gputopo.cluster.snapshot import ClusterSnapshot
 
         snapshot = ClusterSnapshot.from_file(args.cluster)

@@ -49,3 +49,38 @@ def test_nodes_on_the_demo_cluster(capsys):
     assert main(["nodes"]) == 0
     rows = _rows(capsys.readouterr().out)
     assert all(r[3:6] == ["0/8", "8", "8"] for r in rows.values()) and len(rows) == 2
+
+
+def test_nodes_live_lists_the_api_server(tmp_path, capsys, monkeypatch):
+    from k8s_double.server import running_double
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    demo = [d for d in yaml.safe_load_all(demo_cluster_path().read_text()) if d]
+    with running_double() as kube:
+        for obj in demo:
+            kube.apply(obj)
+        kube.apply({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": "solo", "namespace": "default",
+                                 "labels": {"gpu-topology": "solo"},
+                                 "annotations": {"topology.kubernetes.io/gpu-group": "0,1"}},
+                    "spec": {"nodeName": "cn-shanghai.192.168.16.172",
+                             "containers": [{"name": "c", "image": "x"}]}})
+        cfg = tmp_path / "kubeconfig"
+        cfg.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "double",
+            "clusters": [{"name": "double", "cluster": {"server": kube.url}}],
+            "users": [{"name": "u", "user": {"token": "test-double-token"}}],
+            "contexts": [{"name": "double", "context": {"cluster": "double", "user": "u"}}]}))
+        assert main(["nodes", "--live", "--kubeconfig", str(cfg)]) == 0
+    rows = _rows(capsys.readouterr().out)
+    assert rows["cn-shanghai.192.168.16.172"][3:6] == ["2/8", "6", "4"]
+    assert rows["cn-shanghai.192.168.16.172"][-1] == "default/solo"
+
+
+def test_nodes_live_without_a_cluster_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    cfg = tmp_path / "kubeconfig"
+    cfg.write_text("not: [a kubeconfig\n")
+    assert main(["nodes", "--live", "--kubeconfig", str(cfg)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("gputopo: error: --live:")
