@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from generator.platforms import DEFAULT_PLATFORM, PLATFORMS
 from generator.scheduler_config import ProfileOptions
 from gputopo.errors import InputError
 
@@ -34,13 +35,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="with --merge-into: give every profile Coscheduling's queue sort "
                             "(kube-scheduler needs one queue sort for all profiles)")
     sched.add_argument("-o", "--output", metavar="FILE", type=Path,
-                       help="write here instead of standard output")
+                       help="write here instead of standard output ('-': standard output)")
     sched.set_defaults(func=_scheduler_config)
 
     man = sub.add_parser("manifests", help="everything to deploy gputopo (what manifests/ holds)")
     _profile_flags(man)
     man.add_argument("-o", "--output", metavar="DIR", type=Path, default=Path("manifests"),
                      help="directory to write (default: manifests)")
+    man.add_argument("--platform", choices=tuple(PLATFORMS), default=DEFAULT_PLATFORM,
+                     help="ack (default): ACK's policy, aliyun.com/gpu; tke: keeps "
+                          "nvidia.com/gpu, TKE topology + TACO/HARP policies; generic: keeps "
+                          "nvidia.com/gpu (docs/install.md, Platforms)")
     man.add_argument("--image", help="the gputopo image built from the Dockerfile "
                      "(default: gputopo:0.1.0)")
     man.add_argument("--scheduler-image", help="scheduler-plugins kube-scheduler image "
@@ -53,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     man.add_argument("--certs", default="cert-manager",
                      help="cert-manager (default) or self-signed (writes a private key!)")
     man.add_argument("--policies", metavar="DIR", type=Path,
-                     help="policies to ship (default: the repository's policies/)")
+                     help="ship every policy of DIR instead of the platform's")
     man.add_argument("--reporter-runtime-class", metavar="NAME",
                      help="runtimeClassName for the reporter (e.g. nvidia) when the NVIDIA "
                           "runtime is not the node's default")
@@ -73,8 +78,9 @@ def _profile_flags(parser: argparse.ArgumentParser) -> None:
     d = ProfileOptions()
     parser.add_argument("--api-version", default="v1",
                         help="v1 (default) or v1beta3 for Kubernetes 1.23-1.24")
-    parser.add_argument("--gpu-resource", default=d.gpu_resource,
-                        help=f"GPU resource the profile packs (default {d.gpu_resource})")
+    parser.add_argument("--gpu-resource", default=None,
+                        help=f"GPU resource the profile packs (default {d.gpu_resource}; "
+                             f"with --platform: the platform's)")
     parser.add_argument("--permit-wait-seconds", type=int, default=d.permit_wait_seconds,
                         help="gang wait timeout at Permit (default %(default)s)")
     parser.add_argument("--pod-group-backoff-seconds", type=int, default=None,
@@ -98,7 +104,8 @@ def _profile(args: argparse.Namespace) -> ProfileOptions:
         raise InputError(f"{args.api_version!r} must be one of "
                          f"{', '.join(API_VERSION_CHOICES)}", obj="--api-version")
     return ProfileOptions(
-        gpu_resource=args.gpu_resource,
+        gpu_resource=args.gpu_resource or PLATFORMS[
+            getattr(args, "platform", DEFAULT_PLATFORM)].gpu_resource,
         permit_wait_seconds=args.permit_wait_seconds,
         pod_group_backoff_seconds=args.pod_group_backoff_seconds,
         gpu_weight=args.gpu_weight,
@@ -147,9 +154,11 @@ def _manifests(args: argparse.Namespace) -> int:
         certs=args.certs,
         reporter_runtime_class=args.reporter_runtime_class,
         ack_reports=args.ack_reports,
+        platform=args.platform,
         profile=_profile(args),
         **kwargs,
     )
+    _not_stdout(args.output, "generate manifests")
     written = manifests.write(opts, args.output)
     print(f"wrote {len(written)} files to {args.output}", file=sys.stderr)
     if opts.certs == "self-signed":
@@ -166,6 +175,7 @@ def _certs(args: argparse.Namespace) -> int:
                          obj="generate certs") from exc
     from gputopo.names import GPUTOPO_NAMESPACE, WEBHOOK_SERVICE
 
+    _not_stdout(args.output, "generate certs")
     if args.days <= 0:
         raise InputError(f"{args.days} must be greater than 0", obj="--days")
     write_serving_certs(args.output, service=WEBHOOK_SERVICE, namespace=GPUTOPO_NAMESPACE,
@@ -174,8 +184,13 @@ def _certs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _not_stdout(output: Path, what: str) -> None:
+    if str(output) == "-":
+        raise InputError(f"{what} writes several files: give a directory, not -", obj="-o")
+
+
 def _emit(text: str, output: Path | None) -> None:
-    if output is None:
+    if output is None or str(output) == "-":
         sys.stdout.write(text)
         return
     try:

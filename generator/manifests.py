@@ -11,12 +11,14 @@ run to run (fresh keys), which is why the repository uses the cert-manager mode.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from generator import (
+    platforms,
     policy_objects,
     reporter_objects,
     scheduler_objects,
@@ -45,7 +47,10 @@ class ManifestOptions:
     scheduler_replicas: int = 1
     failure_policy: str = webhook_objects.DEFAULT_FAILURE_POLICY
     certs: str = "cert-manager"
-    policies_dir: Path = field(default_factory=policy_objects.default_policies_dir)
+    #: the platform profile (generator/platforms.py): policies, GPU resource, node agents
+    platform: str = platforms.DEFAULT_PLATFORM
+    #: ship every policy of this directory instead of the platform's policy files
+    policies_dir: Path | None = None
     reporter_runtime_class: str | None = None
     #: Let the webhook read ACK's ``kube-system/<node>-gputopo-report`` ConfigMaps.
     ack_reports: bool = True
@@ -115,9 +120,35 @@ def namespace() -> dict[str, Any]:
     }
 
 
+def _reporter(opts: ManifestOptions) -> list[dict[str, Any]]:
+    return [*reporter_objects.rbac(),
+            reporter_objects.daemon_set(image=opts.image,
+                                        runtime_class=opts.reporter_runtime_class)]
+
+
+# Every platform needs each GPU node's wiring on its Node object.
+platforms.register_node_agent("reporter", file="reporter.yaml", build=_reporter,
+                              platforms=platforms.PLATFORMS)
+
+
+def _policies(opts: ManifestOptions, platform: platforms.Platform) -> dict[str, Any]:
+    if opts.policies_dir is not None:
+        return policy_objects.config_map(opts.policies_dir)
+    return policy_objects.config_map_of_files(policy_objects.default_policies_dir(),
+                                              platform.policies)
+
+
+def _profile(opts: ManifestOptions, platform: platforms.Platform) -> ProfileOptions:
+    """The scheduler profile; left at its defaults it packs by the platform's GPU resource."""
+    if opts.profile == ProfileOptions():
+        return dataclasses.replace(opts.profile, gpu_resource=platform.gpu_resource)
+    return opts.profile
+
+
 def build_files(opts: ManifestOptions) -> dict[str, list[dict[str, Any]]]:
     """``{file name: objects}`` in apply order (the kustomization lists them in this order)."""
     check_options(opts)
+    platform = platforms.platform(opts.platform)
     if opts.certs == "cert-manager":
         tls = tls_objects.cert_manager_objects()
         mwc = webhook_objects.mutating_webhook_configuration(
@@ -133,7 +164,7 @@ def build_files(opts: ManifestOptions) -> dict[str, list[dict[str, Any]]]:
         "namespace.yaml": [namespace()],
         "webhook-rbac.yaml": webhook_objects.rbac(ack_reports=opts.ack_reports),
         "webhook-tls.yaml": tls,
-        "policies.yaml": [policy_objects.config_map(opts.policies_dir)],
+        "policies.yaml": [_policies(opts, platform)],
         "webhook.yaml": [
             webhook_objects.service(),
             webhook_objects.deployment(image=opts.image, replicas=opts.webhook_replicas),
@@ -142,15 +173,12 @@ def build_files(opts: ManifestOptions) -> dict[str, list[dict[str, Any]]]:
         "webhook-configuration.yaml": [mwc],
         "scheduler-rbac.yaml": scheduler_objects.rbac(),
         "scheduler.yaml": [
-            scheduler_objects.config_map(build_config(opts.profile)),
+            scheduler_objects.config_map(build_config(_profile(opts, platform))),
             scheduler_objects.deployment(image=opts.scheduler_image,
                                          replicas=opts.scheduler_replicas),
         ],
-        "reporter.yaml": [
-            *reporter_objects.rbac(),
-            reporter_objects.daemon_set(image=opts.image,
-                                        runtime_class=opts.reporter_runtime_class),
-        ],
+        **{file: build(opts) for file, build in
+           (platforms.node_agent(agent) for agent in platform.node_agents)},
     }
 
 

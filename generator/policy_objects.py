@@ -9,6 +9,8 @@ are not policies and stay out.
 from __future__ import annotations
 
 import re
+import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from generator import k8s
 from generator.literal import Literal
 from gputopo.errors import InputError
 from gputopo.names import GPUTOPO_NAMESPACE, POLICIES_CONFIGMAP, WEBHOOK_NAME
+from gputopo.platforms import gather_policies
 from webhook.policy.loader import load_policies
 from webhook.policy.loader import policy_files as loader_policy_files
 
@@ -56,12 +59,21 @@ def policy_files(directory: Path) -> dict[str, str]:
 _CONFIGMAP_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 
 
-def config_map(directory: Path) -> dict[str, Any]:
+def config_map_of_files(directory: Path, names: Sequence[str]) -> dict[str, Any]:
+    """The ConfigMap of some policy files under ``directory`` (a platform's choice, paths
+    relative to it): each file's text unchanged under its base name, the set validated as
+    the webhook will load it (one directory)."""
+    with tempfile.TemporaryDirectory(prefix="gputopo-policies-") as tmp:
+        gather_policies(directory, names, Path(tmp))
+        return config_map(Path(tmp), source=directory)
+
+
+def config_map(directory: Path, *, source: Path | None = None) -> dict[str, Any]:
     files = policy_files(directory)
     size = sum(len(k) + len(v.encode("utf-8")) for k, v in files.items())
     if size > MAX_CONFIGMAP_BYTES:
         raise InputError(f"policies total {size} bytes; a ConfigMap holds at most 1 MiB",
-                         file=str(directory))
+                         file=str(source or directory))
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",

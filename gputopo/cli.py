@@ -6,7 +6,10 @@ are declared here in one place; each area registers its own subcommands through 
 dependencies (FastAPI, the Kubernetes client) only when its command runs.
 
 Bad input raises :class:`gputopo.errors.InputError`; it is printed as one line and the
-process exits 2. Nothing else is caught: a bug shows its traceback.
+process exits 2. So is an ``OSError`` that names a file (a path the user gave that cannot
+be read or written: permission denied, a parent that is a regular file): whichever layer
+met it, the cause is the path, not a bug. Nothing else is caught: a bug shows its
+traceback.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import os
 import sys
 from collections.abc import Sequence
 
+from gputopo import __version__
 from gputopo.errors import InputError
 
 #: Modules that contribute subcommands, each with ``register(subparsers) -> None``.
@@ -25,6 +29,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "webhook.server_commands",
     "gputopo.topology.commands",
     "gputopo.placement.commands",
+    "gputopo.cluster.commands",
     "generator.commands",
     "gputopo.deviceplugin.commands",
 )
@@ -36,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gputopo",
         description="GPU-topology-aware placement of Kubeflow training jobs.",
     )
+    parser.add_argument("--version", action="version", version=f"gputopo {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         try:
@@ -65,6 +71,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 0
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        reason = exc.strerror or type(exc).__name__
+        print(f"gputopo: error: {exc.filename}: {reason}", file=sys.stderr)
+        return 2
     return int(result or 0)
 
 

@@ -2,10 +2,18 @@
 
 Why one: policies, cluster files, pods in and pods out, manifests — all must agree on safe
 loading, on error messages that name the file, and on a stable, diff-friendly output.
+
+Two things users meet here first: ``-`` as a file name reads standard input, and YAML
+copied from a web page often carries no-break spaces (U+00A0) or other Unicode spaces in
+its indentation, which YAML does not take as indentation; such input is refused with one
+line naming the character, its line and column instead of a puzzling error later.
 """
 
 from __future__ import annotations
 
+import re
+import sys
+import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -22,8 +30,46 @@ except AttributeError:  # pragma: no cover - depends on how PyYAML was built
     _Dumper = yaml.SafeDumper
 
 
+#: ``width`` for output a user reads or pipes on: long values (the placement record's
+#: JSON) stay on one line instead of being folded mid-word.
+WIDE = 1 << 30
+#: The file name that means standard input.
+STDIN = "-"
+
+
+_KEY_THEN_ODD_SPACE = re.compile(r"^[ \t-]*[\w./-]+:(?=[^\S \t\r\n])", re.UNICODE)
+
+
+def _odd_space(char: str) -> bool:
+    return char not in " \t" and unicodedata.category(char) == "Zs"
+
+
+def _check_spaces(text: str, source: str) -> None:
+    """Refuse a Unicode space (U+00A0 and the like) where YAML needs a plain one: in the
+    indentation (list dashes included) or between a plain key's colon and its value."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        column = 0
+        for i, char in enumerate(line):
+            if _odd_space(char):
+                column = i + 1
+                break
+            if char not in " \t-":
+                break
+        if not column:
+            m = _KEY_THEN_ODD_SPACE.match(line)
+            column = m.end() + 1 if m else 0
+        if column:
+            char = line[column - 1]
+            name = unicodedata.name(char, "SPACE")
+            raise InputError(
+                f"line {number}, column {column}: U+{ord(char):04X} {name} where YAML needs a "
+                f"plain space (text copied from a web page?); replace it, e.g. "
+                f"sed -i 's/\\xc2\\xa0/ /g' FILE", file=source)
+
+
 def load_documents_text(text: str, *, source: str = "<input>") -> list[Any]:
     """All non-empty documents of a multi-document YAML text."""
+    _check_spaces(text, source)
     try:
         return [doc for doc in yaml.load_all(text, Loader=_Loader) if doc is not None]
     except yaml.YAMLError as exc:
@@ -35,6 +81,12 @@ def load_documents_text(text: str, *, source: str = "<input>") -> list[Any]:
 
 def load_documents(path: str | Path) -> list[Any]:
     """All non-empty documents of a YAML file; errors name the file."""
+    if str(path) == STDIN:
+        try:
+            text = sys.stdin.read()
+        except UnicodeDecodeError as exc:
+            raise InputError("not UTF-8 text", file="<stdin>") from exc
+        return load_documents_text(text, source="<stdin>")
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -49,10 +101,12 @@ def load_documents(path: str | Path) -> list[Any]:
     return load_documents_text(text, source=str(p))
 
 
-def dump_documents(docs: Iterable[Any]) -> str:
-    """Multi-document YAML, keys in insertion order, block style."""
+def dump_documents(docs: Iterable[Any], *, width: int | None = None) -> str:
+    """Multi-document YAML, keys in insertion order, block style (``width=WIDE``: long
+    scalars on one line)."""
     return yaml.dump_all(
-        list(docs), Dumper=_Dumper, sort_keys=False, default_flow_style=False, explicit_start=True
+        list(docs), Dumper=_Dumper, sort_keys=False, default_flow_style=False,
+        explicit_start=True, width=width,
     )
 
 

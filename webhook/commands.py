@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from gputopo.errors import InputError
-from gputopo.yamlio import dump_documents
+from gputopo.yamlio import WIDE, dump_documents
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,18 +22,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="dry-run admission of Pods from files",
         description=(
             "Admit the Pods of FILE... through the webhook's own pipeline, in file order, and "
-            "print the mutated Pods (or their JSON patches) as multi-document YAML. The files "
-            "may also hold the Pods' Namespaces and owning jobs. Warnings go to stderr."
+            "print the mutated Pods (or their JSON patches) as multi-document YAML, or a table "
+            "of where each pod goes. The files may also hold the Pods' Namespaces and owning "
+            "jobs; a training job (PyTorchJob, TFJob, MPIJob v1/v2beta1) whose pods are not in "
+            "the files is expanded into the pods its operator creates. FILE may be - (stdin). "
+            "Warnings go to stderr."
         ),
     )
     mutate.add_argument("--cluster", metavar="FILE", type=Path,
                         help="cluster file (default: the embedded demo cluster)")
     mutate.add_argument("--policies", metavar="DIR", type=Path,
                         help="policy directory (default: the shipped policies)")
+    mutate.add_argument("--platform", choices=("ack", "tke", "generic"),
+                        help="admit with the policies `generate manifests --platform` ships "
+                             "(default: every shipped policy, or --policies)")
+    mutate.add_argument("--namespace", metavar="NS", default="default",
+                        help="namespace of input objects that name none (default: default)")
     mutate.add_argument("--namespace-labels", metavar="k=v,...",
-                        help="labels of namespaces that have no Namespace object in the inputs")
-    mutate.add_argument("-o", "--output", choices=("yaml", "patch"), default="yaml",
-                        help="mutated Pods (yaml, default) or their JSON patches (patch)")
+                        help="labels of namespaces that have no Namespace object in the inputs "
+                             "(default: gputopo.io/inject=enabled, i.e. opted in)")
+    mutate.add_argument("-o", "--output", choices=("yaml", "patch", "table"), default="yaml",
+                        help="mutated Pods (yaml, default), their JSON patches (patch), or "
+                             "one line per pod: node, GPUs, predicted bus bandwidth (table)")
     mutate.add_argument("files", metavar="FILE", nargs="+", type=Path)
     mutate.set_defaults(func=_mutate)
 
@@ -51,14 +62,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _mutate(args: argparse.Namespace) -> int:
     from gputopo.cluster.demo import demo_snapshot
     from gputopo.cluster.snapshot import ClusterSnapshot
-    from webhook.assembly import build_admitter
-    from webhook.dryrun import add_missing_namespaces, admit_all, parse_label_list, read_inputs
+    from gputopo.platforms import gather_policies, platform
+    from webhook.assembly import build_admitter, default_policies_dir
+    from webhook.dryrun import (
+        add_missing_namespaces,
+        admit_all,
+        format_table,
+        parse_label_list,
+        read_inputs,
+    )
+    from webhook.pipeline import _labels
     from webhook.placement.step import make_placement_step
+    from webhook.policy.match import namespace_opted_in
 
-    ns_labels = parse_label_list(args.namespace_labels)
-    pods, others = read_inputs(args.files)
+    ns_labels = (None if args.namespace_labels is None
+                 else parse_label_list(args.namespace_labels))
+    notes: list[str] = []
+    pods, others = read_inputs(args.files, namespace=args.namespace, notes=notes)
+    for note in notes:
+        print(f"gputopo: {note}", file=sys.stderr)
     if not pods:
-        raise InputError("no Pods in the input files", file=", ".join(map(str, args.files)))
+        raise InputError("no Pods and no training jobs in the input files",
+                         file=", ".join(map(str, args.files)))
     if args.cluster is not None:
         cluster = ClusterSnapshot.from_file(args.cluster)
     else:
@@ -67,9 +92,25 @@ def _mutate(args: argparse.Namespace) -> int:
         cluster = demo_snapshot()
     for obj in others:
         cluster.add(obj)
-    add_missing_namespaces(cluster, pods, ns_labels)
-    admitter = build_admitter(args.policies, cluster, placement=make_placement_step(),
-                              reload_interval_s=0)
+    for ns in add_missing_namespaces(cluster, pods, ns_labels):
+        if ns_labels is None:
+            print(f"gputopo: namespace {ns} is not in the inputs: treated as opted in "
+                  f"(gputopo.io/inject=enabled) for this dry run; --namespace-labels sets "
+                  f"its labels", file=sys.stderr)
+    for ns in sorted({str((p.pod.get("metadata") or {}).get("namespace") or "default")
+                      for p in pods}):
+        if not namespace_opted_in(_labels(cluster.namespace(ns))):
+            print(f"gputopo: namespace {ns} is not opted in (no gputopo.io/inject=enabled "
+                  f"label): its pods are admitted unchanged", file=sys.stderr)
+    policies = args.policies
+    with tempfile.TemporaryDirectory(prefix="gputopo-platform-") as tmp:
+        if args.platform is not None:
+            if policies is not None:
+                raise InputError("give --policies or --platform, not both", obj="--platform")
+            chosen = platform(args.platform)
+            policies = gather_policies(default_policies_dir(), chosen.policies, Path(tmp))
+        admitter = build_admitter(policies, cluster, placement=make_placement_step(),
+                                  reload_interval_s=0)
     try:
         outcomes = admit_all(admitter, cluster, pods)
     finally:
@@ -81,11 +122,16 @@ def _mutate(args: argparse.Namespace) -> int:
         if not out.allowed:
             print(f"gputopo: {out.label}: denied: {out.message}", file=sys.stderr)
             continue
+        if args.output == "table":
+            continue
         if args.output == "patch":
             docs.append({"pod": out.label.split(" ", 1)[1], "patch": out.patch})
         else:
             docs.append(out.pod)
-    sys.stdout.write(dump_documents(docs))
+    if args.output == "table":
+        sys.stdout.write(format_table(outcomes))
+    else:
+        sys.stdout.write(dump_documents(docs, width=WIDE))
     return 0
 
 

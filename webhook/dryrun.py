@@ -1,5 +1,10 @@
 """``gputopo mutate``: offline admission of Pods from files, through the server's own path.
 
+Training jobs in the input (PyTorchJob, TFJob, MPIJob v1/v2beta1) whose pods the input does
+not already hold are expanded into exactly the objects their operator creates
+(:mod:`gputopo.operators`), with a made-up but stable uid, so a user can dry-run the job
+YAML they actually have. Objects without a namespace go to ``--namespace``.
+
 Why through ``Admitter.handle_body``: a dry run that took a shortcut would show what the
 shortcut does, not what the webhook does. Each Pod becomes a real AdmissionReview body;
 the answer's base64 JSON patch is decoded and applied with ``jsonpatch``, exactly as the
@@ -19,8 +24,10 @@ from typing import Any
 
 import jsonpatch
 
+from gputopo import names
 from gputopo.cluster.snapshot import ClusterSnapshot, check_object
 from gputopo.errors import InputError
+from gputopo.operators import expand, is_training_job, with_identity
 from gputopo.yamlio import load_documents
 from webhook.pipeline import Admitter
 from webhook.review import API_VERSION, KIND
@@ -95,10 +102,64 @@ def _check_input_object(doc: object, file: str, position: int) -> None:
                          obj=f"document {position + 1} ({doc['kind']})")
 
 
-def read_inputs(files: Sequence[Path]) -> tuple[list[InputPod], list[dict[str, Any]]]:
-    """Pods to admit (in order) and the other objects (Namespaces, jobs) of the files."""
-    pods: list[InputPod] = []
-    others: list[dict[str, Any]] = []
+#: Kinds without a namespace: the only input objects --namespace does not apply to.
+CLUSTER_SCOPED = frozenset({"Namespace", "Node", "PriorityClass", "StorageClass",
+                            "RuntimeClass", "ClusterRole", "ClusterRoleBinding"})
+
+
+def _place_in_namespace(obj: dict[str, Any], namespace: str) -> None:
+    meta = obj.get("metadata")
+    if (isinstance(meta, dict) and not meta.get("namespace")
+            and obj.get("kind") not in CLUSTER_SCOPED):
+        meta["namespace"] = namespace
+
+
+def _owned_job(obj: dict[str, Any], jobs_by_owner: dict[tuple[str, str, str], Any],
+               batch_parents: dict[tuple[str, str], tuple[str, str, str]]
+               ) -> tuple[str, str, str] | None:
+    """(namespace, kind, name) of the training job an input object belongs to, if any."""
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    ns = str(meta.get("namespace") or "")
+    for ref in meta.get("ownerReferences") or []:
+        if not isinstance(ref, dict) or ref.get("controller") is not True:
+            continue
+        key = (ns, str(ref.get("kind")), str(ref.get("name")))
+        if key in jobs_by_owner:
+            return key
+        if ref.get("kind") == "Job":
+            return batch_parents.get((ns, str(ref.get("name"))))
+    return None
+
+
+def _fill_owner_uids(obj: dict[str, Any], uids: Mapping[tuple[str, str, str], str],
+                     notes: list[str]) -> None:
+    """An ownerReference without a uid (the API server refuses one) to a job of the input
+    gets that job's uid, so the dry run can identify the gang; said in ``notes``."""
+    meta = obj["metadata"]
+    ns = str(meta.get("namespace") or "")
+    for ref in meta.get("ownerReferences") or []:
+        if not isinstance(ref, dict) or ref.get("uid"):
+            continue
+        uid = uids.get((ns, str(ref.get("kind")), str(ref.get("name"))))
+        if uid:
+            ref["uid"] = uid
+            notes.append(f"{_label(obj)}: ownerReference to {ref.get('kind')} "
+                         f"{ns}/{ref.get('name')} has no uid (the API server requires one); "
+                         f"using the {ref.get('kind')}'s uid {uid}")
+
+
+def read_inputs(files: Sequence[Path], *, namespace: str = "default",
+                notes: list[str] | None = None
+                ) -> tuple[list[InputPod], list[dict[str, Any]]]:
+    """Pods to admit (in order) and the other objects (Namespaces, jobs) of the files.
+
+    A training job none of whose pods is in the input is expanded into its operator's
+    objects, at the job's place in the input; objects without a namespace get ``namespace``;
+    a job without a uid gets a made-up one, and so do its pods' owner references that lack
+    it (each said in ``notes``).
+    """
+    notes = notes if notes is not None else []
+    found: list[tuple[str, dict[str, Any]]] = []
     for path in files:
         docs = load_documents(path)
         for k, doc in enumerate(docs):
@@ -111,11 +172,51 @@ def read_inputs(files: Sequence[Path]) -> tuple[list[InputPod], list[dict[str, A
                                      obj=f"document {k + 1}")
                 if item is not doc:
                     _check_input_object(item, str(path), k)
-                if item.get("kind") == "Pod":
-                    label = _label(item)
-                    pods.append(InputPod(_as_json(item, str(path), label), str(path), label))
+                _place_in_namespace(item, namespace)
+                found.append((str(path), item))
+    found = [(f, with_identity(o, namespace=namespace) if is_training_job(o) else o)
+             for f, o in found]
+    jobs = {(o["metadata"]["namespace"], o["kind"], o["metadata"]["name"]): o
+            for _, o in found if is_training_job(o)}
+    uids = {k: str(o["metadata"]["uid"]) for k, o in jobs.items()}
+    for _, obj in found:
+        if obj.get("kind") == "Job" and obj.get("apiVersion") == "batch/v1":
+            _fill_owner_uids(obj, uids, notes)
+            if obj["metadata"].get("uid"):
+                uids[(obj["metadata"]["namespace"], "Job", obj["metadata"]["name"])] = str(
+                    obj["metadata"]["uid"])
+    for _, obj in found:
+        if obj.get("kind") == "Pod":
+            _fill_owner_uids(obj, uids, notes)
+    batch_parents: dict[tuple[str, str], tuple[str, str, str]] = {}
+    for _, obj in found:
+        if obj.get("kind") == "Job" and obj.get("apiVersion") == "batch/v1":
+            owner = _owned_job(obj, jobs, {})
+            if owner is not None:
+                batch_parents[(obj["metadata"]["namespace"], obj["metadata"]["name"])] = owner
+    with_pods = {_owned_job(o, jobs, batch_parents) for _, o in found if o.get("kind") == "Pod"}
+    pods: list[InputPod] = []
+    others: list[dict[str, Any]] = []
+    for file, item in found:
+        key = (item["metadata"].get("namespace"), item.get("kind"), item["metadata"].get("name"))
+        if is_training_job(item) and key not in with_pods:
+            job = item
+            others.append(job)
+            try:
+                created = expand(job)
+            except InputError as exc:
+                raise InputError(exc.reason, file=file, obj=_label(job)) from None
+            for obj in created:
+                if obj["kind"] == "Pod":
+                    label = _label(obj)
+                    pods.append(InputPod(_as_json(obj, file, label), file, label))
                 else:
-                    others.append(item)
+                    others.append(obj)
+        elif item.get("kind") == "Pod":
+            label = _label(item)
+            pods.append(InputPod(_as_json(item, file, label), file, label))
+        else:
+            others.append(item)
     return pods, others
 
 
@@ -135,14 +236,21 @@ def parse_label_list(text: str | None) -> dict[str, str]:
 
 
 def add_missing_namespaces(cluster: ClusterSnapshot, pods: Sequence[InputPod],
-                           labels: Mapping[str, str]) -> None:
-    """Namespaces the pods use but no file defines get ``labels`` (--namespace-labels)."""
+                           labels: Mapping[str, str] | None) -> list[str]:
+    """Namespaces the pods use but no file (nor the cluster) defines get ``labels``
+    (--namespace-labels); with no labels given they count as opted in
+    (``gputopo.io/inject=enabled``), since a dry run is asked for on purpose. Returns the
+    namespaces so added."""
+    added: list[str] = []
     for item in pods:
         meta = item.pod.get("metadata") if isinstance(item.pod.get("metadata"), dict) else {}
         ns = str(meta.get("namespace") or "default")
         if cluster.namespace(ns) is None:
+            given = {names.INJECT_LABEL: names.INJECT_VALUE} if labels is None else dict(labels)
             cluster.add({"apiVersion": "v1", "kind": "Namespace",
-                         "metadata": {"name": ns, "labels": dict(labels)}})
+                         "metadata": {"name": ns, "labels": given}})
+            added.append(ns)
+    return added
 
 
 def review_body(pod: Mapping[str, Any], uid: str) -> bytes:
@@ -190,3 +298,46 @@ def admit_all(admitter: Admitter, cluster: ClusterSnapshot,
             message=str(response.get("status", {}).get("message", "")),
         ))
     return results
+
+
+def placement_of(pod: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The ``gputopo.io/placement`` record of a mutated pod, if it carries one."""
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), Mapping) else {}
+    raw = annotations.get(names.PLACEMENT_ANNOTATION)
+    try:
+        record = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def table_rows(outcomes: Sequence[Outcome]) -> list[list[str]]:
+    """One row per admitted pod: POD, NODE, GPUS, BUS GB/S, WARNINGS (how many; the text
+    goes to stderr), NOTE (why a GPU pod was left unplaced or denied)."""
+    rows: list[list[str]] = []
+    for out in outcomes:
+        record = placement_of(out.pod) if out.allowed else None
+        node = gpus = bus = "-"
+        note = ""
+        if not out.allowed:
+            note = f"denied: {out.message}"
+        elif record is not None and record.get("placed"):
+            node = str(record.get("node"))
+            gpus = ",".join(str(g) for g in record.get("gpus") or []) or "-"
+            bw = record.get("busBandwidthGBps")
+            bus = f"{bw:.1f}" if isinstance(bw, int | float) else "-"
+        elif record is not None:
+            note = f"unplaced: {record.get('reason')}"
+        rows.append([out.label.split(" ", 1)[1], node, gpus, bus, str(len(out.warnings)), note])
+    return rows
+
+
+def format_table(outcomes: Sequence[Outcome]) -> str:
+    """The kubectl-style table of ``mutate -o table``."""
+    header = ["POD", "NODE", "GPUS", "BUS GB/S", "WARNINGS", "NOTE"]
+    rows = [header, *table_rows(outcomes)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
+    lines = ["   ".join([*(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)), r[-1]])
+             .rstrip() for r in rows]
+    return "\n".join(lines) + "\n"

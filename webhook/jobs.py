@@ -40,6 +40,57 @@ class JobNotFound(Exception):
         self.message = message
 
 
+class BadGpuCount(JobNotFound):
+    """A GPU request or limit the API server will refuse, or one that is not a whole number
+    of GPUs: the pod is neither placed nor renamed (never placed on a rounded count)."""
+
+
+def gpu_count_problems(spec: Mapping[str, Any], gpu_resources: Iterable[str]) -> list[str]:
+    """What is wrong with the GPU counts of a pod spec, each naming the container and the
+    field: negative, fractional or non-numeric values, requests without limits, and
+    requests that differ from limits (the API server requires them equal for GPUs)."""
+    problems: list[str] = []
+    for key in ("containers", "initContainers"):
+        items = spec.get(key)
+        for c in items if isinstance(items, list) else []:
+            res = c.get("resources") if isinstance(c, Mapping) else None
+            if not isinstance(res, Mapping):
+                continue
+            where = f"{key[:-1]} {c.get('name')!r}"
+            parts = {part: res.get(part) if isinstance(res.get(part), Mapping) else {}
+                     for part in ("requests", "limits")}
+            for name in sorted(set(gpu_resources)):
+                values = {}
+                for part in ("limits", "requests"):  # one line per field the user wrote
+                    if name not in parts[part]:
+                        continue
+                    raw = parts[part][name]
+                    field = f"{where}: resources.{part}[{name}] is {raw!r}"
+                    try:
+                        value = parse_quantity(raw)
+                    except ValueError:
+                        problems.append(f"{field}, not a number")
+                        break
+                    if value < 0:
+                        problems.append(f"{field}, a negative GPU count")
+                        break
+                    if value.denominator != 1:
+                        problems.append(f"{field}, not a whole number of GPUs")
+                        break
+                    values[part] = value
+                else:
+                    if name in parts["requests"] and name not in parts["limits"]:
+                        problems.append(f"{where}: resources.requests[{name}] without a limit "
+                                        f"(the API server requires limits for GPUs)")
+                    elif len(values) == 2 and values["requests"] != values["limits"]:
+                        problems.append(
+                            f"{where}: resources.requests[{name}] {parts['requests'][name]!r} "
+                            f"differs from resources.limits[{name}] "
+                            f"{parts['limits'][name]!r} (the API server requires them "
+                            f"equal for GPUs)")
+    return problems
+
+
 def controller_ref(obj: Mapping[str, Any]) -> OwnerRef | None:
     """The ownerReference with ``controller: true``, if any."""
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
@@ -128,7 +179,8 @@ def _replicas(spec: Mapping[str, Any]) -> int:
 
 def gang_size(specs: Mapping[str, Any], gpu_resources: Iterable[str]) -> int:
     """Number of GPU-requesting pods of a job: replicas of the specs whose template asks
-    for a GPU. ValueError when the spec is malformed (we never guess a size)."""
+    for a GPU. ValueError when the spec is malformed or a template's GPU count is not a
+    valid whole number (we never guess a size)."""
     names_ = tuple(gpu_resources)
     total = 0
     for key, rs in specs.items():
@@ -136,6 +188,9 @@ def gang_size(specs: Mapping[str, Any], gpu_resources: Iterable[str]) -> int:
             raise ValueError(f"replica spec {key!r} is not a mapping")
         template = rs.get("template") if isinstance(rs.get("template"), Mapping) else {}
         tspec = template.get("spec") if isinstance(template.get("spec"), Mapping) else {}
+        problems = gpu_count_problems(tspec, names_)
+        if problems:
+            raise ValueError(f"replica spec {key}: {problems[0]}")
         if pod_gpus(tspec, names_) > 0:
             total += _replicas(rs)
     return total
@@ -161,6 +216,10 @@ def resolve_job(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
     ref = controller_ref(pod)
     if ref is None or not is_job_owner(ref):
         return None
+    own = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    problems = gpu_count_problems(own, gpu_resources)
+    if problems:
+        raise BadGpuCount("; ".join(problems) + ": not placed, GPU resource not renamed")
     via_batch = (ref.api_version, ref.kind) == BATCH_JOB
     if via_batch:
         batch = cluster.object(api_version=ref.api_version, kind=ref.kind,

@@ -3,7 +3,12 @@
 Why a command: it answers "where would my job go, and how fast would it talk?" without a
 cluster, and it is the plainest way to see the solver's reasoning. It reads the same cluster
 files as ``mutate`` (:class:`gputopo.cluster.snapshot.ClusterSnapshot`) and prints the
-contract's JSON with ``-o json``, else a short readable report.
+contract's JSON with ``-o json``, else a short readable report. The gang is given either
+as ``--replicas N --gpus-per-replica G`` or as a training-job file (PyTorchJob, TFJob,
+MPIJob), whose GPU pods (expanded as the operator would create them) make the gang.
+
+Exit status: 0 when the gang is placeable, 1 when it is not (the answer says why), 2 on bad
+input — so a script can ask "does it fit?" without parsing the output.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import sys
 from typing import Any
 
 from gputopo.errors import InputError
+from gputopo.operators import expand, is_training_job, with_identity
 from gputopo.placement.solver import solve
 from gputopo.placement.types import GangRequest, Placement
 
@@ -21,16 +27,22 @@ from gputopo.placement.types import GangRequest, Placement
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``place`` to the gputopo parser."""
     p = subparsers.add_parser(
-        "place", help="where a new gang (replicas x GPUs) would go, and its predicted speed"
+        "place", help="where a new gang (replicas x GPUs) would go, and its predicted speed",
+        description="Where the webhook would place a new gang, given as --replicas and "
+                    "--gpus-per-replica or as a training-job file (JOB, '-' for stdin). "
+                    "Exits 0 when placeable, 1 when not, 2 on bad input.",
     )
     p.add_argument(
         "--cluster",
         metavar="FILE",
-        help="cluster file (multi-document YAML of Nodes and bound Pods); "
+        help="cluster file (multi-document YAML of Nodes and bound Pods; '-' for stdin); "
         "default: the embedded demo cluster",
     )
-    p.add_argument("--replicas", required=True, type=_count, metavar="N")
-    p.add_argument("--gpus-per-replica", required=True, type=_count, metavar="G")
+    p.add_argument("--replicas", type=_count, metavar="N")
+    p.add_argument("--gpus-per-replica", type=_count, metavar="G")
+    p.add_argument("job", metavar="JOB", nargs="?",
+                   help="a PyTorchJob / TFJob / MPIJob file instead of --replicas and "
+                        "--gpus-per-replica ('-' for stdin)")
     p.add_argument("-o", "--output", choices=("text", "json"), default="text")
     p.set_defaults(func=_place)
 
@@ -45,7 +57,63 @@ def _count(raw: str) -> int:
     return value
 
 
+_GPU_RESOURCES = ("nvidia.com/gpu", "aliyun.com/gpu")
+
+
+def _pod_gpus(pod: dict[str, Any], where: str) -> int:
+    """GPUs one pod asks for (limits, else requests), whole numbers only."""
+    total = 0
+    for container in pod.get("spec", {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        for name in _GPU_RESOURCES:
+            raw = (resources.get("limits") or {}).get(name,
+                                                      (resources.get("requests") or {}).get(name))
+            if raw is None:
+                continue
+            text = str(raw).strip()
+            if not text.isdigit():
+                raise InputError(f"container {container.get('name')!r}: {name} is {raw!r}, "
+                                 f"not a whole number of GPUs", obj=where)
+            total += int(text)
+    return total
+
+
+def gang_of_job_file(path: str) -> tuple[GangRequest, str]:
+    """The gang of the first training job in ``path``: its GPU pods, which must all ask
+    for the same number of GPUs (the solver places equal replicas)."""
+    from gputopo.yamlio import load_documents
+
+    jobs = [d for d in load_documents(path) if is_training_job(d)]
+    if not jobs:
+        raise InputError("no PyTorchJob, TFJob or MPIJob in the file", file=path)
+    job = with_identity(jobs[0])
+    what = f"{job['kind']} {job['metadata']['namespace']}/{job['metadata']['name']}"
+    try:
+        pods = [o for o in expand(job) if o["kind"] == "Pod"]
+    except InputError as exc:
+        raise InputError(exc.reason, file=path, obj=what) from None
+    counts = [n for n in (_pod_gpus(p, what) for p in pods) if n > 0]
+    if not counts:
+        raise InputError("no pod of the job asks for a GPU", file=path, obj=what)
+    if len(set(counts)) > 1:
+        raise InputError(f"its GPU pods ask for different GPU counts {sorted(set(counts))}; "
+                         f"place takes equal replicas", file=path, obj=what)
+    return GangRequest(replicas=len(counts), gpus_per_replica=counts[0]), what
+
+
 def _place(args: argparse.Namespace) -> int:
+    if args.job is not None:
+        if args.replicas is not None or args.gpus_per_replica is not None:
+            raise InputError("give a job file or --replicas/--gpus-per-replica, not both",
+                             obj="place")
+        gang, what = gang_of_job_file(args.job)
+        print(f"gputopo: {what}: {gang.replicas} GPU pod(s) x {gang.gpus_per_replica} GPU(s)",
+              file=sys.stderr)
+    elif args.replicas is None or args.gpus_per_replica is None:
+        raise InputError("needs --replicas and --gpus-per-replica, or a job file",
+                         obj="place")
+    else:
+        gang = GangRequest(replicas=args.replicas, gpus_per_replica=args.gpus_per_replica)
     if args.cluster:
         from gputopo.cluster.snapshot import ClusterSnapshot
 
@@ -58,7 +126,6 @@ def _place(args: argparse.Namespace) -> int:
     nodes = snapshot.node_states()
     for warning in snapshot.warnings:
         print(f"gputopo: warning: {snapshot.source}: {warning}", file=sys.stderr)
-    gang = GangRequest(replicas=args.replicas, gpus_per_replica=args.gpus_per_replica)
     try:
         placement = solve(nodes, gang)
     except InputError as exc:
@@ -67,7 +134,7 @@ def _place(args: argparse.Namespace) -> int:
         print(json.dumps(placement.to_json(), indent=2))
     else:
         print(render(placement, len(nodes)))
-    return 0
+    return 0 if placement.feasible else 1
 
 
 def render(placement: Placement, node_count: int) -> str:

@@ -130,6 +130,12 @@ class Job:
 
 
 # --- reading pods and templates ----------------------------------------------------------
+def _list(value: object) -> list[Any]:
+    """``value`` when it is a list, else nothing: a review may carry any shape (the fuzz
+    tests send them), and a malformed field must never become an internal error."""
+    return value if isinstance(value, list) else []
+
+
 def _containers(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for key in ("initContainers", "containers"):
@@ -142,7 +148,7 @@ def _containers(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
 def env_value(spec: Mapping[str, Any], name: str) -> str | None:
     """The literal value of env ``name`` in the first container that sets it."""
     for c in _containers(spec):
-        for item in c.get("env") or []:
+        for item in _list(c.get("env")):
             if isinstance(item, Mapping) and item.get("name") == name:
                 value = item.get("value")
                 return value if isinstance(value, str) else None
@@ -152,7 +158,7 @@ def env_value(spec: Mapping[str, Any], name: str) -> str | None:
 def _port_numbers(spec: Mapping[str, Any], port_name: str) -> list[int]:
     out = []
     for c in _containers(spec):
-        for p in c.get("ports") or []:
+        for p in _list(c.get("ports")):
             if isinstance(p, Mapping) and p.get("name") == port_name and isinstance(
                     p.get("containerPort"), int):
                 out.append(p["containerPort"])
@@ -283,8 +289,9 @@ def _claimed_except(spec: Mapping[str, Any], *, host_network: bool, skip: set[st
                     ) -> set[Port]:
     out: set[Port] = set()
     for c in _containers(spec):
-        for p in c.get("ports") or []:
-            if not isinstance(p, Mapping) or p.get("name") in skip:
+        for p in _list(c.get("ports")):
+            name = p.get("name") if isinstance(p, Mapping) else None
+            if not isinstance(p, Mapping) or (isinstance(name, str) and name in skip):
                 continue
             number = p.get("containerPort") if host_network else p.get("hostPort")
             if isinstance(number, int) and not isinstance(number, bool) and number > 0:
@@ -445,7 +452,7 @@ def _restore_host_ports(items: object, before: object) -> None:
             continue
         oc = old[i] if i < len(old) and isinstance(old[i], Mapping) else {}
         oports = oc.get("ports") if isinstance(oc.get("ports"), list) else []
-        for j, p in enumerate(c.get("ports") or []):
+        for j, p in enumerate(_list(c.get("ports"))):
             if not isinstance(p, dict) or "hostPort" not in p:
                 continue
             op = oports[j] if j < len(oports) and isinstance(oports[j], Mapping) else {}
@@ -482,13 +489,13 @@ def _pytorch(spec: dict[str, Any], plan: Plan, job: Job, replica: str) -> list[s
             _drop_port(c, port_name)  # the master is not ours: workers never listen on it
             continue
         if replica == host:
-            for p in c.get("ports") or []:
+            for p in _list(c.get("ports")):
                 if isinstance(p, dict) and p.get("name") == port_name:
                     p["containerPort"] = port
                     p["hostPort"] = port
         else:
             _drop_port(c, port_name)
-        for item in c.get("env") or []:
+        for item in _list(c.get("env")):
             if not isinstance(item, dict) or not isinstance(item.get("value"), str):
                 continue
             if plan.role == "pytorch" and item.get("name") in MASTER_PORT_ENVS:
@@ -516,11 +523,11 @@ def _tfjob(spec: dict[str, Any], plan: Plan, job: Job, replica: str) -> list[str
     port_name = OPERATOR_DEFAULT_PORTS["TFJob"][0]
     mine = plan.ports.get(replica)
     for c in _containers(spec):
-        for p in c.get("ports") or []:
+        for p in _list(c.get("ports")):
             if mine is not None and isinstance(p, dict) and p.get("name") == port_name:
                 p["containerPort"] = mine
                 p["hostPort"] = mine
-        for item in c.get("env") or []:
+        for item in _list(c.get("env")):
             if isinstance(item, dict) and item.get("name") == TF_CONFIG_ENV and isinstance(
                     item.get("value"), str):
                 item["value"] = rewrite_tf_config(item["value"], plan.ports)

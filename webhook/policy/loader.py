@@ -34,12 +34,15 @@ class PolicySetError(PolicyError):
 
 def policy_files(directory: Path) -> list[Path]:
     """The policy files of a directory, sorted by name."""
-    if not directory.is_dir():
-        raise PolicyError("policy directory does not exist", file=str(directory))
-    return sorted(
-        p for p in directory.iterdir()
-        if not p.name.startswith(".") and p.suffix in (".yaml", ".yml") and p.is_file()
-    )
+    try:
+        if not directory.is_dir():
+            raise PolicyError("policy directory does not exist", file=str(directory))
+        return sorted(
+            p for p in directory.iterdir()
+            if not p.name.startswith(".") and p.suffix in (".yaml", ".yml") and p.is_file()
+        )
+    except OSError as exc:  # a parent without search permission, say
+        raise PolicyError(f"cannot read: {exc.strerror}", file=str(directory)) from exc
 
 
 def order(policies: list[Policy]) -> list[Policy]:

@@ -79,7 +79,8 @@ class PolicyStore:
                 self._fingerprint = fp
                 self.last_error = exc
             metrics.POLICY_RELOAD_FAILURES.inc()
-            log.error("policy reload failed, keeping the last good set: %s", exc.line())
+            if self._loaded:  # before the first good set the caller reports it (one line)
+                log.error("policy reload failed, keeping the last good set: %s", exc.line())
             return False
         with self._lock:
             self._policies = policies

@@ -1,0 +1,118 @@
+"""``gputopo nodes``: the activated nodes as a kubectl-style table — the view an operator
+opens first when asking "why did my job not fit?".
+
+Per node: the GPU kind (how its GPUs are wired: NVSwitch, NVLink, PCIe), GPUs used / free,
+the largest free *well-connected* block (the biggest k for which k free GPUs of the node
+are as well connected as any k GPUs of it can be, :func:`gputopo.placement.objective.
+free_blocks` — a free 4-block on a DGX-1 is an NVLink quad), rack and zone, the network,
+and the gangs holding GPUs there (from the pods' ``gpu-topology`` label, or their
+``gputopo.io/placement`` record, and from reservation records). Pure: objects in, rows out.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gputopo import names
+from gputopo.cluster import objects as ob
+from gputopo.placement.objective import BLOCK_SIZES, free_blocks, position_mask
+from gputopo.placement.types import NodeState
+from gputopo.topology.bandwidth import is_all_to_all
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    name: str
+    kind: str
+    gpus: int
+    used: int
+    largest_block: int
+    rack: str
+    zone: str
+    network: str
+    gangs: tuple[str, ...]
+
+    def cells(self) -> list[str]:
+        return [self.name, self.kind, f"{self.used}/{self.gpus}", str(self.gpus - self.used),
+                str(self.largest_block), self.rack, self.zone, self.network,
+                ",".join(self.gangs) or "-"]
+
+
+HEADER = ["NAME", "GPU KIND", "USED", "FREE", "FREE BLOCK", "RACK", "ZONE", "NETWORK",
+          "GANGS"]
+
+
+def gpu_kind(state: NodeState) -> str:
+    """A short name for how a node's GPUs are wired, from its ``nvidia-smi topo -m`` links."""
+    topo = state.topology
+    n = len(topo.gpus)
+    if n > 1 and is_all_to_all(topo):
+        return f"{n}x NVSwitch"
+    if any(link.startswith("NV") for row in topo.links for link in row):
+        return f"{n}x NVLink"
+    return f"{n}x PCIe"
+
+
+def largest_free_block(state: NodeState) -> int:
+    """The biggest k with a free well-connected k-block; 1 if only loose GPUs are free."""
+    free = state.free
+    if not free:
+        return 0
+    counts = free_blocks(state.topology, position_mask(state.topology, free))
+    for size, count in zip(BLOCK_SIZES, counts, strict=True):
+        if count:
+            return size
+    return 1
+
+
+def _gang_of(pod: Mapping[str, Any]) -> str | None:
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
+    labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
+    ns = meta.get("namespace") or "default"
+    if labels.get(names.GANG_LABEL):
+        return f"{ns}/{labels[names.GANG_LABEL]}"
+    raw = (meta.get("annotations") or {}).get(names.PLACEMENT_ANNOTATION)
+    try:
+        record = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        return None
+    job = record.get("job") if isinstance(record, dict) else None
+    return str(job).split(" ", 1)[-1] if job else None
+
+
+def gangs_by_node(pods: Iterable[Mapping[str, Any]],
+                  reserved: Iterable[tuple[str, Iterable[str]]] = ()) -> dict[str, set[str]]:
+    """Gang names holding GPUs per node: pods holding GPUs (bound or pinned), and
+    ``reserved`` pairs of (gang name, nodes) from reservation records."""
+    out: dict[str, set[str]] = {}
+    for pod in pods:
+        held = ob.gpus_held_by_pod(pod)
+        gang = _gang_of(pod) if held is not None else None
+        if held is not None and gang:
+            out.setdefault(held[0], set()).add(gang)
+    for gang, nodes in reserved:
+        for node in nodes:
+            out.setdefault(node, set()).add(gang)
+    return out
+
+
+def node_rows(states: Iterable[NodeState], gangs: Mapping[str, set[str]]) -> list[NodeRow]:
+    rows = []
+    for s in sorted(states, key=lambda s: s.name):
+        rows.append(NodeRow(
+            name=s.name, kind=gpu_kind(s), gpus=len(s.topology.gpus), used=len(s.used),
+            largest_block=largest_free_block(s), rack=s.rack or "-", zone=s.zone or "-",
+            network=f"{s.network_gbps:g}G", gangs=tuple(sorted(gangs.get(s.name, ()))),
+        ))
+    return rows
+
+
+def format_rows(rows: Iterable[NodeRow]) -> str:
+    table = [HEADER, *(r.cells() for r in rows)]
+    widths = [max(len(r[i]) for r in table) for i in range(len(HEADER) - 1)]
+    return "\n".join(
+        "   ".join([*(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)), r[-1]])
+        for r in table) + "\n"

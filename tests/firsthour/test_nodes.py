@@ -1,0 +1,86 @@
+"""``gputopo nodes``: the table an operator reads first, on a cluster where a gang holds GPUs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from gputopo.cli import main
+from gputopo.cluster.demo import demo_cluster_path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _rows(out: str) -> dict[str, list[str]]:
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["NAME", "GPU", "KIND"]
+    return {line.split()[0]: line.split() for line in lines[1:]}
+
+
+def test_nodes_shows_used_gpus_the_largest_free_block_and_the_gang(tmp_path, capsys):
+    assert main(["mutate", str(REPO / "examples" / "arena-tf-vgg16-mpijob.yaml")]) == 0
+    mutated = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
+    cluster = tmp_path / "cluster.yaml"
+    demo = [d for d in yaml.safe_load_all(demo_cluster_path().read_text()) if d]
+    # a 1-GPU pod of another gang bound on the other node, GPU 5
+    other = {"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": "solo", "namespace": "ml",
+                          "labels": {"gpu-topology": "solo"},
+                          "annotations": {"topology.kubernetes.io/gpu-group": "5"}},
+             "spec": {"nodeName": "cn-shanghai.192.168.16.173",
+                      "containers": [{"name": "c", "image": "x"}]}}
+    cluster.write_text(yaml.safe_dump_all([*demo, *mutated, other]))
+    assert main(["nodes", "--cluster", str(cluster)]) == 0
+    rows = _rows(capsys.readouterr().out)
+    a, b = rows["cn-shanghai.192.168.16.172"], rows["cn-shanghai.192.168.16.173"]
+    assert a[1:] == ["8x", "NVLink", "4/8", "4", "4", "rack-1", "cn-shanghai-b", "25G",
+                     "default/tensorflow-topo-4-vgg16"]
+    # one loose GPU taken from a DGX-1 quad leaves the other quad: block 4, not 8
+    assert b[3:6] == ["1/8", "7", "4"] and b[-1] == "ml/solo"
+    assert main(["nodes", "--cluster", str(cluster), "-o", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {r["name"]: r["largest_block"] for r in doc} == {
+        "cn-shanghai.192.168.16.172": 4, "cn-shanghai.192.168.16.173": 4}
+
+
+def test_nodes_on_the_demo_cluster(capsys):
+    assert main(["nodes"]) == 0
+    rows = _rows(capsys.readouterr().out)
+    assert all(r[3:6] == ["0/8", "8", "8"] for r in rows.values()) and len(rows) == 2
+
+
+def test_nodes_live_lists_the_api_server(tmp_path, capsys, monkeypatch):
+    from k8s_double.server import running_double
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    demo = [d for d in yaml.safe_load_all(demo_cluster_path().read_text()) if d]
+    with running_double() as kube:
+        for obj in demo:
+            kube.apply(obj)
+        kube.apply({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": "solo", "namespace": "default",
+                                 "labels": {"gpu-topology": "solo"},
+                                 "annotations": {"topology.kubernetes.io/gpu-group": "0,1"}},
+                    "spec": {"nodeName": "cn-shanghai.192.168.16.172",
+                             "containers": [{"name": "c", "image": "x"}]}})
+        cfg = tmp_path / "kubeconfig"
+        cfg.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "double",
+            "clusters": [{"name": "double", "cluster": {"server": kube.url}}],
+            "users": [{"name": "u", "user": {"token": "test-double-token"}}],
+            "contexts": [{"name": "double", "context": {"cluster": "double", "user": "u"}}]}))
+        assert main(["nodes", "--live", "--kubeconfig", str(cfg)]) == 0
+    rows = _rows(capsys.readouterr().out)
+    assert rows["cn-shanghai.192.168.16.172"][3:6] == ["2/8", "6", "4"]
+    assert rows["cn-shanghai.192.168.16.172"][-1] == "default/solo"
+
+
+def test_nodes_live_without_a_cluster_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    cfg = tmp_path / "kubeconfig"
+    cfg.write_text("not: [a kubeconfig\n")
+    assert main(["nodes", "--live", "--kubeconfig", str(cfg)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("gputopo: error: --live:")
