@@ -34,7 +34,7 @@ POLICY_RELOAD_FAILURES = Counter(
 POLICIES_LOADED = Gauge("gputopo_policies_loaded", "Policies in force.")
 PLACEMENTS = Counter(
     "gputopo_gang_placements_total",
-    "Gang placement decisions by result (placed, reused, moved, unplaced, denied).",
+    "Gang placement decisions by result (placed, reused, moved, gated, unplaced, denied).",
     ["result"],
 )
 CERT_RELOADS = Counter(

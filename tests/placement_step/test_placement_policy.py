@@ -38,7 +38,7 @@ def _five_jobs():
 
 
 def test_policy_deny_refuses_the_unplaceable_gang_with_a_clear_message(mutate, policy_dir):
-    policies = policy_dir(**{"placement.onUnplaceable": "deny"})
+    policies = policy_dir(**{"placement.whenFull": "deny"})
     result = mutate(_five_jobs(), "--policies", str(policies))
     assert result.rc == 0, result.stderr
     out = result.pods
@@ -46,7 +46,7 @@ def test_policy_deny_refuses_the_unplaceable_gang_with_a_clear_message(mutate, p
     assert all(record(out[f"job-4-worker-{i}"])["placed"] for i in range(4))
     denials = [line for line in result.stderr.splitlines() if "denied" in line]
     assert len(denials) == 4
-    assert all("job-5" in line and "onUnplaceable" in line and "4 pod(s) x 1 GPU(s)" in line
+    assert all("job-5" in line and "whenFull" in line and "4 pod(s) x 1 GPU(s)" in line
                for line in denials)
 
 

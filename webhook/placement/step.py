@@ -19,25 +19,27 @@ step re-solves against the fresh set of held GPUs, a bounded number of times; wh
 GPUs in the way may be going to this very gang (another replica admitting a sibling pod
 right now), it waits briefly for that gang's reservation instead (see ``_reserve``).
 
-No placement (cluster full, gang larger than the cluster, store unreachable): the policy's
-``placement.onUnplaceable`` decides — ``admit`` (default: the pod keeps the gang labels, gets
-no pin, a warning and the reason in the placement record) or ``deny`` (a message a user can
-act on). Audit mode changes nothing and reserves nothing; warnings say what would be done.
+No placement now (cluster full, gang larger than the cluster, store unreachable): the
+policy's ``placement.whenFull`` decides — ``wait`` (default, with a placement queue: the pod
+is admitted with the scheduling gate ``gputopo.io/placement``, its GPU env pointing at
+annotations the queue fills in when it places the whole gang, see :mod:`webhook.queue`),
+``admit`` (the pod keeps the gang labels, gets no pin, a warning and the reason in the
+placement record; also what ``wait`` does where no queue runs) or ``deny`` (a message a user
+can act on). Audit mode changes nothing and reserves nothing; warnings say what would be done.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import random
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from gputopo.cluster.node_fit import NodeFacts, PodConstraints
+from gputopo import names
 from gputopo.cluster.reservations import (
     GangKey,
     GangReservation,
@@ -48,45 +50,44 @@ from gputopo.cluster.reservations import (
     ReservationUnavailable,
     pick_slot,
 )
-from gputopo.placement.types import GangRequest, NodeState, Placement, ReplicaSlot
+from gputopo.placement.types import GangRequest, NodeState, ReplicaSlot
 from webhook import metrics
 from webhook.jobs import pod_gpus
 from webhook.placement.mutations import (
     GPU_RESOURCES,
     apply_slot,
     apply_unplaced,
+    apply_waiting,
     gpu_containers,
     gpu_list,
 )
 from webhook.placement.ports import replicas_per_node_cap
+from webhook.placement.reserve import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_SETTLE_SECONDS,
+    GangReserver,
+    HeldMemo,
+    Solver,
+    Unplaced,
+    exclude_held,
+    nodes_for,
+    ruled_out,
+)
 from webhook.placement.slot_repair import repair_scopes, slot_node_problem
 from webhook.policy.schema import OWNER_KINDS, PlacementSettings, Policy
 from webhook.steps import AdmissionContext, JobInfo
 
 log = logging.getLogger(__name__)
 
-Solver = Callable[[Sequence[NodeState], GangRequest], Placement]
-
-#: Re-solves after a ReservationConflict before the gang is declared unplaceable. Each
-#: conflict means another admission won a GPU we wanted; a handful of rounds settles any
-#: realistic burst, and the bound keeps one admission well inside the webhook timeout.
-DEFAULT_MAX_ATTEMPTS = 5
-#: How long a gang that found the cluster full right after a conflict waits for a concurrent
-#: admission of the same gang to finish writing its reservation (claims, then the gang
-#: record: a few API round trips).
-DEFAULT_SETTLE_SECONDS = 0.5
+__all__ = ["DEFAULT_MAX_ATTEMPTS", "DEFAULT_SETTLE_SECONDS", "Granted", "HeldMemo",
+           "PlacementStep", "Unplaced", "exclude_held", "make_placement_step",
+           "nodes_for_pod", "placement_step_for"]
 #: Seconds one admission may spend talking to an API-backed reservation store: the webhook's
 #: timeoutSeconds is 5, and the solve, the patch and the HTTPS round trip need the rest.
 STORE_SECONDS = 3.0
-ON_UNPLACEABLE_ADMIT = "admit"
-ON_UNPLACEABLE_DENY = "deny"
-
-
-@dataclass(frozen=True)
-class Unplaced:
-    """Why a replica got no slot, in a sentence a user understands."""
-
-    reason: str
+WHEN_FULL_WAIT = "wait"
+WHEN_FULL_ADMIT = "admit"
+WHEN_FULL_DENY = "deny"
 
 
 @dataclass(frozen=True)
@@ -120,48 +121,6 @@ def gpu_counts_by_replica_type(job: JobInfo, gpu_resources: frozenset[str]) -> d
         if gpus > 0:
             out[str(rtype)] = gpus
     return out
-
-
-HeldMemo = dict[str, tuple[NodeState, frozenset[int], NodeState]]
-
-
-def exclude_held(nodes: Sequence[NodeState], held: Mapping[str, set[int]],
-                 memo: HeldMemo | None = None) -> list[NodeState]:
-    """Nodes with reserved GPUs marked used, so the solver never offers them again.
-
-    ``memo`` (the placement step's, refilled on every call) keeps the NodeState made for a
-    node whose state and reserved GPUs did not change since the last gang: a third of a
-    1,000-node cluster holds reserved GPUs, and one frozen-dataclass copy each is ~0.5 ms
-    per new gang; with the memo only the few nodes that changed are copied.
-    """
-    old = memo if memo is not None else {}
-    fresh: HeldMemo = {}
-    out = []
-    for n in nodes:
-        extra = held.get(n.name)
-        if not extra:
-            out.append(n)
-            continue
-        hit = old.get(n.name)
-        if hit is None or hit[0] is not n or hit[1] != extra:
-            # built directly: dataclasses.replace re-runs field introspection per node,
-            # twice the cost of the whole loop at 1,000 nodes (bench/admission.py); every
-            # field is passed on (tests/placement_step/test_exclude_held.py checks that)
-            hit = (n, frozenset(extra), NodeState(
-                name=n.name, topology=n.topology, used=n.used | frozenset(extra), zone=n.zone,
-                rack=n.rack, network_gbps=n.network_gbps, facts=n.facts))
-        fresh[n.name] = hit
-        out.append(hit[2])
-    if memo is not None:
-        memo.clear()
-        memo.update(fresh)
-    return out
-
-
-def _default_solver() -> Solver:
-    from gputopo.placement.solver import solve  # the solver area's module
-
-    return solve
 
 
 def replica_index(
@@ -201,37 +160,11 @@ def replica_ordinal(specs: object, gpu_types: Mapping[str, int], replica_type: s
 
 
 def nodes_for_pod(ctx: AdmissionContext) -> tuple[list[NodeState], int]:
-    """The topology nodes this pod could be scheduled on at all (its nodeSelector, required
-    node affinity and tolerations), and how many were ruled out. A node whose object the
-    cluster view does not hold is kept: nothing is known against it.
-
-    Why the facts on each NodeState: this runs over every node of the cluster for each new
-    gang, inside its admission; looking each Node object up and re-reading its labels and
-    taints cost ~3 ms at 1,000 nodes, about as much as the solve itself.
-    """
-    nodes = ctx.cluster.node_states()
-    spec = ctx.pod.get("spec") if isinstance(ctx.pod.get("spec"), dict) else {}
-    pod = PodConstraints.of(spec)
-    fit = []
-    for n in nodes:
-        facts = n.facts
-        if facts is None:  # a reader that builds bare NodeStates: read the object
-            node = ctx.cluster.object(api_version="v1", kind="Node", namespace=None,
-                                      name=n.name)
-            facts = NodeFacts.of(node) if node is not None else None
-        if facts is None or pod.admits(facts):
-            fit.append(n)
-    return fit, len(nodes) - len(fit)
+    """:func:`webhook.placement.reserve.nodes_for` for the admitted pod."""
+    return nodes_for(ctx.cluster, ctx.pod)
 
 
-def _ruled_out(reason: str, fit: Sequence[NodeState], excluded: int) -> str:
-    if not excluded:
-        return reason
-    if not fit:
-        return (f"none of the {excluded} topology node(s) fits the pod's nodeSelector, "
-                f"required node affinity and tolerations")
-    return (f"{reason} ({excluded} node(s) left out: the pod's nodeSelector, required node "
-            f"affinity or missing tolerations rule them out)")
+_ruled_out = ruled_out
 
 
 class PlacementStep:
@@ -246,18 +179,30 @@ class PlacementStep:
         solver: Solver | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         settle_seconds: float = DEFAULT_SETTLE_SECONDS,
+        can_wait: bool = False,
     ) -> None:
         self.store: ReservationStore = store if store is not None else InMemoryReservationStore()
-        self._solver = solver
-        self.max_attempts = max(1, int(max_attempts))
-        self.settle_seconds = max(0.0, float(settle_seconds))
-        self._held_memo: HeldMemo = {}  # exclude_held's copies, reused across gangs
+        self.reserver = GangReserver(self.store, solver=solver, max_attempts=max_attempts,
+                                     settle_seconds=settle_seconds)
+        #: True when a placement queue releases gated gangs (a live cluster); without one a
+        #: gated pod would wait for ever, so ``whenFull: wait`` acts as ``admit``.
+        self.can_wait = can_wait
 
     @property
     def solver(self) -> Solver:
-        if self._solver is None:
-            self._solver = _default_solver()
-        return self._solver
+        return self.reserver.solver
+
+    @property
+    def max_attempts(self) -> int:
+        return self.reserver.max_attempts
+
+    @property
+    def settle_seconds(self) -> float:
+        return self.reserver.settle_seconds
+
+    @property
+    def _held_memo(self) -> HeldMemo:
+        return self.reserver.held_memo
 
     # --- the step ------------------------------------------------------------------------
     def apply(self, ctx: AdmissionContext) -> None:
@@ -309,7 +254,7 @@ class PlacementStep:
             shown = ", ".join(f"{t}: {n}" for t, n in sorted(counts.items()))
             outcome: Granted | Unplaced = Unplaced(
                 f"its GPU pods ask for different numbers of GPUs ({shown}); gputopo places "
-                f"gangs of equal pods only")
+                f"gangs of equal pods only", lasting=True)
         elif preview:
             with store_deadline(self.store):
                 outcome = self._preview(ctx, key, replica, gang,
@@ -339,14 +284,14 @@ class PlacementStep:
             if size != gang.gpus_per_replica:
                 return Unplaced(
                     f"this pod asks for {gang.gpus_per_replica} GPU(s) but the gang was "
-                    f"placed with {size} per pod; gputopo places gangs of equal pods only"
-                )
+                    f"placed with {size} per pod; gputopo places gangs of equal pods only",
+                    lasting=True)
             got = self.store.assign_slot(key, replica)
             if got is None:
                 return Unplaced(
                     f"all {len(res.slots)} slots reserved for the gang belong to other "
-                    f"replicas ({', '.join(r.wire() for r in sorted(res.assigned))})"
-                )
+                    f"replicas ({', '.join(r.wire() for r in sorted(res.assigned))})",
+                    lasting=True)
             res, slot = got
             spec = ctx.pod.get("spec") if isinstance(ctx.pod.get("spec"), dict) else {}
             problem = slot_node_problem(ctx.cluster.node_states(), spec, slot)
@@ -398,83 +343,9 @@ class PlacementStep:
     def _reserve(
         self, ctx: AdmissionContext, key: GangKey, gang: GangRequest
     ) -> tuple[GangReservation, bool] | Unplaced:
-        """Solve the whole gang and reserve it; re-solve on conflict, a bounded number of times.
-
-        Another admission of THIS gang (two webhook replicas got two of its pods at once)
-        may have claimed its GPUs without having written its reservation yet: solving then
-        finds the cluster "full" of our own gang, or reserving conflicts with it. So after a
-        conflict the step waits a moment (jittered backoff) and looks for the gang's
-        reservation before re-solving; and before declaring the gang unplaceable while
-        GPUs of reservations still being written are in the way (it would fit without
-        them), it waits up to ``settle_seconds`` for the gang's reservation to appear. A
-        cluster merely full of settled reservations costs no wait.
-        """
-        last = ""
-        try:  # abandoned gangs free their GPUs before we look for free ones
-            self.store.expire()
-        except ReservationUnavailable as exc:
-            log.warning("placement: expiring reservations failed (next gang retries): %s", exc)
-        for attempt in range(1, self.max_attempts + 1):
-            bound, excluded = nodes_for_pod(ctx)
-            held = self.store.held_gpus()
-            placement = self.solver(exclude_held(bound, held, self._held_memo), gang)
-            if not placement.feasible:
-                # After a conflict, or when GPUs claimed by a reservation still being written
-                # stand in the way, they may be going to this very gang: give it a moment.
-                # The look for the gang's reservation comes AFTER the in-flight analysis
-                # (which lists reservations), so a reservation written meanwhile is seen.
-                waiting = bool(last) or self._in_flight_blocks(bound, held, gang)
-                existing = self._await_reservation(key) if waiting else self.store.get(key)
-                if existing is not None:
-                    return existing, False
-                return Unplaced(_ruled_out(placement.reason or "no feasible placement",
-                                           bound, excluded))
-            try:
-                res = self.store.reserve(key, placement)
-            except ReservationConflict as exc:
-                last = str(exc)
-                log.info("placement: %s: conflict on attempt %d: %s", key, attempt, exc)
-                existing = self._await_reservation(key, backoff=attempt)
-                if existing is not None:
-                    return existing, False
-                continue
-            # reserve() returns the existing reservation when a concurrent admission of the
-            # same gang won: then this pod did not place the gang, it reuses it.
-            return res, res.slots == tuple(sorted(placement.slots, key=lambda s: s.replica))
-        return Unplaced(
-            f"the GPUs chosen were taken by concurrent admissions {self.max_attempts} times "
-            f"in a row (last: {last})"
-        )
-
-    def _in_flight_blocks(
-        self, bound: Sequence[NodeState], held: Mapping[str, set[int]], gang: GangRequest
-    ) -> bool:
-        """True when GPUs claimed by reservations not yet written (held, but in no listed
-        reservation) are all that keeps the gang from fitting."""
-        committed: dict[str, set[int]] = {}
-        for res in self.store.list():
-            for node, gpus in res.gpus().items():
-                committed.setdefault(node, set()).update(gpus)
-        settled = {n: g & committed.get(n, set()) for n, g in held.items()}
-        if settled == {n: set(g) for n, g in held.items()}:
-            return False  # nothing in flight
-        return self.solver(exclude_held(bound, settled), gang).feasible
-
-    def _await_reservation(self, key: GangKey, *, backoff: int = 0) -> GangReservation | None:
-        """The gang's reservation if another admission writes it within a short wait.
-
-        ``backoff`` > 0: one jittered sleep of about ``backoff`` x 20 ms, then a look (a
-        re-solve follows when there is none). 0: poll for up to ``settle_seconds``.
-        """
-        if backoff > 0:
-            time.sleep(random.uniform(0.5, 1.5) * 0.02 * backoff)
-            return self.store.get(key)
-        deadline = time.monotonic() + self.settle_seconds
-        while True:
-            existing = self.store.get(key)
-            if existing is not None or time.monotonic() >= deadline:
-                return existing
-            time.sleep(0.02)
+        """Solve the whole gang and reserve it (:meth:`GangReserver.reserve`, shared with
+        the placement queue); the admitted pod's constraints decide for the gang."""
+        return self.reserver.reserve(cluster=ctx.cluster, pod=ctx.pod, key=key, gang=gang)
 
     def _preview(
         self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, gang: GangRequest,
@@ -555,12 +426,13 @@ class PlacementStep:
     ) -> None:
         what = f"{key.kind} {key.namespace}/{key.name}"
         demand = f"{gang.replicas} pod(s) x {gang.gpus_per_replica} GPU(s)"
-        if settings.on_unplaceable == ON_UNPLACEABLE_DENY:
+        if settings.when_full == WHEN_FULL_DENY:
             message = (
                 f"gputopo cannot place {what} ({demand}) on GPUs that fit together: "
                 f"{why.reason}. Policy {policy_name(ctx.policy)!r} denies such pods "
-                f"(placement.onUnplaceable: deny); free GPUs, make the job smaller, or "
-                f"set onUnplaceable: admit to run it without topology placement."
+                f"(placement.whenFull: deny); free GPUs, make the job smaller, or "
+                f"set whenFull: wait (or admit) to run it later (or without topology "
+                f"placement)."
             )
             if ctx.audit:
                 ctx.warnings.append(f"placement (audit): would deny: {message}")
@@ -569,7 +441,7 @@ class PlacementStep:
                 metrics.PLACEMENTS.labels(result="denied").inc()
             ctx.deny(message)
             return
-        record = {
+        record: dict[str, Any] = {
             "placed": False,
             "job": what,
             "jobUid": key.uid,
@@ -578,14 +450,47 @@ class PlacementStep:
             "gpus": [],
             "reason": why.reason,
         }
+        wait = settings.when_full == WHEN_FULL_WAIT and not why.lasting
+        if wait and self.can_wait:
+            record.update(waiting_record(key, gang, settings))
+            ctx.warnings.extend(apply_waiting(
+                ctx.pod, record=record, gpu_resources=_gpu_resources(ctx.policy),
+                warn_scheduler=_scheduler_unhandled(ctx.policy)))
+            prefix = "placement (audit): would gate" if ctx.audit else "placement:"
+            ctx.warnings.append(
+                f"{prefix} {what} ({demand}) waits for a placement: {why.reason}; its pods "
+                f"are held by the scheduling gate {names.PLACEMENT_GATE} until the queue "
+                f"places the whole gang (at most {settings.max_wait_seconds} s, then it is "
+                f"admitted unplaced)")
+            if not preview:
+                metrics.PLACEMENTS.labels(result="gated").inc()
+            return
         ctx.warnings.extend(apply_unplaced(ctx.pod, record))
         prefix = "placement (audit): would leave" if ctx.audit else "placement:"
+        note = ("" if not wait else "; whenFull: wait needs the placement queue, which runs "
+                "only in a webhook with a live cluster")
         ctx.warnings.append(
             f"{prefix} {what} ({demand}) left unplaced: {why.reason}; admitted without "
-            f"node or GPU pinning"
+            f"node or GPU pinning{note}"
         )
         if not preview:
             metrics.PLACEMENTS.labels(result="unplaced").inc()
+
+
+def waiting_record(key: GangKey, gang: GangRequest, settings: PlacementSettings
+                   ) -> dict[str, Any]:
+    """What the placement record of a gated pod adds: everything the queue needs to place
+    the gang later without the policy or the job at hand (the job is looked up all the same
+    before the gang is placed, so a deleted job's pods are never placed)."""
+    return {
+        "waiting": True,
+        "since": time.time(),
+        "maxWaitSeconds": settings.max_wait_seconds,
+        "gang": {"namespace": key.namespace, "kind": key.kind, "name": key.name,
+                 "uid": key.uid, "replicas": gang.replicas,
+                 "gpusPerReplica": gang.gpus_per_replica,
+                 "maxReplicasPerNode": gang.max_replicas_per_node},
+    }
 
 
 def store_deadline(store: object) -> AbstractContextManager[None]:

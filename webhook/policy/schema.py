@@ -17,7 +17,10 @@ API_VERSION = "gputopo.io/v1alpha1"
 KIND = "TopologyPolicy"
 
 Mode = Literal["enforce", "audit"]
-OnUnplaceable = Literal["admit", "deny"]
+WhenFull = Literal["wait", "admit", "deny"]
+PodGroupPolicy = Literal["create", "require", "off"]
+#: How long a gang may wait for a placement before it is admitted unplaced (whenFull: wait).
+DEFAULT_MAX_WAIT_SECONDS = 3600
 
 #: Replica roles a policy may name: the lower-cased replica types of the Kubeflow jobs.
 ROLES = ("master", "worker", "launcher", "chief", "ps", "evaluator")
@@ -91,10 +94,14 @@ class Mutations:
 
 @dataclass(frozen=True)
 class PlacementSettings:
-    """Read by the placement step: whether to place, and what to do when it cannot."""
+    """Read by the placement step: whether to place, what to do when the gang does not fit
+    now (``when_full``; the old ``onUnplaceable`` maps onto it), how long it may wait, and
+    whether the PodGroup its pods are labelled for is made (``pod_group``)."""
 
     enabled: bool = True
-    on_unplaceable: OnUnplaceable = "admit"
+    when_full: WhenFull = "wait"
+    max_wait_seconds: int = DEFAULT_MAX_WAIT_SECONDS
+    pod_group: PodGroupPolicy = "create"
 
 
 @dataclass(frozen=True)
