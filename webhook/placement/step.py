@@ -519,7 +519,7 @@ def make_placement_step(store: ReservationStore | None = None) -> PlacementStep:
     return PlacementStep(store)
 
 
-def placement_step_for(cluster: object) -> PlacementStep:
+def placement_step_for(cluster: object, *, can_wait: bool = False) -> PlacementStep:
     """The placement step ``gputopo serve`` uses for ``cluster``.
 
     A live cluster view (``gputopo.cluster.view.ClusterView``) carries the reservation store
@@ -527,14 +527,15 @@ def placement_step_for(cluster: object) -> PlacementStep:
     (``api_client``): the step shares that store — or builds a KubernetesReservationStore on
     that client — so reservations live in the API, shared by every webhook replica and
     surviving restarts. A fixed cluster (a file, the demo) gets an in-memory store: one
-    process, nothing to share.
+    process, nothing to share. ``can_wait``: a placement queue runs (``gputopo serve`` on a
+    live cluster), so ``whenFull: wait`` gates gangs that do not fit.
     """
     store = getattr(cluster, "reservations", None)
     if store is not None:
-        return PlacementStep(store)
+        return PlacementStep(store, can_wait=can_wait)
     api = getattr(cluster, "api_client", None)
     if api is not None:
         from gputopo.cluster.k8s_reservations import KubernetesReservationStore
 
-        return PlacementStep(KubernetesReservationStore(api))
+        return PlacementStep(KubernetesReservationStore(api), can_wait=can_wait)
     return PlacementStep()
