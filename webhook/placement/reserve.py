@@ -43,6 +43,10 @@ DEFAULT_MAX_ATTEMPTS = 5
 #: admission of the same gang to finish writing its reservation (claims, then the gang
 #: record: a few API round trips).
 DEFAULT_SETTLE_SECONDS = 0.5
+#: A gang that may wait (``whenFull: wait``) takes a placement only when its predicted bus
+#: bandwidth is at least this share of what the gang would get on the same nodes with every
+#: GPU free; below it, it waits for a good placement (docs/queue.md).
+GOOD_SHARE = 0.9
 
 
 @dataclass(frozen=True)
@@ -143,6 +147,7 @@ class GangReserver:
         self.max_attempts = max(1, int(max_attempts))
         self.settle_seconds = max(0.0, float(settle_seconds))
         self.held_memo: HeldMemo = {}  # exclude_held's copies, reused across gangs
+        self._ideal: dict[tuple[Any, ...], float] = {}  # (gang, nodes) → best bandwidth
 
     @property
     def solver(self) -> Solver:
@@ -157,9 +162,36 @@ class GangReserver:
         fit, excluded = nodes_for(cluster, pod)
         return exclude_held(fit, self.store.held_gpus(), self.held_memo), excluded
 
+    def ideal_bandwidth(self, nodes: Sequence[NodeState], gang: GangRequest) -> float:
+        """The bus bandwidth the gang would get on ``nodes`` with every GPU free (cached per
+        gang shape and node set: the same for every gang of that shape)."""
+        key = (gang, tuple((n.name, id(n.topology)) for n in nodes))
+        hit = self._ideal.get(key)
+        if hit is None:
+            empty = [NodeState(name=n.name, topology=n.topology, zone=n.zone, rack=n.rack,
+                               network_gbps=n.network_gbps, facts=n.facts) for n in nodes]
+            best = self.solver(empty, gang)
+            hit = best.bus_bandwidth_gbps if best.feasible else 0.0
+            if len(self._ideal) > 1_000:
+                self._ideal.clear()
+            self._ideal[key] = hit
+        return hit
+
+    def not_good(self, placement: Placement, nodes: Sequence[NodeState], gang: GangRequest,
+                 good_share: float) -> Unplaced | None:
+        """Why a feasible ``placement`` is not good enough to take now, or None."""
+        ideal = self.ideal_bandwidth(nodes, gang)
+        if ideal <= 0 or placement.bus_bandwidth_gbps >= good_share * ideal:
+            return None
+        spread = sorted({s.node for s in placement.slots})
+        return Unplaced(
+            f"best free now gives {placement.bus_bandwidth_gbps:.1f} GB/s bus bandwidth "
+            f"({len(spread)} node(s)); a good placement gives {ideal:.1f} GB/s (waits for "
+            f"at least {good_share:.0%} of it)")
+
     def reserve(
         self, *, cluster: ClusterReader, pod: Mapping[str, Any], key: GangKey,
-        gang: GangRequest,
+        gang: GangRequest, good_share: float | None = None,
     ) -> tuple[GangReservation, bool] | Unplaced:
         """Solve the whole gang and reserve it; re-solve on conflict, a bounded number of
         times. Returns the reservation and whether THIS call made it (False: a concurrent
@@ -173,6 +205,9 @@ class GangReserver:
         GPUs of reservations still being written are in the way (it would fit without
         them), it waits up to ``settle_seconds`` for the gang's reservation to appear. A
         cluster merely full of settled reservations costs no wait.
+
+        ``good_share``: the gang may wait, so a feasible placement below that share of the
+        gang's ideal bandwidth (:meth:`not_good`) is not taken (None: take the best there is).
         """
         last = ""
         try:  # abandoned gangs free their GPUs before we look for free ones
@@ -194,6 +229,11 @@ class GangReserver:
                     return existing, False
                 return Unplaced(ruled_out(placement.reason or "no feasible placement",
                                           bound, excluded))
+            if good_share is not None:
+                poor = self.not_good(placement, bound, gang, good_share)
+                if poor is not None:
+                    existing = self.store.get(key)
+                    return (existing, False) if existing is not None else poor
             try:
                 res = self.store.reserve(key, placement)
             except ReservationConflict as exc:

@@ -65,6 +65,7 @@ from webhook.placement.ports import replicas_per_node_cap
 from webhook.placement.reserve import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_SETTLE_SECONDS,
+    GOOD_SHARE,
     GangReserver,
     HeldMemo,
     Solver,
@@ -345,7 +346,10 @@ class PlacementStep:
     ) -> tuple[GangReservation, bool] | Unplaced:
         """Solve the whole gang and reserve it (:meth:`GangReserver.reserve`, shared with
         the placement queue); the admitted pod's constraints decide for the gang."""
-        return self.reserver.reserve(cluster=ctx.cluster, pod=ctx.pod, key=key, gang=gang)
+        settings = placement_settings(ctx.policy)
+        may_wait = self.can_wait and settings.when_full == WHEN_FULL_WAIT
+        return self.reserver.reserve(cluster=ctx.cluster, pod=ctx.pod, key=key, gang=gang,
+                                     good_share=GOOD_SHARE if may_wait else None)
 
     def _preview(
         self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, gang: GangRequest,
@@ -383,17 +387,7 @@ class PlacementStep:
     ) -> None:
         res, slot = granted.reservation, granted.slot
         visible = res.visible_gpus(slot.node)
-        record = {
-            "placed": True,
-            "job": f"{key.kind} {key.namespace}/{key.name}",
-            "jobUid": key.uid,
-            "replica": replica.wire(),
-            "node": slot.node,
-            "gpus": list(slot.gpus),
-            "gpuVisible": list(visible),
-            "busBandwidthGBps": round(res.bus_bandwidth_gbps, 3),
-            "reason": res.reason,
-        }
+        record = placed_record(key, replica, res, slot)
         policy = ctx.policy
         ctx.warnings.extend(
             apply_slot(ctx.pod, node=slot.node, gpu_group=slot.gpus, gpu_visible=visible,
@@ -475,6 +469,22 @@ class PlacementStep:
         )
         if not preview:
             metrics.PLACEMENTS.labels(result="unplaced").inc()
+
+
+def placed_record(key: GangKey, replica: ReplicaKey, res: GangReservation, slot: ReplicaSlot
+                  ) -> dict[str, Any]:
+    """The placement record of a replica in its slot (at admission or from the queue)."""
+    return {
+        "placed": True,
+        "job": f"{key.kind} {key.namespace}/{key.name}",
+        "jobUid": key.uid,
+        "replica": replica.wire(),
+        "node": slot.node,
+        "gpus": list(slot.gpus),
+        "gpuVisible": list(res.visible_gpus(slot.node)),
+        "busBandwidthGBps": round(res.bus_bandwidth_gbps, 3),
+        "reason": res.reason,
+    }
 
 
 def waiting_record(key: GangKey, gang: GangRequest, settings: PlacementSettings
