@@ -37,6 +37,7 @@ class WaitingPod:
     replica: ReplicaKey
     since: float
     pod: dict[str, Any] = field(compare=False, repr=False)
+    record: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass
@@ -107,7 +108,7 @@ def waiting_gangs(pods: Iterable[Mapping[str, Any]]) -> list[WaitingGang]:
             continue  # a record not written by gputopo: not ours to release
         meta = pod["metadata"]
         wp = WaitingPod(str(meta.get("namespace") or key.namespace), str(meta["name"]),
-                        replica, since, dict(pod))
+                        replica, since, dict(pod), rec)
         gang = gangs.get(key)
         if gang is None:
             gang = gangs[key] = WaitingGang(key, request, since, max_wait)

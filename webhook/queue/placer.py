@@ -59,6 +59,22 @@ from webhook.queue.gangs import (
 
 log = logging.getLogger(__name__)
 
+#: Record keys of a waiting pod (:func:`webhook.placement.step.waiting_record`).
+WAITING_KEYS = ("waiting", "since", "maxWaitSeconds", "gang")
+
+
+def released(pod: dict[str, Any]) -> None:
+    """Lift gputopo's gate; the record stops saying "waiting"."""
+    ann = pod["metadata"].setdefault("annotations", {})
+    try:
+        rec = json.loads(ann.get(names.PLACEMENT_ANNOTATION) or "{}")
+    except ValueError:
+        rec = {}
+    if isinstance(rec, dict) and rec.get("waiting"):
+        rec["waiting"] = False
+        ann[names.PLACEMENT_ANNOTATION] = record_json(rec)
+    remove_gate(pod)
+
 #: Unbound pods: the gated ones are among them (the API offers no selector on gates).
 UNBOUND = "spec.nodeName="
 
@@ -177,6 +193,9 @@ class PlacementQueue:
         for wp in gang.pods:
             slot = slots[wp.replica]
             rec = placed_record(key, wp.replica, res, slot)
+            # still gated: keep what makes it a waiting pod, so a next leader finds the
+            # whole gang if this one stops before every gate is lifted
+            rec.update({k: wp.record[k] for k in WAITING_KEYS if k in wp.record})
             rec["queue"] = {"waitedSeconds": waited, "by": self.identity}
             if fallback:
                 rec["queue"]["fallback"] = "maxWaitSeconds: best placement there was"
@@ -185,7 +204,7 @@ class PlacementQueue:
                     gpu_visible=res.visible_gpus(slot.node), record=rec)):
                 return "a pod changed while its slot was written (retried next pass)"
         for wp in gang.pods:
-            if not self._update(wp, "ungate", remove_gate):
+            if not self._update(wp, "ungate", released):
                 return "a pod changed while its gate was lifted (retried next pass)"
         if fallback:
             metrics.QUEUE_FALLBACKS.labels(reason="placed_below_good").inc()
