@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "gputopo.topology.commands",
     "gputopo.placement.commands",
     "generator.commands",
+    "webhook.queue.commands",
 )
 
 

@@ -157,3 +157,33 @@ def test_gangs_are_served_in_arrival_order():
     gangs = waiting_gangs([pod("x", "late", 30.0), pod("y", "early", 10.0), bound, ungated])
     assert [g.key.name for g in gangs] == ["early", "late"]
     assert gangs[0].overdue(71.0) and not gangs[0].overdue(69.0)
+
+
+def test_queue_command_shows_the_waiting_gangs_and_why_not_now(kube, tmp_path, capsys):
+    from gputopo.cli import main
+    from gputopo.yamlio import dump_documents
+
+    busy_cluster(kube)
+    with live_admitter(kube, can_wait=True) as (admitter, view):
+        assert wait_for(lambda: sum(len(n.used) for n in view.node_states()) == 12)
+        waiting_gang(kube, admitter)
+        kube.apply(busy_pod("tmp-a", NODE_A, "6,7"))
+        assert wait_for(lambda: sum(len(n.used) for n in view.node_states()) == 14)
+        young = kube.apply(mpijob("young", workers=1, gpus=4))
+        admit_and_create(admitter, kube, worker_pod(young, 0))
+    objects = [*kube.objects("v1", "Node"), *kube.objects("v1", "Namespace"),
+               *kube.objects("v1", "Pod")]
+    path = tmp_path / "cluster.yaml"
+    path.write_text(dump_documents(objects))
+    capsys.readouterr()
+    assert main(["queue", "--cluster", str(path), "-o", "json"]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert [(r["position"], r["job"], r["demand"], r["pods"]) for r in found] == [
+        (1, "MPIJob default/waiter", "4 x 1 GPU", 4),
+        (2, "MPIJob default/young", "1 x 4 GPU", 1)]
+    assert "needs 4 x 1 GPU(s); free now: 2 GPU(s), at most 2 on one node" in found[0]["why"]
+    assert "needs 1 x 4 GPU(s)" in found[1]["why"]
+    assert main(["queue", "--cluster", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split()[:3] == ["POS", "JOB", "DEMAND"]
+    assert "MPIJob default/waiter" in out

@@ -41,13 +41,7 @@ from gputopo.cluster.reservations import ReservationStore, ReservationUnavailabl
 from gputopo.cluster.source import ClusterReader
 from webhook import metrics
 from webhook.placement.mutations import record_json, remove_gate, write_slot
-from webhook.placement.reserve import (
-    GOOD_SHARE,
-    GangReserver,
-    Unplaced,
-    nodes_for,
-    ruled_out,
-)
+from webhook.placement.reserve import GOOD_SHARE, GangReserver, Unplaced
 from webhook.placement.step import placed_record
 from webhook.queue.gangs import (
     DEFAULT_STARVATION_SECONDS,
@@ -56,6 +50,7 @@ from webhook.queue.gangs import (
     starving,
     waiting_gangs,
 )
+from webhook.queue.report import why_not_now
 
 log = logging.getLogger(__name__)
 
@@ -122,19 +117,7 @@ class PlacementQueue:
 
     def why_not_now(self, gang: WaitingGang) -> str:
         """Why ``gang`` does not fit now, in a sentence (no side effects)."""
-        pod = gang.pods[0].pod
-        free, excluded = self.reserver.free_nodes(self.cluster, pod)
-        placement = self.reserver.solver(free, gang.request)
-        if placement.feasible:
-            fit, _ = nodes_for(self.cluster, pod)
-            poor = self.reserver.not_good(placement, fit, gang.request, GOOD_SHARE)
-            return poor.reason if poor is not None else "fits now (placed at the next pass)"
-        per_node = sorted((len(n.free) for n in free), reverse=True)
-        best = per_node[0] if per_node else 0
-        return ruled_out(
-            f"needs {gang.request.replicas} x {gang.request.gpus_per_replica} GPU(s); free "
-            f"now: {sum(per_node)} GPU(s), at most {best} on one node "
-            f"({placement.reason or 'no feasible placement'})", free, excluded)
+        return why_not_now(gang, self.cluster, self.reserver)
 
     # --- one pass --------------------------------------------------------------------------
     def run_once(self) -> PassResult:
