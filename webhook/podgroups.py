@@ -31,6 +31,7 @@ import time
 from typing import Any
 
 from gputopo import names
+from gputopo.cluster.reservations import admission_deadline
 from webhook import metrics
 from webhook.steps import AdmissionContext
 
@@ -38,8 +39,11 @@ log = logging.getLogger(__name__)
 
 #: Seconds a creation's outcome is remembered (until the watch delivers the object).
 MEMO_SECONDS = 60.0
-#: The POST's timeout: an admission must still answer inside the webhook's 5 s.
+#: The POST's timeout: an admission must still answer inside the webhook's 5 s; within an
+#: admission also no later than its answer-by less what placement needs after it.
 CREATE_TIMEOUT_SECONDS = 2.0
+RESERVE_SECONDS = 1.0
+MIN_CREATE_SECONDS = 0.05
 
 
 def pod_group_body(*, namespace: str, name: str, min_member: int, owner: dict[str, str]
@@ -119,6 +123,12 @@ class PodGroupStep:
         api = getattr(ctx.cluster, "api_client", None)
         if api is None:
             return "no API access"
+        timeout = CREATE_TIMEOUT_SECONDS
+        until = admission_deadline()  # the review's answer-by, counted from its arrival
+        if until is not None:
+            timeout = min(timeout, until - now - RESERVE_SECONDS)
+            if timeout < MIN_CREATE_SECONDS:
+                return "no time left in this admission (the API is slow)"
         from kubernetes import client
         from kubernetes.client.rest import ApiException
 
@@ -130,7 +140,7 @@ class PodGroupStep:
         try:
             client.CustomObjectsApi(api).create_namespaced_custom_object(
                 names.POD_GROUP_API_GROUP, names.POD_GROUP_VERSION, job.namespace,
-                names.POD_GROUP_PLURAL, body, _request_timeout=CREATE_TIMEOUT_SECONDS)
+                names.POD_GROUP_PLURAL, body, _request_timeout=timeout)
             metrics.POD_GROUPS.labels(result="created").inc()
             log.info("podgroup: created PodGroup %s/%s (minMember %d) for %s %s", job.namespace,
                      group, job.gang_size, job.kind, job.name)
