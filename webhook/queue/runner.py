@@ -23,10 +23,12 @@ from webhook.queue.placer import PlacementQueue
 
 log = logging.getLogger(__name__)
 
-#: Kinds whose changes can free GPUs or bring a new waiting pod.
-WAKE_KINDS = frozenset({"pods", "nodes", "node-reports"})
+#: Watched kinds whose changes cannot free GPUs nor bring a waiting pod; every other kind
+#: (pods, nodes, ACK reports, training jobs: a deleted or finished job releases its
+#: reservation) wakes the queue.
+QUIET_KINDS = frozenset({"namespaces", "podgroups"})
 DEFAULT_INTERVAL_SECONDS = 5.0
-DEFAULT_DEBOUNCE_SECONDS = 0.2
+DEFAULT_DEBOUNCE_SECONDS = 0.5
 
 
 def default_identity() -> str:
@@ -51,7 +53,7 @@ class QueueRunner:
 
     def kick(self, kind: str = "pods") -> None:
         """Ask for a pass soon (a watched change that may free GPUs)."""
-        if kind in WAKE_KINDS:
+        if kind not in QUIET_KINDS:
             self._kick.set()
 
     def start(self) -> QueueRunner:
