@@ -16,7 +16,7 @@ is placed before it (it is not overtaken for ever).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,3 +125,45 @@ def waiting_gangs(pods: Iterable[Mapping[str, Any]]) -> list[WaitingGang]:
 def starving(gang: WaitingGang, now: float, starvation_seconds: float) -> bool:
     """True when ``gang`` has waited long enough that nothing behind it may be placed first."""
     return gang.waited(now) >= starvation_seconds
+
+
+@dataclass
+class PassResult:
+    """What one pass did, for tests, logs, the bench and ``gputopo queue``."""
+
+    placed: list[str] = field(default_factory=list)
+    fallen_back: list[str] = field(default_factory=list)
+    waiting: dict[str, str] = field(default_factory=dict)  # gang → why not now
+    blocked_by: str | None = None  # the starving gang that stopped backfill
+    not_leader: bool = False
+
+
+def serve_pass(
+    gangs: list[WaitingGang], *, now: float, starvation_seconds: float,
+    place: Callable[[WaitingGang], str | None],
+    fall_back: Callable[[WaitingGang], bool],
+    may_act: Callable[[], bool] = lambda: True,
+) -> PassResult:
+    """The queue's policy for one pass over ``gangs`` (oldest first), I/O left to callers:
+    ``place(gang)`` returns None when placed, else why not; ``fall_back(gang)`` releases an
+    overdue gang (True when done). Backfill: a gang that does not fit is skipped, younger
+    ones may go — unless it is starving, then the pass stops there."""
+    result = PassResult()
+    for gang in gangs:
+        if not may_act():
+            result.not_leader = True
+            return result
+        name = str(gang.key)
+        if gang.overdue(now):
+            if fall_back(gang):
+                result.fallen_back.append(name)
+            continue
+        why = place(gang)
+        if why is None:
+            result.placed.append(name)
+            continue
+        result.waiting[name] = why
+        if starving(gang, now, starvation_seconds):
+            result.blocked_by = name
+            break  # nothing behind a starving gang is placed before it
+    return result

@@ -29,7 +29,6 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import jsonpatch
@@ -45,9 +44,10 @@ from webhook.placement.reserve import GOOD_SHARE, GangReserver, Unplaced
 from webhook.placement.step import placed_record
 from webhook.queue.gangs import (
     DEFAULT_STARVATION_SECONDS,
+    PassResult,
     WaitingGang,
     WaitingPod,
-    starving,
+    serve_pass,
     waiting_gangs,
 )
 from webhook.queue.report import why_not_now
@@ -72,17 +72,6 @@ def released(pod: dict[str, Any]) -> None:
 
 #: Unbound pods: the gated ones are among them (the API offers no selector on gates).
 UNBOUND = "spec.nodeName="
-
-
-@dataclass
-class PassResult:
-    """What one pass did, for tests, logs and ``gputopo queue``."""
-
-    placed: list[str] = field(default_factory=list)
-    fallen_back: list[str] = field(default_factory=list)
-    waiting: dict[str, str] = field(default_factory=dict)  # gang → why not now
-    blocked_by: str | None = None  # the starving gang that stopped backfill
-    not_leader: bool = False
 
 
 class PlacementQueue:
@@ -121,33 +110,20 @@ class PlacementQueue:
 
     # --- one pass --------------------------------------------------------------------------
     def run_once(self) -> PassResult:
-        result = PassResult()
         if not self.is_leader():
-            result.not_leader = True
-            return result
+            return PassResult(not_leader=True)
         gangs = self.waiting()
         metrics.QUEUE_WAITING.set(len(gangs))
         now = self._clock()
-        for gang in gangs:
-            if not self.is_leader():
-                result.not_leader = True
-                return result
-            name = str(gang.key)
-            if gang.overdue(now):
-                # the best placement there is (pinned, its env right), else no pin at all
-                if self._place(gang, now, good_share=None, fallback=True) is None or \
-                        self._fall_back(gang, now):
-                    result.fallen_back.append(name)
-                continue
-            outcome = self._place(gang, now, good_share=GOOD_SHARE)
-            if outcome is None:
-                result.placed.append(name)
-                continue
-            result.waiting[name] = outcome
-            if starving(gang, now, self.starvation_seconds):
-                result.blocked_by = name
-                break  # nothing behind a starving gang is placed before it
-        return result
+
+        def fall_back(gang: WaitingGang) -> bool:
+            # the best placement there is (pinned, its env right), else no pin at all
+            return self._place(gang, now, good_share=None, fallback=True) is None or \
+                self._unplace(gang, now)
+
+        return serve_pass(gangs, now=now, starvation_seconds=self.starvation_seconds,
+                          place=lambda g: self._place(g, now, good_share=GOOD_SHARE),
+                          fall_back=fall_back, may_act=self.is_leader)
 
     def _place(self, gang: WaitingGang, now: float, *, good_share: float | None,
                fallback: bool = False) -> str | None:
@@ -198,7 +174,7 @@ class PlacementQueue:
                  ", ".join(f"{s.node}:{list(s.gpus)}" for s in slots.values()))
         return None
 
-    def _fall_back(self, gang: WaitingGang, now: float) -> bool:
+    def _unplace(self, gang: WaitingGang, now: float) -> bool:
         """Lift the gates of an overdue gang, unplaced, saying why in each record."""
         waited = round(gang.waited(now), 3)
         why = (f"waited {waited:.0f} s for a placement (maxWaitSeconds "
