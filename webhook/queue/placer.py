@@ -1,11 +1,12 @@
 """One pass of the placement queue: place the waiting gangs that fit now, release overdue ones.
 
 A pass lists the unbound pods, rebuilds the waiting gangs from their records
-(:mod:`webhook.queue.gangs`) and serves them oldest first:
+(:mod:`webhook.queue.gangs`) and serves them oldest first (the order and the backfill rule
+are :func:`webhook.queue.gangs.serve_pass`; this module does the I/O):
 
-1. **overdue** (waited ``maxWaitSeconds``): the gates are lifted with no pin, and the record
-   says why (``whenFull: admit`` from then on);
-2. **fits now**: :meth:`GangReserver.reserve` — the very solve + compare-and-swap reservation
+1. **overdue** (waited ``maxWaitSeconds``): the best placement there is, even below the
+   "good" bar; if none, the gates are lifted with no pin and the record says why;
+2. **fits well now**: :meth:`GangReserver.reserve` — the very solve + compare-and-swap reservation
    of admission, so the queue and the webhook replicas never hand out one GPU twice — or
    the gang's existing reservation (a later pod of the gang was admitted when GPUs had
    freed up); then EVERY gated replica is assigned its slot in the store, then every pod
