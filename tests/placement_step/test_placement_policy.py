@@ -117,3 +117,16 @@ def test_placement_metrics_count_each_decision(mutate):
     delta = {r: sample(r) - before[r] for r in before}
     # four gangs placed at their first pod, their other 3 pods reuse; job-5's 4 pods unplaced
     assert delta == {"placed": 4, "reused": 12, "unplaced": 4}
+
+
+def test_wait_without_a_queue_admits_unplaced_and_says_why(mutate):
+    """``gputopo mutate`` runs no placement queue: a gated pod would wait for ever, so the
+    default ``whenFull: wait`` acts as ``admit`` there, with a note."""
+    result = mutate(_five_jobs())
+    assert result.rc == 0, result.stderr
+    out = result.pods
+    for i in range(4):
+        pod = out[f"job-5-worker-{i}"]
+        assert not pod["spec"].get("schedulingGates")
+        assert record(pod)["placed"] is False
+    assert "whenFull: wait needs the placement queue" in result.stderr

@@ -12,6 +12,7 @@ is released before every pod of the gang has its slot.
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -187,3 +188,43 @@ def test_queue_command_shows_the_waiting_gangs_and_why_not_now(kube, tmp_path, c
     out = capsys.readouterr().out
     assert out.splitlines()[0].split()[:3] == ["POS", "JOB", "DEMAND"]
     assert "MPIJob default/waiter" in out
+
+
+def test_after_max_wait_the_gang_takes_the_best_placement_there_is(kube):
+    busy_cluster(kube)  # free: A:6,7 and B:6,7 — feasible, but not good
+    with live_admitter(kube, can_wait=True) as (admitter, view):
+        assert wait_for(lambda: sum(len(n.used) for n in view.node_states()) == 12)
+        waiting_gang(kube, admitter)
+        queue = _queue(view, kube, clock=lambda: time.time() + 3601)  # maxWaitSeconds 3600
+        result = queue.run_once()
+    assert len(result.fallen_back) == 1 and result.placed == []
+    pods = pods_of(kube, "waiter")
+    held = sorted((pinned_node(p), g) for p in pods for g in gpu_group(p))
+    assert held == [(NODE_A, 6), (NODE_A, 7), (NODE_B, 6), (NODE_B, 7)]
+    for pod in pods:
+        assert not gated(pod)
+        rec = record(pod)
+        assert rec["placed"] is True and "maxWaitSeconds" in rec["queue"]["fallback"]
+        (c,) = pod["spec"]["containers"]
+        e = env(c, pod)
+        assert e[names.NVIDIA_VISIBLE_DEVICES_ENV] == "6,7"  # the job's GPUs on that node
+        assert tuple(gpu_visible(pod)[int(i)] for i in e[names.CUDA_VISIBLE_DEVICES_ENV]
+                     .split(",")) == gpu_group(pod)
+
+
+def test_after_max_wait_with_no_room_at_all_the_gates_go_unpinned(kube):
+    busy_cluster(kube)
+    kube.apply(busy_pod("rest-a", NODE_A, "6,7"))
+    kube.apply(busy_pod("rest-b", NODE_B, "6,7"))
+    with live_admitter(kube, can_wait=True) as (admitter, view):
+        assert wait_for(lambda: sum(len(n.used) for n in view.node_states()) == 16)
+        waiting_gang(kube, admitter)
+        queue = _queue(view, kube, clock=lambda: time.time() + 3601)
+        result = queue.run_once()
+        assert len(result.fallen_back) == 1
+        assert view.reservations.list() == []  # nothing reserved for it
+    for pod in pods_of(kube, "waiter"):
+        assert not gated(pod) and "affinity" not in pod["spec"]
+        rec = record(pod)
+        assert rec["placed"] is False and rec["waiting"] is False
+        assert "maxWaitSeconds" in rec["reason"] and rec["queue"]["fallback"]

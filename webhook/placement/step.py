@@ -346,10 +346,12 @@ class PlacementStep:
     ) -> tuple[GangReservation, bool] | Unplaced:
         """Solve the whole gang and reserve it (:meth:`GangReserver.reserve`, shared with
         the placement queue); the admitted pod's constraints decide for the gang."""
-        settings = placement_settings(ctx.policy)
-        may_wait = self.can_wait and settings.when_full == WHEN_FULL_WAIT
         return self.reserver.reserve(cluster=ctx.cluster, pod=ctx.pod, key=key, gang=gang,
-                                     good_share=GOOD_SHARE if may_wait else None)
+                                     good_share=GOOD_SHARE if self._may_wait(ctx) else None)
+
+    def _may_wait(self, ctx: AdmissionContext) -> bool:
+        """The gang may wait for a good placement (``whenFull: wait`` and a queue runs)."""
+        return self.can_wait and placement_settings(ctx.policy).when_full == WHEN_FULL_WAIT
 
     def _preview(
         self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, gang: GangRequest,
@@ -365,6 +367,10 @@ class PlacementStep:
                 if not placement.feasible:
                     return Unplaced(_ruled_out(placement.reason or "no feasible placement",
                                                fit, excluded))
+                if self._may_wait(ctx):
+                    poor = self.reserver.not_good(placement, fit, gang, GOOD_SHARE)
+                    if poor is not None:
+                        return poor
                 res = GangReservation.from_placement(key, placement, now=0.0, ttl_seconds=0.0)
                 # Nothing is assigned in a preview, so "lowest free slot" would show slot 0
                 # to every replica; the replica's position in the gang (types in spec
