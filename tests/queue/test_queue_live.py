@@ -228,3 +228,27 @@ def test_after_max_wait_with_no_room_at_all_the_gates_go_unpinned(kube):
         rec = record(pod)
         assert rec["placed"] is False and rec["waiting"] is False
         assert "maxWaitSeconds" in rec["reason"] and rec["queue"]["fallback"]
+
+
+def test_a_gang_that_fits_halfway_through_its_admissions_is_completed_by_the_queue(kube):
+    """Worker 0 is gated; GPUs free up; workers 1-3 are admitted into a fresh reservation;
+    the queue then gives worker 0 the remaining slot of that same reservation."""
+    holder = busy_cluster(kube)
+    with live_admitter(kube, can_wait=True) as (admitter, view):
+        assert wait_for(lambda: sum(len(n.used) for n in view.node_states()) == 12)
+        job = kube.apply(mpijob("halfway"))
+        first, _ = admit_and_create(admitter, kube, worker_pod(job, 0))
+        assert gated(first)
+        kube.remove(holder)
+        assert wait_for(lambda: sum(len(n.used) for n in view.node_states()) == 8)
+        rest = [admit_and_create(admitter, kube, worker_pod(job, i))[0] for i in (1, 2, 3)]
+        assert not any(gated(p) for p in rest)
+        result = _queue(view, kube).run_once()
+        key = GangKey("default", "MPIJob", "halfway", job["metadata"]["uid"])
+        assert result.placed == [str(key)]
+        (res,) = view.reservations.list()
+    pods = pods_of(kube, "halfway")
+    assert not any(gated(p) for p in pods)
+    assert sorted(g for p in pods for g in gpu_group(p)) == [0, 1, 2, 3]
+    assert {(s.node, s.gpus) for s in res.assignments.values()} == {
+        (pinned_node(p), gpu_group(p)) for p in pods}
