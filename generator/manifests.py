@@ -131,6 +131,24 @@ platforms.register_node_agent("reporter", file="reporter.yaml", build=_reporter,
                               platforms=platforms.PLATFORMS)
 
 
+def _device_plugin(opts: ManifestOptions) -> list[dict[str, Any]]:
+    """gputopo's device plugin for the platform's GPU resource, in ``kube-system``: its
+    hostPath to the kubelet's socket directory needs a namespace that admits node agents
+    (``gputopo-system`` is Pod Security ``restricted``)."""
+    from generator.device_plugin_objects import device_plugin_objects
+
+    return device_plugin_objects(image=opts.image,
+                                 resource=platforms.platform(opts.platform).gpu_resource,
+                                 namespace="kube-system",
+                                 runtime_class=opts.reporter_runtime_class)
+
+
+# Off ACK nothing else hands a container exactly the GPUs the webhook chose (ACK's own
+# device plugin does there): gputopo's device plugin ships with tke and generic.
+platforms.register_node_agent("device-plugin", file="device-plugin.yaml",
+                              build=_device_plugin, platforms=("generic", "tke"))
+
+
 def _policies(opts: ManifestOptions, platform: platforms.Platform) -> dict[str, Any]:
     if opts.policies_dir is not None:
         return policy_objects.config_map(opts.policies_dir)

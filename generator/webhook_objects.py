@@ -31,7 +31,10 @@ from gputopo.names import (
     INJECT_LABEL,
     INJECT_VALUE,
     KUBEFLOW_GROUP,
+    POD_GROUP_API_GROUP,
+    POD_GROUP_PLURAL,
     POLICIES_CONFIGMAP,
+    QUEUE_LEASE,
     WEBHOOK_NAME,
     WEBHOOK_SERVICE,
     WEBHOOK_TLS_SECRET,
@@ -60,15 +63,24 @@ def rbac(*, ack_reports: bool = True) -> list[dict[str, Any]]:
     ns = GPUTOPO_NAMESPACE
     cluster_rules = [
         # the live cluster view lists and watches; a cache miss GETs a namespace or job
-        k8s.rule([""], ["nodes", "pods"], ["list", "watch"]),
+        k8s.rule([""], ["nodes"], ["list", "watch"]),
+        # pods: the view's list+watch; the placement queue reads a gated pod and patches in
+        # its slot, then lifts its gate (docs/queue.md)
+        k8s.rule([""], ["pods"], ["get", "list", "watch", "patch"]),
         k8s.rule([""], ["namespaces"], ["get", "list", "watch"]),
         k8s.rule([KUBEFLOW_GROUP], ["mpijobs", "pytorchjobs", "tfjobs"], ["get", "list", "watch"]),
         k8s.rule(["batch"], ["jobs"], ["get"]),  # MPIJob v2beta1 launcher's owner, on demand
+        # the PodGroup a gang label names must exist: watched, created when missing
+        k8s.rule([POD_GROUP_API_GROUP], [POD_GROUP_PLURAL], ["list", "watch", "create"]),
     ]
     reports_rules = [k8s.rule([""], ["configmaps"], ["list", "watch"])]
     # reservations: full PUTs with resourceVersion (optimistic concurrency), never watched
     reservation_rules = [
         k8s.rule([""], ["configmaps"], ["get", "list", "create", "update", "delete"]),
+        # the placement queue's leader election: its one Lease (create cannot be limited
+        # to a name: RBAC checks resourceNames only for requests that name the object)
+        k8s.rule(["coordination.k8s.io"], ["leases"], ["create"]),
+        k8s.rule(["coordination.k8s.io"], ["leases"], ["get", "update"], [QUEUE_LEASE]),
     ]
     common = {"account": WEBHOOK_NAME, "account_namespace": ns, "component": COMPONENT}
     objs = [

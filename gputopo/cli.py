@@ -32,6 +32,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "gputopo.cluster.commands",
     "generator.commands",
     "gputopo.deviceplugin.commands",
+    "webhook.queue.commands",
 )
 
 

@@ -48,6 +48,18 @@ PLACEMENT_ANNOTATION = "gputopo.io/placement"
 SCHEDULER_NAME = "gpu-topology-scheduler"
 NVIDIA_VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
 CUDA_VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
+#: This pod's GPU positions within gpu-visible (the CUDA_VISIBLE_DEVICES value), written next
+#: to the GPU index annotations so the env can read it through the downward API.
+CUDA_POSITIONS_ANNOTATION = "gputopo.io/cuda-visible-devices"
+
+# --- waiting for a placement (docs/queue.md) -------------------------------------------
+#: The scheduling gate on the pods of a gang that waits for a good placement.
+PLACEMENT_GATE = "gputopo.io/placement"
+#: The Lease (in GPUTOPO_NAMESPACE) whose holder is the one active placement queue.
+QUEUE_LEASE = "gputopo-placement-queue"
+POD_GROUP_API_GROUP = "scheduling.x-k8s.io"
+POD_GROUP_VERSION = "v1alpha1"
+POD_GROUP_PLURAL = "podgroups"
 
 # --- what the Kubeflow operators put on the pods they create ---------------------------
 # training-operator (kubeflow.org/v1 PyTorchJob, TFJob, MPIJob) and mpi-operator v2beta1.

@@ -39,5 +39,9 @@ def build_admitter(policies_dir: Path | None, cluster: ClusterReader, *,
         assert store.last_error is not None
         raise store.last_error
     store.start(reload_interval_s)
-    return Admitter(store=store, cluster=cluster,
-                    steps=[placement] if placement is not None else [])
+    from webhook.podgroups import PodGroupStep
+
+    steps: list[Step] = [PodGroupStep()]
+    if placement is not None:
+        steps.append(placement)
+    return Admitter(store=store, cluster=cluster, steps=steps)

@@ -34,9 +34,30 @@ POLICY_RELOAD_FAILURES = Counter(
 POLICIES_LOADED = Gauge("gputopo_policies_loaded", "Policies in force.")
 PLACEMENTS = Counter(
     "gputopo_gang_placements_total",
-    "Gang placement decisions by result (placed, reused, moved, unplaced, denied).",
+    "Gang placement decisions by result (placed, reused, moved, gated, unplaced, denied).",
     ["result"],
 )
 CERT_RELOADS = Counter(
     "gputopo_certificate_reloads_total", "Serving certificate reloads, by result.", ["result"]
 )
+POD_GROUPS = Counter(
+    "gputopo_pod_groups_total",
+    "PodGroups for gang labels: created by gputopo, or the label left off (label_removed).",
+    ["result"],
+)
+QUEUE_WAITING = Gauge(
+    "gputopo_queue_waiting_gangs", "Gangs waiting (gated) for a placement, as the active "
+    "queue last saw them.")
+QUEUE_WAIT_SECONDS = Histogram(
+    "gputopo_queue_wait_seconds",
+    "How long a gang waited gated, from its first pod's admission to its release "
+    "(placed or fallen back).",
+    buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400),
+)
+QUEUE_PLACEMENTS = Counter(
+    "gputopo_queue_placements_total", "Waiting gangs the queue placed.")
+QUEUE_FALLBACKS = Counter(
+    "gputopo_queue_fallbacks_total",
+    "Waiting gangs released unplaced after maxWaitSeconds, by reason.", ["reason"])
+QUEUE_LEADER = Gauge(
+    "gputopo_queue_leader", "1 while this process holds the placement queue's Lease.")

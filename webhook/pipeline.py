@@ -130,7 +130,7 @@ class Admitter:
             policy=primary, cluster=self.cluster, warnings=warnings,
             audit=primary.mode == "audit",
         )
-        if primary.placement.enabled and job.gang_size > 0:
+        if job.gang_size > 0:  # each step reads the policy's settings (placement.enabled...)
             self._run_steps(ctx)
         if ctx.denied is not None:
             return Decision(allowed=False, message=ctx.denied, warnings=ctx.warnings,

@@ -186,9 +186,19 @@ def _build_admitter(
     from webhook.placement.step import placement_step_for
 
     policies = policies_dir if policies_dir is not None else default_policies_dir()
-    admitter = build_admitter(policies, cluster, placement=placement_step_for(cluster))
+    live = getattr(cluster, "listeners", None) is not None and \
+        getattr(cluster, "reservations", None) is not None
+    admitter = build_admitter(policies, cluster,
+                              placement=placement_step_for(cluster, can_wait=live))
     cleanup.callback(admitter.close)
     _say(f"policies: {policies} (reloaded when the files change)")
+    if live:
+        from webhook.queue.runner import start_queue
+
+        runner = start_queue(cluster)
+        cleanup.callback(runner.stop)
+        _say(f"placement queue: started (active while this process holds the Lease "
+             f"gputopo-system/gputopo-placement-queue; identity {runner.queue.identity})")
     return _ReadyWhenSynced(admitter, cluster)
 
 

@@ -349,6 +349,9 @@ class ClusterView:
         self._states: list[NodeState] | None = None
         self._on_demand: dict[tuple[str, str, str, str], tuple[float, dict[str, Any] | None]] = {}
         self._api_quiet_until = 0.0
+        #: Called with the watched kind's name after every change, under the view's lock
+        #: (keep them cheap: the placement queue sets an Event to re-solve).
+        self.listeners: list[Callable[[str], None]] = []
         core = client.CoreV1Api(api_client)
         custom = client.CustomObjectsApi(api_client)
         kinds = [
@@ -361,6 +364,11 @@ class ClusterView:
                         f"{names.NODE_ACTIVATION_LABEL}={names.NODE_ACTIVATION_VALUE}",
                         optional=True),
         ]
+        kinds.append(WatchedKind(
+            "podgroups", f"{names.POD_GROUP_API_GROUP}/{names.POD_GROUP_VERSION}", "PodGroup",
+            custom.list_cluster_custom_object,
+            (names.POD_GROUP_API_GROUP, names.POD_GROUP_VERSION, names.POD_GROUP_PLURAL),
+            optional=True))
         for version, plural, kind in (("v1", "pytorchjobs", "PyTorchJob"),
                                       ("v1", "tfjobs", "TFJob"), ("v1", "mpijobs", "MPIJob"),
                                       ("v2beta1", "mpijobs", "MPIJob")):
@@ -412,6 +420,8 @@ class ClusterView:
                  new: dict[str, Any] | None) -> None:
         obj = new if new is not None else old
         assert obj is not None
+        for listener in self.listeners:
+            listener(kind.name)
         if kind.name == "nodes":
             self._invalidate_node(str(ob.meta(obj).get("name", "")))
         elif kind.name == "node-reports":
@@ -573,6 +583,14 @@ class ClusterView:
             ns = self._fetch("v1", "Namespace", None, name)
         return ns
 
+    def pod_group(self, namespace: str, name: str) -> tuple[bool, dict[str, Any] | None]:
+        """(known, PodGroup): from the watch alone, never an API call (it runs in admission).
+        ``known`` is False until the PodGroup watch has listed once; with the CRD absent the
+        watch counts as listed and empty (there is then no PodGroup)."""
+        inf = self._informers["podgroups"]
+        with self._lock:
+            return inf.synced.is_set(), inf.store.get((namespace, name))
+
     def object(
         self, *, api_version: str, kind: str, namespace: str | None, name: str
     ) -> dict[str, Any] | None:
@@ -727,7 +745,7 @@ def connect(kubeconfig: str | None = None, **kwargs: Any) -> ClusterView | None:
         except (ConfigException, OSError, TypeError, yaml.YAMLError) as exc:
             log.info("no in-cluster account and no usable kubeconfig: %s", exc)
             return None
-    # 8 long-lived watches share the pool with reservation writes and GETs: the default
+    # 9 long-lived watches share the pool with reservation writes and GETs: the default
     # (5 x CPUs) would churn connections ("connection pool is full") on small machines.
     cfg.connection_pool_maxsize = max(int(cfg.connection_pool_maxsize or 0), 32)
     # No silent urllib3 retries (3 by default, each waiting the full timeout): the view and

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from cluster_helpers import job, node, wait_for
+from cluster_helpers import bound_pod, dgx1_annotation, job, node, wait_for
 
 from gputopo.cluster.k8s_reservations import KubernetesReservationStore
 from gputopo.cluster.reservations import GangKey, ReplicaKey
@@ -34,6 +34,48 @@ def webhook_rules() -> list[tuple[str, set[str], set[str], set[str]]]:
     return rules
 
 
+def _queue_and_pod_groups(kube, view: ClusterView) -> None:
+    """A gang admitted gated (its PodGroup created), then placed by the queue holding its
+    Lease: the admission step, the PodGroup step, the leader election and the queue."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "placement_step"))
+    from placement_checks import admit
+    from placement_jobs import worker_pod
+
+    from gputopo import names
+    from webhook.assembly import build_admitter
+    from webhook.placement.step import placement_step_for
+    from webhook.queue.lease import LeaderElector
+    from webhook.queue.placer import PlacementQueue
+
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": "default", "labels": {names.INJECT_LABEL: names.INJECT_VALUE}}})
+    kube.apply(node("b", topology=dgx1_annotation()))
+    full = kube.apply(bound_pod("full", "b", "0,1,2,3,4,5,6,7"))
+    mpi = kube.apply(job("MPIJob", "queued", workers=1))
+    assert wait_for(lambda: view.namespace("default") is not None
+                    and view.object(api_version="kubeflow.org/v1", kind="MPIJob",
+                                    namespace="default", name="queued") is not None
+                    and sum(len(n.used) for n in view.node_states()) == 8)
+    admitter = build_admitter(None, view, placement=placement_step_for(view, can_wait=True),
+                              reload_interval_s=0)
+    try:
+        pod = kube.apply(admit(admitter, worker_pod(mpi, 0)))
+    finally:
+        admitter.close()
+    assert pod["spec"]["schedulingGates"]  # waits for a placement
+    kube.remove(full)
+    assert wait_for(lambda: sum(len(n.used) for n in view.node_states()) == 0)
+    elector = LeaderElector(view.api_client, namespace="gputopo-system",
+                            name=names.QUEUE_LEASE, identity="rbac")
+    assert elector.try_acquire_or_renew() and elector.try_acquire_or_renew()  # create, renew
+    queue = PlacementQueue(view.api_client, view, view.reservations,
+                           is_leader=elector.is_leader)
+    assert len(queue.run_once().placed) == 1
+    elector.release()
+
+
 def test_rbac_doc_is_exactly_what_the_webhook_uses(kube, kube_client) -> None:
     from k8s_double import api_client
 
@@ -58,6 +100,7 @@ def test_rbac_doc_is_exactly_what_the_webhook_uses(kube, kube_client) -> None:
         store.held_gpus()
         store.expire(now=0)
         store.release(key)
+        _queue_and_pod_groups(kube, view)
     finally:
         view.stop()
     rules = webhook_rules()

@@ -112,12 +112,16 @@ def test_kubelet_restart_and_plugin_restart_re_register_without_changes(
         running.halt()
 
 
-@pytest.mark.parametrize("spec_env", [True, False])
+@pytest.mark.parametrize("spec_env", ["webhook", "literal", "none"])
 def test_kubelet_ignoring_the_preference_is_written_back(
         kube, core, kubelet, socket_dir, dgx1, seed_workers, spec_env):
     """The kubelet gives worker-0 GPU 5 instead of 0: the container's env says 5, the pod's
     annotations are corrected, a Warning event says so, and the view counts 5, not 0. The
-    next peer is offered the GPU worker-0 left (0), not another peer's."""
+    next peer is offered the GPU worker-0 left (0), not another peer's.
+
+    ``spec_env``: the webhook's env (downward-API references to the annotations, which the
+    plugin corrects, so the container follows), a literal value in the spec (it overrides
+    the plugin's: a GPUEnvOverridden event says so), or none."""
     from prometheus_client import REGISTRY
 
     def corrected_count() -> float:
@@ -127,9 +131,12 @@ def test_kubelet_ignoring_the_preference_is_written_back(
     setup_node(kube)
     for k, pod in enumerate(seed_workers):
         pod = bind(pod, NODE, at=f"2026-01-01T00:00:{10 + k:02d}Z")
-        if not spec_env:  # the webhook left the env to the plugin
-            for c in pod["spec"]["containers"]:
+        for c in pod["spec"]["containers"]:
+            if spec_env == "none":  # the webhook left the env to the plugin
                 c.pop("env", None)
+            elif spec_env == "literal":  # a user's own value: the spec wins in the kubelet
+                c["env"] = [e if e["name"] != "NVIDIA_VISIBLE_DEVICES" else
+                            {"name": e["name"], "value": "0,1,2,3"} for e in c.get("env", [])]
         kube.apply(pod)
     corrected = corrected_count()
     running = start_plugin(core, dgx1, socket_dir, NODE)
@@ -146,8 +153,8 @@ def test_kubelet_ignoring_the_preference_is_written_back(
         assert record["gpus"] == [5] and record["placementGpus"] == [0]
         assert corrected_count() == corrected + 1
         reasons = sorted(e["reason"] for e in kube.objects("v1", "Event"))
-        assert reasons == (["GPUEnvOverridden", "GPUPlacementNotHonoured"] if spec_env
-                           else ["GPUPlacementNotHonoured"])
+        assert reasons == (["GPUEnvOverridden", "GPUPlacementNotHonoured"]
+                           if spec_env == "literal" else ["GPUPlacementNotHonoured"])
         # worker-1 now: its own GPU 1 is still free and is what it gets
         b = kubelet.admit("w1", 1)
         assert b.given == ["1"]

@@ -211,9 +211,17 @@ def test_webhook_rbac_is_least_privilege(committed):
     for kind, namespace, rule in rules:
         assert "*" not in rule["resources"] and "*" not in rule["apiGroups"]
         if rule["verbs"] and writes & set(rule["verbs"]):
-            # writes only to ConfigMaps (reservations) in gputopo's own namespace
-            assert (kind, namespace, rule["resources"]) == ("Role", GPUTOPO_NAMESPACE,
-                                                            ["configmaps"])
+            # writes: reservations (ConfigMaps) and the queue's Lease in gputopo's own
+            # namespace; pods: patch only (the queue lifts its gate); PodGroups: create only
+            allowed = {
+                ("Role", GPUTOPO_NAMESPACE, ("configmaps",)): {"create", "update", "delete"},
+                ("Role", GPUTOPO_NAMESPACE, ("leases",)): {"create", "update"},
+                ("ClusterRole", None, ("pods",)): {"patch"},
+                ("ClusterRole", None, ("podgroups",)): {"create"},
+            }[(kind, namespace, tuple(rule["resources"]))]
+            assert writes & set(rule["verbs"]) <= allowed, rule
+            if rule["resources"] == ["leases"] and "update" in rule["verbs"]:
+                assert rule["resourceNames"] == ["gputopo-placement-queue"]
         if kind == "ClusterRole":
             assert "secrets" not in rule["resources"]
             assert "configmaps" not in rule["resources"]

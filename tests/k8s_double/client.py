@@ -10,7 +10,7 @@ def configuration(url: str) -> client.Configuration:
     cfg = client.Configuration()
     cfg.host = url
     cfg.verify_ssl = False
-    cfg.connection_pool_maxsize = 32  # a ClusterView holds 8 watches open at once
+    cfg.connection_pool_maxsize = 32  # a ClusterView holds 9 watches open at once
     cfg.retries = False  # as gputopo.cluster.view.connect() configures it for a real cluster
     return cfg
 

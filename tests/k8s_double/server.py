@@ -5,7 +5,14 @@ that path for real (HTTP, JSON wire format, resourceVersions, watches, 409s, 410
 a cluster, this module serves a small, faithful subset of the REST API on 127.0.0.1:
 
 * core/v1 nodes, namespaces (cluster-scoped), pods, configmaps; batch/v1 jobs;
-  kubeflow.org/v1 pytorchjobs, tfjobs, mpijobs and kubeflow.org/v2beta1 mpijobs.
+  coordination.k8s.io/v1 leases; kubeflow.org/v1 pytorchjobs, tfjobs, mpijobs and
+  kubeflow.org/v2beta1 mpijobs; scheduling.x-k8s.io/v1alpha1 podgroups (the
+  scheduler-plugins CRD, served CRD-style like the Kubeflow jobs).
+* Pod updates over HTTP (PUT, PATCH) follow the API server's rules
+  (:func:`pod_update_errors`): scheduling gates may only be removed, a gated pod's node
+  selector and required node affinity may only gain requirements, the rest of the spec is
+  immutable. Seeding helpers (:meth:`KubeApiDouble.apply`) act as the other controllers
+  (scheduler binding, kubelet) and are not checked.
 * GET, LIST (labelSelector, fieldSelector basics), WATCH (``?watch=1``: chunked JSON lines,
   ADDED/MODIFIED/DELETED/BOOKMARK/ERROR, resourceVersion, allowWatchBookmarks,
   timeoutSeconds), POST, PUT (409 Conflict on a stale resourceVersion), PATCH (JSON patch,
@@ -60,7 +67,8 @@ class Resource:
 
     @property
     def custom(self) -> bool:
-        return self.group == "kubeflow.org"
+        """A CRD's resource: its list items carry apiVersion and kind on the wire."""
+        return self.group in ("kubeflow.org", "scheduling.x-k8s.io")
 
 
 RESOURCES = [
@@ -70,6 +78,8 @@ RESOURCES = [
     Resource("", "v1", "configmaps", "ConfigMap", True),
     Resource("", "v1", "events", "Event", True),
     Resource("batch", "v1", "jobs", "Job", True),
+    Resource("coordination.k8s.io", "v1", "leases", "Lease", True),
+    Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", True),
     Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", True),
     Resource("kubeflow.org", "v1", "tfjobs", "TFJob", True),
     Resource("kubeflow.org", "v1", "mpijobs", "MPIJob", True),
@@ -181,6 +191,109 @@ def merge_patch(target: Any, patch: Any) -> Any:
         else:
             out[k] = merge_patch(out.get(k), v)
     return out
+
+
+# --- Pod update rules (pkg/apis/core/validation/validation.go) ---------------------------
+def _bare(value: Any) -> Any:
+    """Drop None, empty lists and empty maps, recursively: apiequality.Semantic.DeepEqual
+    treats nil and empty slices and maps alike."""
+    if isinstance(value, dict):
+        out = {k: _bare(v) for k, v in value.items()}
+        return {k: v for k, v in out.items() if v not in (None, [], {})}
+    if isinstance(value, list):
+        return [_bare(v) for v in value]
+    return value
+
+
+def _required_terms(spec: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The pod's required nodeSelectorTerms, or None when it has no required node affinity."""
+    node_aff = ((spec.get("affinity") or {}).get("nodeAffinity") or {})
+    req = node_aff.get("requiredDuringSchedulingIgnoredDuringExecution")
+    return None if req is None else list(req.get("nodeSelectorTerms") or [])
+
+
+def _term_has_only_additions(new: dict[str, Any], old: dict[str, Any]) -> bool:
+    """``validateNodeSelectorTermHasOnlyAdditions``: an empty old term stays empty; else the
+    old matchExpressions and matchFields are a prefix of the new ones."""
+    old_me, old_mf = _bare(old.get("matchExpressions") or []), _bare(old.get("matchFields") or [])
+    new_me, new_mf = _bare(new.get("matchExpressions") or []), _bare(new.get("matchFields") or [])
+    if not old_me and not old_mf and (new_me or new_mf):
+        return False
+    return new_me[:len(old_me)] == old_me and new_mf[:len(old_mf)] == old_mf \
+        and len(new_me) >= len(old_me) and len(new_mf) >= len(old_mf)
+
+
+def pod_update_errors(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Why the API server would refuse this Pod update (empty: it accepts it).
+
+    Written from ``ValidatePodUpdate`` in kubernetes pkg/apis/core/validation/validation.go:
+
+    * ``validateOnlyDeletedSchedulingGates``: every gate of the new spec must already be in
+      the old one (gates are removed, never added after creation);
+    * while the OLD pod is gated (``len(oldPod.Spec.SchedulingGates) > 0``):
+      ``validateNodeSelectorMutation`` (nodeSelector: additions only) and
+      ``validateNodeAffinityMutation`` (no required node affinity before: anything; else the
+      same number of nodeSelectorTerms, each only gaining requirements,
+      ``validateNodeSelectorTermHasOnlyAdditions``); the rest of nodeAffinity is free;
+    * the other mutable fields: container and init container ``image``,
+      ``activeDeadlineSeconds``, ``terminationGracePeriodSeconds``, ``tolerations``
+      (``validateOnlyAddedTolerations``: additions only); anything else of the spec must be
+      unchanged ("pod updates may not change fields other than ...").
+    """
+    errors: list[str] = []
+    o_spec, n_spec = old.get("spec") or {}, new.get("spec") or {}
+    o_gates = {g.get("name") for g in o_spec.get("schedulingGates") or []}
+    for i, gate in enumerate(n_spec.get("schedulingGates") or []):
+        if gate.get("name") not in o_gates:
+            errors.append(f"spec.schedulingGates[{i}].name: Forbidden: only deletion is "
+                          f"allowed, but found new scheduling gate '{gate.get('name')}'")
+    o_tol = _bare(o_spec.get("tolerations") or [])
+    n_tol = _bare(n_spec.get("tolerations") or [])
+    if any(t not in n_tol for t in o_tol):
+        errors.append("spec.tolerations: Forbidden: existing toleration can not be modified "
+                      "except its tolerationSeconds")
+    munged = copy.deepcopy(n_spec)
+    for field_name in ("containers", "initContainers"):
+        olds = o_spec.get(field_name) or []
+        for i, c in enumerate(munged.get(field_name) or []):
+            if i < len(olds) and isinstance(c, dict):
+                c["image"] = olds[i].get("image")
+    for key in ("activeDeadlineSeconds", "terminationGracePeriodSeconds", "tolerations",
+                "schedulingGates"):
+        munged[key] = o_spec.get(key)
+    if o_gates:
+        o_sel, n_sel = o_spec.get("nodeSelector") or {}, n_spec.get("nodeSelector") or {}
+        if any(n_sel.get(k) != v for k, v in o_sel.items()):
+            errors.append("spec.nodeSelector: Invalid value: only additions to "
+                          "spec.nodeSelector are allowed (no mutations or deletions)")
+        munged["nodeSelector"] = o_spec.get("nodeSelector")
+        o_terms, n_terms = _required_terms(o_spec), _required_terms(n_spec) or []
+        path = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution" \
+            ".nodeSelectorTerms"
+        if o_terms:
+            if len(o_terms) != len(n_terms):
+                errors.append(f"{path}: Invalid value: no additions/deletions to non-empty "
+                              "NodeSelectorTerms list are allowed")
+            else:
+                errors.extend(
+                    f"{path}[{i}]: Invalid value: only additions are allowed (no mutations "
+                    "or deletions)" for i, (nt, ot) in enumerate(zip(n_terms, o_terms,
+                                                                      strict=True))
+                    if not _term_has_only_additions(nt, ot))
+        o_aff = o_spec.get("affinity") or {}
+        aff = dict(munged.get("affinity") or {})
+        aff["nodeAffinity"] = o_aff.get("nodeAffinity")
+        munged["affinity"] = aff
+    if _bare(munged) != _bare(o_spec):
+        changed = sorted(k for k in set(munged) | set(o_spec)
+                         if _bare(munged.get(k)) != _bare(o_spec.get(k)))
+        errors.append(f"spec: Forbidden: pod updates may not change fields other than "
+                      f"`spec.containers[*].image`, `spec.initContainers[*].image`, "
+                      f"`spec.activeDeadlineSeconds`, `spec.tolerations` (only additions to "
+                      f"existing tolerations), `spec.terminationGracePeriodSeconds` (allow it "
+                      f"to be set to 1 if it was previously negative) (changed: "
+                      f"{', '.join(changed)})")
+    return errors
 
 
 @dataclass
@@ -377,8 +490,9 @@ class KubeApiDouble:
         with self._lock:
             return copy.deepcopy(self._get_locked(res, ns, name))
 
-    def replace(self, res: Resource, ns: str, name: str, body: dict[str, Any]
-                ) -> dict[str, Any]:
+    def replace(self, res: Resource, ns: str, name: str, body: dict[str, Any], *,
+                validate: bool = False) -> dict[str, Any]:
+        """PUT. ``validate``: apply the API server's update rules (HTTP requests do)."""
         with self._lock:
             cur = self._get_locked(res, ns, name)
             want = (body.get("metadata") or {}).get("resourceVersion")
@@ -388,7 +502,19 @@ class KubeApiDouble:
                     f'Operation cannot be fulfilled on {res.plural} "{name}": the object has '
                     "been modified; please apply your changes to the latest version and try "
                     "again", {"name": name, "kind": res.plural})
+            if validate:
+                self._validate_update(res, cur, body)
             return self._write_locked(res, cur, copy.deepcopy(body))
+
+    @staticmethod
+    def _validate_update(res: Resource, cur: dict[str, Any], new: dict[str, Any]) -> None:
+        if res.kind != "Pod":
+            return
+        errors = pod_update_errors(cur, new)
+        if errors:
+            name = cur["metadata"]["name"]
+            raise ApiError(422, "Invalid", f'Pod "{name}" is invalid: ' + "; ".join(errors),
+                           {"name": name, "kind": "pods"})
 
     def _write_locked(self, res: Resource, cur: dict[str, Any], obj: dict[str, Any]
                       ) -> dict[str, Any]:
@@ -403,8 +529,8 @@ class KubeApiDouble:
         self._record("MODIFIED", res, obj, prev=cur)
         return copy.deepcopy(obj)
 
-    def patch(self, res: Resource, ns: str, name: str, body: Any, content_type: str
-              ) -> dict[str, Any]:
+    def patch(self, res: Resource, ns: str, name: str, body: Any, content_type: str, *,
+              validate: bool = False) -> dict[str, Any]:
         with self._lock:
             cur = self._get_locked(res, ns, name)
             if "json-patch" in content_type:
@@ -419,6 +545,8 @@ class KubeApiDouble:
                 raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on '
                                f'{res.plural} "{name}": the object has been modified',
                                {"name": name, "kind": res.plural})
+            if validate:
+                self._validate_update(res, cur, new)
             return self._write_locked(res, cur, new)
 
     def delete(self, res: Resource, ns: str, name: str, body: dict[str, Any] | None = None
@@ -595,10 +723,11 @@ class _Handler(BaseHTTPRequestHandler):
                 if (body.get("metadata") or {}).get("name", name) != name:
                     raise ApiError(400, "BadRequest", "the name of the object does not "
                                    "match the name on the URL")
-                self._send_json(200, api.replace(res, ns or "", name, body))
+                self._send_json(200, api.replace(res, ns or "", name, body, validate=True))
             elif m == "PATCH" and name:
                 ctype = self.headers.get("Content-Type", "application/merge-patch+json")
-                self._send_json(200, api.patch(res, ns or "", name, self._body(), ctype))
+                self._send_json(200, api.patch(res, ns or "", name, self._body(), ctype,
+                                               validate=True))
             elif m == "DELETE" and name:
                 self._send_json(200, api.delete(res, ns or "", name, self._body()))
             else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from typing import Any
 
 import jsonpatch
@@ -47,8 +48,22 @@ def pinned_node(pod: dict[str, Any]) -> str:
     return found.pop()
 
 
-def env(container: dict[str, Any]) -> dict[str, str]:
-    return {e["name"]: e.get("value") for e in container.get("env", [])}
+_ANNOTATION_REF = re.compile(r"^metadata\.annotations\['([^']+)'\]$")
+
+
+def env(container: dict[str, Any], pod: dict[str, Any] | None = None) -> dict[str, str]:
+    """The container's env as the kubelet resolves it when the container starts: literal
+    values, and downward-API ``fieldRef``s on the pod's annotations (a missing annotation
+    resolves to ""). Without ``pod`` a reference stays unresolved (None)."""
+    out: dict[str, Any] = {}
+    for e in container.get("env", []):
+        ref = ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath", "")
+        m = _ANNOTATION_REF.match(ref)
+        if m and pod is not None:
+            out[e["name"]] = annotation(pod, m.group(1)) or ""
+        else:
+            out[e["name"]] = e.get("value")
+    return out
 
 
 def admit(admitter: Any, pod: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:

@@ -206,8 +206,9 @@ def test_network_pod_policy_takes_back_host_networking(mutate, tmp_path):
     from webhook.assembly import default_policies_dir
 
     text = (default_policies_dir() / "ack-gpu-topology.yaml").read_text()
-    (policy / "ack.yaml").write_text(text.replace("    onUnplaceable: admit",
-                                                  "    onUnplaceable: admit\n    network: pod"))
+    assert "\n  placement:\n" in text
+    (policy / "ack.yaml").write_text(text.replace("\n  placement:\n",
+                                                  "\n  placement:\n    network: pod\n"))
     job = pytorchjob("podnet")
     result = mutate([job, *expand(job)], "--policies", str(policy))
     assert result.rc == 0, result.stderr
@@ -275,3 +276,20 @@ def test_tfjob_with_a_parameter_server_without_gpus_uses_the_pod_network(mutate)
         assert json.loads(_env(pod, "TF_CONFIG")[0])["cluster"]["ps"] == [
             "ps-ps-0.default.svc:2222"], "TF_CONFIG untouched: the PS reads the same"
         assert record(pod)["network"]["plan"] == "pod"
+
+
+def test_generic_platform_leaves_the_gpu_env_to_the_device_plugin(mutate):
+    """--platform generic: placement annotations, no NVIDIA_/CUDA_VISIBLE_DEVICES (the
+    kubelet would put them after the plugin's and they would win); a copied
+    gputopo.io/allocated-gpus on a new pod is removed."""
+    job = pytorchjob("plug")
+    pods = expand(job)
+    pods[0]["metadata"].setdefault("annotations", {})["gputopo.io/allocated-gpus"] = "7"
+    result = mutate([job, *pods], "--platform", "generic")
+    assert result.rc == 0, result.stderr
+    for pod in _gpu_pods(result, job):
+        assert record(pod)["placed"] and gpu_group(pod)
+        assert not _env(pod, "NVIDIA_VISIBLE_DEVICES") and not _env(pod, "CUDA_VISIBLE_DEVICES")
+        assert "gputopo.io/allocated-gpus" not in pod["metadata"]["annotations"]
+        assert "nvidia.com/gpu" in pod["spec"]["containers"][0]["resources"]["limits"]
+    assert "removed gputopo.io/allocated-gpus='7'" in result.stderr

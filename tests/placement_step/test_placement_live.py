@@ -34,14 +34,17 @@ def _wait(condition, timeout: float = 10.0) -> bool:
 
 
 @contextmanager
-def live_admitter(kube) -> Iterator[tuple[Any, ClusterView]]:
+def live_admitter(kube, *, policies=None, can_wait: bool = False
+                  ) -> Iterator[tuple[Any, ClusterView]]:
     """``gputopo serve``'s wiring on the double (demo cluster applied first): the admitter
-    and its view, synced with both demo nodes; stopped on exit."""
+    and its view, synced with both demo nodes; stopped on exit. ``can_wait``: as when the
+    placement queue runs (gangs that do not fit are gated)."""
     from k8s_double import api_client
 
     api = api_client(kube.url)
     view = ClusterView(api, reservations=KubernetesReservationStore(api)).start()
-    admitter = build_admitter(None, view, placement=placement_step_for(view),
+    admitter = build_admitter(policies, view,
+                              placement=placement_step_for(view, can_wait=can_wait),
                               reload_interval_s=0)
     try:
         assert view.wait_synced(10)

@@ -45,7 +45,7 @@ def _check_gang_slot(workers, topologies) -> tuple[str, frozenset[int]]:
         assert rec["busBandwidthGBps"] > 0
         assert w["spec"]["schedulerName"] == names.SCHEDULER_NAME
         (container,) = w["spec"]["containers"]
-        e = env(container)
+        e = env(container, w)
         vis = gpu_visible(w)
         assert e[names.NVIDIA_VISIBLE_DEVICES_ENV] == ",".join(map(str, vis))
         positions = [int(x) for x in e[names.CUDA_VISIBLE_DEVICES_ENV].split(",")]

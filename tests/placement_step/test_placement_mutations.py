@@ -45,8 +45,8 @@ def test_slot_mutations_only_touch_gpu_containers_and_patch_cleanly():
     assert patch.apply(original) == pod
     sidecar, train = pod["spec"]["containers"]
     assert "env" not in sidecar
-    assert env(train) == {names.NVIDIA_VISIBLE_DEVICES_ENV: "4,5,6,7",
-                          names.CUDA_VISIBLE_DEVICES_ENV: "2,3"}
+    assert env(train, pod) == {names.NVIDIA_VISIBLE_DEVICES_ENV: "4,5,6,7",
+                               names.CUDA_VISIBLE_DEVICES_ENV: "2,3"}
     ann = pod["metadata"]["annotations"]
     assert ann[names.GPU_GROUP_ANNOTATION] == "6,7"
     assert ann[names.GPU_VISIBLE_ANNOTATION] == "4,5,6,7"

@@ -38,7 +38,7 @@ def _five_jobs():
 
 
 def test_policy_deny_refuses_the_unplaceable_gang_with_a_clear_message(mutate, policy_dir):
-    policies = policy_dir(**{"placement.onUnplaceable": "deny"})
+    policies = policy_dir(**{"placement.whenFull": "deny"})
     result = mutate(_five_jobs(), "--policies", str(policies))
     assert result.rc == 0, result.stderr
     out = result.pods
@@ -46,7 +46,7 @@ def test_policy_deny_refuses_the_unplaceable_gang_with_a_clear_message(mutate, p
     assert all(record(out[f"job-4-worker-{i}"])["placed"] for i in range(4))
     denials = [line for line in result.stderr.splitlines() if "denied" in line]
     assert len(denials) == 4
-    assert all("job-5" in line and "onUnplaceable" in line and "4 pod(s) x 1 GPU(s)" in line
+    assert all("job-5" in line and "whenFull" in line and "4 pod(s) x 1 GPU(s)" in line
                for line in denials)
 
 
@@ -117,3 +117,16 @@ def test_placement_metrics_count_each_decision(mutate):
     delta = {r: sample(r) - before[r] for r in before}
     # four gangs placed at their first pod, their other 3 pods reuse; job-5's 4 pods unplaced
     assert delta == {"placed": 4, "reused": 12, "unplaced": 4}
+
+
+def test_wait_without_a_queue_admits_unplaced_and_says_why(mutate):
+    """``gputopo mutate`` runs no placement queue: a gated pod would wait for ever, so the
+    default ``whenFull: wait`` acts as ``admit`` there, with a note."""
+    result = mutate(_five_jobs())
+    assert result.rc == 0, result.stderr
+    out = result.pods
+    for i in range(4):
+        pod = out[f"job-5-worker-{i}"]
+        assert not pod["spec"].get("schedulingGates")
+        assert record(pod)["placed"] is False
+    assert "whenFull: wait needs the placement queue" in result.stderr

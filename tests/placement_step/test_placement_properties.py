@@ -70,7 +70,7 @@ def test_random_gangs_never_share_a_gpu_and_are_placed_whole(shapes, data):
         visible = gpu_visible(pod)
         assert set(group) <= set(visible)
         for c in pod["spec"]["containers"]:
-            e = env(c)
+            e = env(c, pod)
             assert e[names.NVIDIA_VISIBLE_DEVICES_ENV] == ",".join(map(str, visible))
             cuda = [int(x) for x in e[names.CUDA_VISIBLE_DEVICES_ENV].split(",")]
             assert tuple(visible[i] for i in cuda) == group

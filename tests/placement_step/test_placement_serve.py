@@ -148,3 +148,49 @@ def test_two_serve_processes_share_gangs_without_double_allocation(kube, jobs, s
     assert doubles == 0 and lost == 0
     assert all(n == 4 for n in gangs.values()), gangs
     assert len(gangs) == 4 and len(held) == 16
+
+
+def test_serve_runs_one_queue_that_places_a_waiting_gang_when_gpus_free(kube, jobs, servers):
+    """``gputopo serve`` on a live cluster gates a gang that does not fit and its queue
+    (one of the two processes, elected by the Lease) places it when a job is deleted."""
+    import jsonpatch
+
+    (a_url, _b_url), ca = servers
+    created: dict[str, dict] = {}
+    with httpx.Client(verify=_trust(ca), timeout=30) as http:
+        for job in jobs[:5]:  # 4 gangs fill the 16 GPUs, the 5th waits
+            for i in range(4):
+                pod = worker_pod(job, i)
+                r = http.post(f"{a_url}/mutate", content=review_body(pod, f"q-{i}"))
+                response = r.json()["response"]
+                patch = json.loads(base64.b64decode(response["patch"]))
+                created[pod["metadata"]["name"]] = kube.apply(jsonpatch.apply_patch(pod, patch))
+    gate = names.PLACEMENT_GATE
+    waiting = [p for p in created.values()
+               if any(g["name"] == gate for g in p["spec"].get("schedulingGates") or [])]
+    assert sorted(p["metadata"]["name"] for p in waiting) == [
+        f"srv-4-worker-{i}" for i in range(4)]
+    freed = {(json.loads(p["metadata"]["annotations"][names.PLACEMENT_ANNOTATION])["node"],
+              g) for name, p in created.items() if name.startswith("srv-0-")
+             for g in json.loads(p["metadata"]["annotations"][names.PLACEMENT_ANNOTATION])[
+                 "gpus"]}
+    for name, pod in created.items():  # srv-0 finishes and is deleted, with its pods
+        if name.startswith("srv-0-"):
+            kube.remove(pod)
+    kube.remove(jobs[0])
+
+    def released() -> list[dict]:
+        pods = [p for p in kube.objects("v1", "Pod")
+                if p["metadata"]["name"].startswith("srv-4-")]
+        return [p for p in pods if not p["spec"].get("schedulingGates")]
+
+    deadline = time.monotonic() + 30
+    while len(released()) < 4:
+        assert time.monotonic() < deadline, "the queue did not place the waiting gang"
+        time.sleep(0.2)
+    recs = [json.loads(p["metadata"]["annotations"][names.PLACEMENT_ANNOTATION])
+            for p in released()]
+    assert all(r["placed"] for r in recs)
+    assert {(r["node"], g) for r in recs for g in r["gpus"]} == freed
+    (lease,) = kube.objects("coordination.k8s.io/v1", "Lease")
+    assert {r["queue"]["by"] for r in recs} == {lease["spec"]["holderIdentity"]}

@@ -26,7 +26,8 @@ def test_defaults():
     assert policy.mode == "enforce" and policy.priority == 100
     assert policy.mutations.rename_resources == {"nvidia.com/gpu": "aliyun.com/gpu"}
     assert policy.mutations.scheduler_name == "gpu-topology-scheduler"
-    assert policy.placement.enabled and policy.placement.on_unplaceable == "admit"
+    assert policy.placement.enabled and policy.placement.when_full == "wait"
+    assert policy.placement.pod_group == "create" and policy.placement.max_wait_seconds == 3600
     assert policy.match.roles == ()
     assert len(policy.match.owners) == 4
     assert policy.mutations.limits["hugepages-1Gi"].value(8) == Fraction(50 * 2**30)
@@ -111,3 +112,24 @@ def test_random_policy_documents_never_crash_validation(spec):
     policy, errors = validate_document(doc, source="r.yaml")
     assert (policy is None) == bool(errors)
     assert all(e.file == "r.yaml" and e.obj for e in errors)
+
+
+def test_on_unplaceable_still_works_with_a_deprecation_warning(caplog):
+    doc = {**GOOD, "spec": {**GOOD["spec"], "placement": {"onUnplaceable": "deny"}}}
+    with caplog.at_level("WARNING"):
+        policy, errors = validate_document(doc, source="old.yaml")
+    assert errors == [] and policy is not None and policy.placement.when_full == "deny"
+    assert any("onUnplaceable is deprecated" in r.getMessage() for r in caplog.records)
+    both = {**GOOD, "spec": {**GOOD["spec"], "placement": {"onUnplaceable": "deny",
+                                                           "whenFull": "wait"}}}
+    _, errors = validate_document(both, source="both.yaml")
+    assert [e.obj for e in errors] == ["spec.placement.onUnplaceable"]
+
+
+def test_placement_wait_settings_are_checked():
+    doc = {**GOOD, "spec": {**GOOD["spec"], "placement": {
+        "whenFull": "later", "maxWaitSeconds": 0, "podGroup": "maybe"}}}
+    _, errors = validate_document(doc, source="p.yaml")
+    assert {e.obj for e in errors} == {"spec.placement.whenFull",
+                                       "spec.placement.maxWaitSeconds",
+                                       "spec.placement.podGroup"}

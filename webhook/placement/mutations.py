@@ -13,8 +13,14 @@ Rules (docs/placement.md):
 - ``topology.kubernetes.io/gpu-group`` / ``gpu-visible``: always ours. They decide which
   GPUs the device plumbing hands out, so a value already on the pod (copied or forged) is
   replaced, with a warning.
-- ``NVIDIA_VISIBLE_DEVICES`` / ``CUDA_VISIBLE_DEVICES`` in GPU containers: a user's explicit
-  different value wins, with a warning.
+- ``NVIDIA_VISIBLE_DEVICES`` / ``CUDA_VISIBLE_DEVICES`` in GPU containers come from the
+  downward API (``valueFrom.fieldRef`` on the pod's ``gpu-visible`` and
+  ``gputopo.io/cuda-visible-devices`` annotations), never literal values: a container's env
+  is immutable once the pod exists, but annotations may still be written while a waiting
+  pod is gated, and the kubelet resolves the references when the container starts. So a
+  pod placed at admission and a pod placed later by the queue (:mod:`webhook.queue`) go
+  through the same code (:func:`apply_gpu_env` at admission, the annotations whenever the
+  slot is known). A user's explicit different value wins, with a warning.
 - ``schedulerName``: set when absent or ``default-scheduler``; another scheduler the user
   chose is kept, with a warning.
 """
@@ -112,25 +118,67 @@ def pin_to_node(pod: dict[str, Any], node: str) -> list[str]:
     return warnings
 
 
-def set_env(container: dict[str, Any], name: str, value: str) -> str | None:
-    """Set ``name=value`` unless the container already sets it differently (user wins).
+def annotation_ref(key: str) -> dict[str, Any]:
+    """The env ``valueFrom`` reading pod annotation ``key`` (downward API). ``apiVersion``
+    is written as the API server defaults it, so a re-admitted pod compares equal."""
+    return {"fieldRef": {"apiVersion": "v1", "fieldPath": f"metadata.annotations['{key}']"}}
 
-    Returns a warning when the user's value was kept.
-    """
+
+#: The GPU env of a GPU container: each variable reads the annotation holding its value.
+GPU_ENV = (
+    (names.NVIDIA_VISIBLE_DEVICES_ENV, names.GPU_VISIBLE_ANNOTATION),
+    (names.CUDA_VISIBLE_DEVICES_ENV, names.CUDA_POSITIONS_ANNOTATION),
+)
+
+
+def set_env_from(container: dict[str, Any], name: str, value_from: dict[str, Any]
+                 ) -> str | None:
+    """Set ``name`` from ``value_from`` unless the container already sets it otherwise
+    (the user wins). Returns a warning when the user's setting was kept."""
     env = container.get("env")
     if not isinstance(env, list):
         env = container["env"] = []
     for item in env:
         if isinstance(item, dict) and item.get("name") == name:
-            if item.get("value") == value and "valueFrom" not in item:
+            if item.get("valueFrom") == value_from and "value" not in item:
                 return None
-            shown = item.get("value") if "valueFrom" not in item else "(valueFrom)"
+            shown = item.get("value") if "valueFrom" not in item else "(another valueFrom)"
+            path = value_from.get("fieldRef", {}).get("fieldPath", "?")
             return (
                 f"placement: container {container.get('name', '?')}: kept the pod's "
-                f"{name}={shown}; the placement would set {name}={value}"
+                f"{name}={shown}; the placement would set it from {path}"
             )
-    env.append({"name": name, "value": value})
+    env.append({"name": name, "valueFrom": value_from})
     return None
+
+
+def apply_gpu_env(pod: dict[str, Any], gpu_resources: Iterable[str] = GPU_RESOURCES,
+                  *, source: str = "pod") -> list[str]:
+    """Point the GPU env of every GPU container at the slot annotations (downward API).
+
+    Node-independent, so it is written at admission whether the slot is known yet or not.
+    ``source="plugin"``: gputopo's device plugin sets the env from what the kubelet really
+    gave, and the kubelet puts the spec's env after the plugin's, so nothing is written and
+    a value the user set is reported (it would override the GPUs the container gets).
+    """
+    warnings = []
+    if source == "plugin":
+        for container in gpu_containers(pod, gpu_resources):
+            env = container.get("env")
+            for item in env if isinstance(env, list) else []:
+                if isinstance(item, dict) and item.get("name") in (
+                        names.NVIDIA_VISIBLE_DEVICES_ENV, names.CUDA_VISIBLE_DEVICES_ENV):
+                    warnings.append(
+                        f"placement: container {container.get('name', '?')} sets "
+                        f"{item['name']} itself; it overrides the GPUs the device plugin "
+                        f"hands out (placement.gpuEnv: plugin, docs/device-plugin.md)")
+        return warnings
+    for container in gpu_containers(pod, gpu_resources):
+        for env_name, key in GPU_ENV:
+            w = set_env_from(container, env_name, annotation_ref(key))
+            if w:
+                warnings.append(w)
+    return warnings
 
 
 def set_annotation(pod: dict[str, Any], key: str, value: str, *, guarded: bool) -> str | None:
@@ -164,6 +212,30 @@ def record_json(record: dict[str, Any]) -> str:
     return json.dumps(record, sort_keys=True, separators=(",", ":"))
 
 
+def write_slot(
+    pod: dict[str, Any],
+    *,
+    node: str,
+    gpu_group: Sequence[int],
+    gpu_visible: Sequence[int],
+    record: dict[str, Any],
+) -> list[str]:
+    """The node-dependent part of a slot: the node pin, the GPU index annotations (which the
+    GPU env reads) and the record. What the queue writes into a gated pod when its gang is
+    placed; the API server allows exactly these changes on a gated pod."""
+    warnings = pin_to_node(pod, node) + drop_allocation(pod)
+    for key, value, guarded in (
+        (names.GPU_GROUP_ANNOTATION, gpu_list(gpu_group), True),
+        (names.GPU_VISIBLE_ANNOTATION, gpu_list(gpu_visible), True),
+        (names.CUDA_POSITIONS_ANNOTATION, cuda_positions(gpu_group, gpu_visible), True),
+        (names.PLACEMENT_ANNOTATION, record_json(record), False),
+    ):
+        w = set_annotation(pod, key, value, guarded=guarded)
+        if w:
+            warnings.append(w)
+    return warnings
+
+
 def apply_slot(
     pod: dict[str, Any],
     *,
@@ -173,35 +245,72 @@ def apply_slot(
     record: dict[str, Any],
     gpu_resources: Iterable[str] = GPU_RESOURCES,
     warn_scheduler: bool = True,
+    gpu_env: str = "pod",
 ) -> list[str]:
-    """Write one replica's slot into its pod; returns warnings for the user.
+    """Write one replica's slot into its pod at admission; returns warnings for the user.
 
     ``warn_scheduler=False`` when the policy step already set (or warned about) the pod's
     schedulerName, so the user is not told twice.
     """
-    warnings = pin_to_node(pod, node)
-    visible = gpu_list(gpu_visible)
-    for key, value in (
-        (names.GPU_GROUP_ANNOTATION, gpu_list(gpu_group)),
-        (names.GPU_VISIBLE_ANNOTATION, visible),
-    ):
-        w = set_annotation(pod, key, value, guarded=True)
-        if w:
-            warnings.append(w)
-    set_annotation(pod, names.PLACEMENT_ANNOTATION, record_json(record), guarded=False)
-    cuda = cuda_positions(gpu_group, gpu_visible)
-    for container in gpu_containers(pod, gpu_resources):
-        for env_name, value in (
-            (names.NVIDIA_VISIBLE_DEVICES_ENV, visible),
-            (names.CUDA_VISIBLE_DEVICES_ENV, cuda),
-        ):
-            w = set_env(container, env_name, value)
-            if w:
-                warnings.append(w)
+    warnings = write_slot(pod, node=node, gpu_group=gpu_group, gpu_visible=gpu_visible,
+                          record=record)
+    warnings += apply_gpu_env(pod, gpu_resources, source=gpu_env)
     w = set_scheduler(pod)
     if w and warn_scheduler:
         warnings.append(w)
     return warnings
+
+
+def apply_waiting(
+    pod: dict[str, Any],
+    *,
+    record: dict[str, Any],
+    gpu_resources: Iterable[str] = GPU_RESOURCES,
+    warn_scheduler: bool = True,
+    gpu_env: str = "pod",
+) -> list[str]:
+    """A replica whose gang waits for a placement: the scheduling gate, the GPU env (read
+    from annotations the queue writes later), the scheduler and the record; no pin and no
+    GPU indices yet (forged ones are removed, as for an unplaced pod)."""
+    warnings = apply_unplaced(pod, record)
+    ann = pod["metadata"]["annotations"]
+    if names.CUDA_POSITIONS_ANNOTATION in ann:
+        warnings.append(f"placement: removed {names.CUDA_POSITIONS_ANNOTATION}="
+                        f"{ann.pop(names.CUDA_POSITIONS_ANNOTATION)!r}: no GPUs were reserved")
+    spec = pod.setdefault("spec", {})
+    gates = spec.get("schedulingGates")
+    if not isinstance(gates, list):
+        gates = spec["schedulingGates"] = []
+    if not any(isinstance(g, dict) and g.get("name") == names.PLACEMENT_GATE for g in gates):
+        gates.append({"name": names.PLACEMENT_GATE})
+    warnings += apply_gpu_env(pod, gpu_resources, source=gpu_env)
+    w = set_scheduler(pod)
+    if w and warn_scheduler:
+        warnings.append(w)
+    return warnings
+
+
+def remove_gate(pod: dict[str, Any]) -> bool:
+    """Drop gputopo's scheduling gate (other gates stay); True when it was there."""
+    spec = pod.get("spec") or {}
+    gates = spec.get("schedulingGates") or []
+    kept = [g for g in gates if not (isinstance(g, dict) and g.get("name") ==
+                                     names.PLACEMENT_GATE)]
+    if len(kept) == len(gates):
+        return False
+    spec["schedulingGates"] = kept
+    return True
+
+
+def drop_allocation(pod: dict[str, Any]) -> list[str]:
+    """A new pod cannot have been allocated GPUs yet: ``gputopo.io/allocated-gpus`` (written
+    by the device plugin after binding) on it is copied or forged, and is removed."""
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+    ann = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    if names.ALLOCATED_GPUS_ANNOTATION not in ann:
+        return []
+    return [f"placement: removed {names.ALLOCATED_GPUS_ANNOTATION}="
+            f"{ann.pop(names.ALLOCATED_GPUS_ANNOTATION)!r}: a new pod holds no GPUs yet"]
 
 
 def apply_unplaced(pod: dict[str, Any], record: dict[str, Any]) -> list[str]:
@@ -210,7 +319,7 @@ def apply_unplaced(pod: dict[str, Any], record: dict[str, Any]) -> list[str]:
     GPU index annotations already on the pod were not handed out by gputopo (a copied or
     forged claim on someone's GPUs), so they are removed, with a warning.
     """
-    warnings: list[str] = []
+    warnings = drop_allocation(pod)
     set_annotation(pod, names.PLACEMENT_ANNOTATION, record_json(record), guarded=False)
     ann = pod["metadata"]["annotations"]
     for key in (names.GPU_GROUP_ANNOTATION, names.GPU_VISIBLE_ANNOTATION):

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gputopo.placement.types import ReplicaSlot
+from gputopo.placement.types import NodeState, ReplicaSlot
 from webhook.placement.ports import OPERATOR_DEFAULT_PORTS, Port, claimed_ports
 
 HOST = "host"
@@ -87,6 +87,7 @@ class Needs:
     cap_why: str = ""
     warnings: tuple[str, ...] = ()
     pinned: Mapping[str, int] = field(default_factory=dict)  # task → the user's own port
+    forced: bool = False  # host networking asked for (policy network: host, or the pod)
 
 
 @dataclass(frozen=True)
@@ -253,7 +254,7 @@ def needs(job: Job, *, mode: str, pod_spec: Mapping[str, Any],
     why = "host networking; " + (_ROLE_WHY[role] if told and role in _ROLE_WHY
                                  else "no two replicas claim one port")
     return Needs(HOST, why, role=role, tasks=tasks, fixed=fixed, cap=cap,
-                 cap_why=cap_why, warnings=tuple(warnings), pinned=pinned)
+                 cap_why=cap_why, warnings=tuple(warnings), pinned=pinned, forced=forced)
 
 
 def _shared_fixed(base: Needs, job: Job, fixed: frozenset[Port],
@@ -345,6 +346,27 @@ def _tf_config(spec: Mapping[str, Any]) -> dict[str, Any]:
     except ValueError:
         return {}
     return data if isinstance(data, dict) and isinstance(data.get("cluster"), dict) else {}
+
+
+def waiting_plan(need: Needs) -> tuple[Plan, int | None]:
+    """The plan of a gang admitted gated (``whenFull: wait``), and the most replicas per
+    node it then allows. Its pods are created before any GPU is chosen, and a gated pod's
+    env and ports can no longer change, so ports derived from GPUs are out: under ``auto``
+    such a gang takes the pod network (co-located tasks keep the operator's ports, each in
+    its own network namespace); when host networking is asked for, the operator's ports
+    stay and its replicas are kept one per node."""
+    if need.kind in (POD, "after-solve"):
+        return Plan(POD, need.why if need.kind == POD else
+                    "pod networking: the gang waits, so no two workers can be kept off one "
+                    "node in advance"), need.cap
+    if need.tasks and not need.pinned:
+        if not need.forced:
+            return Plan(POD, "pod networking: the gang waits, and ports derived from its "
+                        "GPUs cannot be written into pods created before the GPUs are "
+                        "chosen"), need.cap
+        return Plan(HOST, "host networking asked for while the gang waits: the operator's "
+                    "ports stay, one replica per node"), 1
+    return Plan(HOST, need.why, role=need.role, ports=dict(need.pinned)), need.cap
 
 
 # --- after the solve -----------------------------------------------------------------------
@@ -560,3 +582,47 @@ def job_facts(api_version: str, kind: str, name: str, specs: Mapping[str, Any],
     """The :class:`Job` the plan reads (types in spec order)."""
     return Job(api_version=api_version, kind=kind, name=name,
                specs=specs if isinstance(specs, Mapping) else {}, gpu_types=dict(gpu_types))
+
+
+@dataclass(frozen=True)
+class GangNetwork:
+    """What the solve + reserve of one gang needs of its network plan (see
+    :class:`webhook.placement.reserve.GangReserver`): which nodes are out (a host port the
+    gang cannot move is held there), which replica each slot is meant for, and the plan once
+    the slots are known. ``fixed_plan``: the plan was settled before the solve (a gated
+    gang's pods carry it since their admission); it is stored as it is."""
+
+    job: Job | None
+    need: Needs
+    host_ports: tuple[int, int]
+    fixed_plan: Plan | None = None
+
+    @classmethod
+    def settled(cls, plan: Plan, fixed: frozenset[Port]) -> GangNetwork:
+        """The network of a gang whose plan was written into its pods already."""
+        return cls(job=None, need=Needs(plan.kind, plan.why, fixed=fixed), host_ports=(0, 0),
+                   fixed_plan=plan)
+
+    def order(self) -> list[str]:
+        """Replica k of the gang gets slot k (none when the plan has no per-task ports)."""
+        return ordered_replicas(self.job) if self.job is not None else []
+
+    def usable(self, nodes: Sequence[NodeState]) -> list[NodeState]:
+        """Nodes where none of the gang's unmovable host ports is held already."""
+        fixed = self.need.fixed
+        return [n for n in nodes if not (n.host_ports & fixed)] if fixed else list(nodes)
+
+    def decide(self, slots: Sequence[ReplicaSlot], held: Mapping[str, frozenset[Port]]
+               ) -> Plan | PortsUsedUp:
+        if self.fixed_plan is not None or self.job is None:
+            return self.fixed_plan or Plan(POD, self.need.why)
+        return decide(self.need, self.job, slots, held, self.host_ports)
+
+    def plan_for(self, stored: Mapping[str, Any], slots: Sequence[ReplicaSlot]) -> Plan:
+        """The plan stored with a reservation; for one written before plans existed, the
+        plan this gang would get now (no host ports known: none are held)."""
+        plan = Plan.from_json(stored)
+        if plan is not None:
+            return plan
+        made = self.decide(slots, {})
+        return made if isinstance(made, Plan) else Plan(POD, made.reason)

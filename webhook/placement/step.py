@@ -19,25 +19,27 @@ step re-solves against the fresh set of held GPUs, a bounded number of times; wh
 GPUs in the way may be going to this very gang (another replica admitting a sibling pod
 right now), it waits briefly for that gang's reservation instead (see ``_reserve``).
 
-No placement (cluster full, gang larger than the cluster, store unreachable): the policy's
-``placement.onUnplaceable`` decides — ``admit`` (default: the pod keeps the gang labels, gets
-no pin, a warning and the reason in the placement record) or ``deny`` (a message a user can
-act on). Audit mode changes nothing and reserves nothing; warnings say what would be done.
+No placement now (cluster full, gang larger than the cluster, store unreachable): the
+policy's ``placement.whenFull`` decides — ``wait`` (default, with a placement queue: the pod
+is admitted with the scheduling gate ``gputopo.io/placement``, its GPU env pointing at
+annotations the queue fills in when it places the whole gang, see :mod:`webhook.queue`),
+``admit`` (the pod keeps the gang labels, gets no pin, a warning and the reason in the
+placement record; also what ``wait`` does where no queue runs) or ``deny`` (a message a user
+can act on). Audit mode changes nothing and reserves nothing; warnings say what would be done.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import random
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from gputopo.cluster.node_fit import NodeFacts, PodConstraints
+from gputopo import names
 from gputopo.cluster.reservations import (
     GangKey,
     GangReservation,
@@ -48,7 +50,7 @@ from gputopo.cluster.reservations import (
     ReservationUnavailable,
     pick_slot,
 )
-from gputopo.placement.types import GangRequest, NodeState, Placement, ReplicaSlot
+from gputopo.placement.types import GangRequest, NodeState, ReplicaSlot
 from webhook import metrics
 from webhook.jobs import pod_gpus
 from webhook.placement import network
@@ -56,8 +58,21 @@ from webhook.placement.mutations import (
     GPU_RESOURCES,
     apply_slot,
     apply_unplaced,
+    apply_waiting,
     gpu_containers,
     gpu_list,
+)
+from webhook.placement.reserve import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_SETTLE_SECONDS,
+    GOOD_SHARE,
+    GangReserver,
+    HeldMemo,
+    Solver,
+    Unplaced,
+    exclude_held,
+    nodes_for,
+    ruled_out,
 )
 from webhook.placement.slot_repair import repair_scopes, slot_node_problem
 from webhook.policy.schema import OWNER_KINDS, PlacementSettings, Policy
@@ -65,28 +80,15 @@ from webhook.steps import AdmissionContext, JobInfo
 
 log = logging.getLogger(__name__)
 
-Solver = Callable[[Sequence[NodeState], GangRequest], Placement]
-
-#: Re-solves after a ReservationConflict before the gang is declared unplaceable. Each
-#: conflict means another admission won a GPU we wanted; a handful of rounds settles any
-#: realistic burst, and the bound keeps one admission well inside the webhook timeout.
-DEFAULT_MAX_ATTEMPTS = 5
-#: How long a gang that found the cluster full right after a conflict waits for a concurrent
-#: admission of the same gang to finish writing its reservation (claims, then the gang
-#: record: a few API round trips).
-DEFAULT_SETTLE_SECONDS = 0.5
+__all__ = ["DEFAULT_MAX_ATTEMPTS", "DEFAULT_SETTLE_SECONDS", "Granted", "HeldMemo",
+           "PlacementStep", "Unplaced", "exclude_held", "make_placement_step",
+           "nodes_for_pod", "placement_step_for"]
 #: Seconds one admission may spend talking to an API-backed reservation store: the webhook's
 #: timeoutSeconds is 5, and the solve, the patch and the HTTPS round trip need the rest.
 STORE_SECONDS = 3.0
-ON_UNPLACEABLE_ADMIT = "admit"
-ON_UNPLACEABLE_DENY = "deny"
-
-
-@dataclass(frozen=True)
-class Unplaced:
-    """Why a replica got no slot, in a sentence a user understands."""
-
-    reason: str
+WHEN_FULL_WAIT = "wait"
+WHEN_FULL_ADMIT = "admit"
+WHEN_FULL_DENY = "deny"
 
 
 @dataclass(frozen=True)
@@ -98,35 +100,6 @@ class Granted:
     fresh: bool
     moved: str = ""  # why the slot just left its node ("" when it did not)
     plan: network.Plan | None = None  # the gang's network plan
-
-
-@dataclass(frozen=True)
-class Net:
-    """What the network plan of this pod's gang reads (see webhook/placement/network.py)."""
-
-    job: network.Job
-    need: network.Needs
-    host_ports: tuple[int, int]
-
-    def order(self) -> list[str]:
-        return network.ordered_replicas(self.job)
-
-    def plan_for(self, res: GangReservation) -> network.Plan:
-        """The plan stored with ``res``; for a reservation written before plans existed,
-        the plan this gang would get now (no host ports known: none are held)."""
-        stored = network.Plan.from_json(res.network)
-        if stored is not None:
-            return stored
-        plan = network.decide(self.need, self.job, res.slots, {}, self.host_ports)
-        return plan if isinstance(plan, network.Plan) else network.Plan(network.POD, "")
-
-
-def without_fixed_ports(nodes: Sequence[NodeState], fixed: frozenset[tuple[str, int]]
-                        ) -> list[NodeState]:
-    """Nodes where none of the gang's unmovable host ports is held already."""
-    if not fixed:
-        return list(nodes)
-    return [n for n in nodes if not (n.host_ports & fixed)]
 
 
 def placement_settings(policy: Policy | None) -> PlacementSettings:
@@ -150,50 +123,6 @@ def gpu_counts_by_replica_type(job: JobInfo, gpu_resources: frozenset[str]) -> d
         if gpus > 0:
             out[str(rtype)] = gpus
     return out
-
-
-HeldMemo = dict[str, tuple[NodeState, frozenset[int], NodeState]]
-
-
-def exclude_held(nodes: Sequence[NodeState], held: Mapping[str, set[int]],
-                 memo: HeldMemo | None = None) -> list[NodeState]:
-    """Nodes with reserved GPUs marked used, so the solver never offers them again.
-
-    ``memo`` (the placement step's, refilled on every call) keeps the NodeState made for a
-    node whose state and reserved GPUs did not change since the last gang: a third of a
-    1,000-node cluster holds reserved GPUs, and one frozen-dataclass copy each is ~0.5 ms
-    per new gang; with the memo only the few nodes that changed are copied.
-    """
-    old = memo if memo is not None else {}
-    fresh: HeldMemo = {}
-    out = []
-    for n in nodes:
-        extra = held.get(n.name)
-        if not extra:
-            out.append(n)
-            continue
-        hit = old.get(n.name)
-        if hit is None or hit[0] is not n or hit[1] != extra:
-            # built directly: dataclasses.replace re-runs field introspection per node,
-            # twice the cost of the whole loop at 1,000 nodes (bench/admission.py); every
-            # field is passed on (tests/placement_step/test_exclude_held.py checks that)
-            hit = (n, frozenset(extra), NodeState(
-                name=n.name, topology=n.topology, used=n.used | frozenset(extra), zone=n.zone,
-                rack=n.rack, network_gbps=n.network_gbps,
-                network_transport=n.network_transport, facts=n.facts,
-                host_ports=n.host_ports))
-        fresh[n.name] = hit
-        out.append(hit[2])
-    if memo is not None:
-        memo.clear()
-        memo.update(fresh)
-    return out
-
-
-def _default_solver() -> Solver:
-    from gputopo.placement.solver import solve  # the solver area's module
-
-    return solve
 
 
 def replica_index(
@@ -233,37 +162,11 @@ def replica_ordinal(specs: object, gpu_types: Mapping[str, int], replica_type: s
 
 
 def nodes_for_pod(ctx: AdmissionContext) -> tuple[list[NodeState], int]:
-    """The topology nodes this pod could be scheduled on at all (its nodeSelector, required
-    node affinity and tolerations), and how many were ruled out. A node whose object the
-    cluster view does not hold is kept: nothing is known against it.
-
-    Why the facts on each NodeState: this runs over every node of the cluster for each new
-    gang, inside its admission; looking each Node object up and re-reading its labels and
-    taints cost ~3 ms at 1,000 nodes, about as much as the solve itself.
-    """
-    nodes = ctx.cluster.node_states()
-    spec = ctx.pod.get("spec") if isinstance(ctx.pod.get("spec"), dict) else {}
-    pod = PodConstraints.of(spec)
-    fit = []
-    for n in nodes:
-        facts = n.facts
-        if facts is None:  # a reader that builds bare NodeStates: read the object
-            node = ctx.cluster.object(api_version="v1", kind="Node", namespace=None,
-                                      name=n.name)
-            facts = NodeFacts.of(node) if node is not None else None
-        if facts is None or pod.admits(facts):
-            fit.append(n)
-    return fit, len(nodes) - len(fit)
+    """:func:`webhook.placement.reserve.nodes_for` for the admitted pod."""
+    return nodes_for(ctx.cluster, ctx.pod)
 
 
-def _ruled_out(reason: str, fit: Sequence[NodeState], excluded: int) -> str:
-    if not excluded:
-        return reason
-    if not fit:
-        return (f"none of the {excluded} topology node(s) fits the pod's nodeSelector, "
-                f"required node affinity and tolerations")
-    return (f"{reason} ({excluded} node(s) left out: the pod's nodeSelector, required node "
-            f"affinity or missing tolerations rule them out)")
+_ruled_out = ruled_out
 
 
 class PlacementStep:
@@ -278,18 +181,30 @@ class PlacementStep:
         solver: Solver | None = None,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         settle_seconds: float = DEFAULT_SETTLE_SECONDS,
+        can_wait: bool = False,
     ) -> None:
         self.store: ReservationStore = store if store is not None else InMemoryReservationStore()
-        self._solver = solver
-        self.max_attempts = max(1, int(max_attempts))
-        self.settle_seconds = max(0.0, float(settle_seconds))
-        self._held_memo: HeldMemo = {}  # exclude_held's copies, reused across gangs
+        self.reserver = GangReserver(self.store, solver=solver, max_attempts=max_attempts,
+                                     settle_seconds=settle_seconds)
+        #: True when a placement queue releases gated gangs (a live cluster); without one a
+        #: gated pod would wait for ever, so ``whenFull: wait`` acts as ``admit``.
+        self.can_wait = can_wait
 
     @property
     def solver(self) -> Solver:
-        if self._solver is None:
-            self._solver = _default_solver()
-        return self._solver
+        return self.reserver.solver
+
+    @property
+    def max_attempts(self) -> int:
+        return self.reserver.max_attempts
+
+    @property
+    def settle_seconds(self) -> float:
+        return self.reserver.settle_seconds
+
+    @property
+    def _held_memo(self) -> HeldMemo:
+        return self.reserver.held_memo
 
     # --- the step ------------------------------------------------------------------------
     def apply(self, ctx: AdmissionContext) -> None:
@@ -339,7 +254,7 @@ class PlacementStep:
             shown = ", ".join(f"{t}: {n}" for t, n in sorted(counts.items()))
             outcome: Granted | Unplaced = Unplaced(
                 f"its GPU pods ask for different numbers of GPUs ({shown}); gputopo places "
-                f"gangs of equal pods only")
+                f"gangs of equal pods only", lasting=True)
         elif preview:
             with store_deadline(self.store):
                 outcome = self._preview(ctx, key, replica, gang,
@@ -354,7 +269,7 @@ class PlacementStep:
 
     @staticmethod
     def _net(ctx: AdmissionContext, settings: PlacementSettings, specs: object,
-             counts: Mapping[str, int]) -> Net:
+             counts: Mapping[str, int]) -> network.GangNetwork:
         job = ctx.job
         assert job is not None
         facts = network.job_facts(job.api_version, job.kind, job.name,
@@ -363,12 +278,12 @@ class PlacementStep:
         ospec = ctx.original.get("spec") if isinstance(ctx.original.get("spec"), dict) else {}
         need = network.needs(facts, mode=settings.network, pod_spec=spec, original_spec=ospec,
                              pod_type=job.replica_type)
-        return Net(job=facts, need=need, host_ports=settings.host_ports)
+        return network.GangNetwork(job=facts, need=need, host_ports=settings.host_ports)
 
     # --- deciding ------------------------------------------------------------------------
     def _grant(
         self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, gang: GangRequest,
-        net: Net,
+        net: network.GangNetwork,
     ) -> Granted | Unplaced:
         """This replica's slot: from the gang's reservation, made now if there is none."""
         fresh = False
@@ -383,14 +298,14 @@ class PlacementStep:
             if size != gang.gpus_per_replica:
                 return Unplaced(
                     f"this pod asks for {gang.gpus_per_replica} GPU(s) but the gang was "
-                    f"placed with {size} per pod; gputopo places gangs of equal pods only"
-                )
+                    f"placed with {size} per pod; gputopo places gangs of equal pods only",
+                    lasting=True)
             got = self.store.assign_slot(key, replica)
             if got is None:
                 return Unplaced(
                     f"all {len(res.slots)} slots reserved for the gang belong to other "
-                    f"replicas ({', '.join(r.wire() for r in sorted(res.assigned))})"
-                )
+                    f"replicas ({', '.join(r.wire() for r in sorted(res.assigned))})",
+                    lasting=True)
             res, slot = got
             spec = ctx.pod.get("spec") if isinstance(ctx.pod.get("spec"), dict) else {}
             problem = slot_node_problem(ctx.cluster.node_states(), spec, slot)
@@ -402,7 +317,7 @@ class PlacementStep:
         except ReservationUnavailable as exc:
             return Unplaced(f"the reservation store is unavailable: {exc}")
         return Granted(reservation=res, slot=slot, fresh=fresh, moved=problem,
-                       plan=net.plan_for(res))
+                       plan=net.plan_for(res.network, res.slots))
 
     def _move(
         self, ctx: AdmissionContext, key: GangKey, res: GangReservation, slot: ReplicaSlot,
@@ -441,114 +356,38 @@ class PlacementStep:
                         f"concurrent admissions {self.max_attempts} times in a row")
 
     def _reserve(
-        self, ctx: AdmissionContext, key: GangKey, gang: GangRequest, net: Net
+        self, ctx: AdmissionContext, key: GangKey, gang: GangRequest, net: network.GangNetwork
     ) -> tuple[GangReservation, bool] | Unplaced:
-        """Solve the whole gang and reserve it; re-solve on conflict, a bounded number of times.
+        """Solve the whole gang and reserve it (:meth:`GangReserver.reserve`, shared with
+        the placement queue); the admitted pod's constraints decide for the gang."""
+        return self.reserver.reserve(cluster=ctx.cluster, pod=ctx.pod, key=key, gang=gang,
+                                     good_share=GOOD_SHARE if self._may_wait(ctx) else None,
+                                     net=net)
 
-        Another admission of THIS gang (two webhook replicas got two of its pods at once)
-        may have claimed its GPUs without having written its reservation yet: solving then
-        finds the cluster "full" of our own gang, or reserving conflicts with it. So after a
-        conflict the step waits a moment (jittered backoff) and looks for the gang's
-        reservation before re-solving; and before declaring the gang unplaceable while
-        GPUs of reservations still being written are in the way (it would fit without
-        them), it waits up to ``settle_seconds`` for the gang's reservation to appear. A
-        cluster merely full of settled reservations costs no wait.
-        """
-        last = ""
-        try:  # abandoned gangs free their GPUs before we look for free ones
-            self.store.expire()
-        except ReservationUnavailable as exc:
-            log.warning("placement: expiring reservations failed (next gang retries): %s", exc)
-        no_ports: dict[str, str] = {}  # nodes whose port range is used up → why
-        for attempt in range(1, self.max_attempts + 1):
-            bound, excluded = nodes_for_pod(ctx)
-            bound = [n for n in without_fixed_ports(bound, net.need.fixed)
-                     if n.name not in no_ports]
-            held = self.store.held_gpus()
-            placement = self.solver(exclude_held(bound, held, self._held_memo), gang)
-            if not placement.feasible:
-                # After a conflict, or when GPUs claimed by a reservation still being written
-                # stand in the way, they may be going to this very gang: give it a moment.
-                # The look for the gang's reservation comes AFTER the in-flight analysis
-                # (which lists reservations), so a reservation written meanwhile is seen.
-                waiting = bool(last) or self._in_flight_blocks(bound, held, gang)
-                existing = self._await_reservation(key) if waiting else self.store.get(key)
-                if existing is not None:
-                    return existing, False
-                reason = placement.reason or "no feasible placement"
-                if no_ports:
-                    reason += "; " + "; ".join(sorted(no_ports.values()))
-                return Unplaced(_ruled_out(reason, bound, excluded))
-            ports = {n.name: n.host_ports for n in bound}
-            plan = network.decide(net.need, net.job, placement.slots, ports, net.host_ports)
-            if isinstance(plan, network.PortsUsedUp):
-                no_ports[plan.node] = plan.reason
-                continue
-            try:
-                res = self.store.reserve(key, placement, order=net.order(),
-                                         network=plan.to_json())
-            except ReservationConflict as exc:
-                last = str(exc)
-                log.info("placement: %s: conflict on attempt %d: %s", key, attempt, exc)
-                existing = self._await_reservation(key, backoff=attempt)
-                if existing is not None:
-                    return existing, False
-                continue
-            # reserve() returns the existing reservation when a concurrent admission of the
-            # same gang won: then this pod did not place the gang, it reuses it.
-            return res, res.slots == tuple(sorted(placement.slots, key=lambda s: s.replica))
-        return Unplaced(
-            f"the GPUs chosen were taken by concurrent admissions {self.max_attempts} times "
-            f"in a row (last: {last})"
-        )
-
-    def _in_flight_blocks(
-        self, bound: Sequence[NodeState], held: Mapping[str, set[int]], gang: GangRequest
-    ) -> bool:
-        """True when GPUs claimed by reservations not yet written (held, but in no listed
-        reservation) are all that keeps the gang from fitting."""
-        committed: dict[str, set[int]] = {}
-        for res in self.store.list():
-            for node, gpus in res.gpus().items():
-                committed.setdefault(node, set()).update(gpus)
-        settled = {n: g & committed.get(n, set()) for n, g in held.items()}
-        if settled == {n: set(g) for n, g in held.items()}:
-            return False  # nothing in flight
-        return self.solver(exclude_held(bound, settled), gang).feasible
-
-    def _await_reservation(self, key: GangKey, *, backoff: int = 0) -> GangReservation | None:
-        """The gang's reservation if another admission writes it within a short wait.
-
-        ``backoff`` > 0: one jittered sleep of about ``backoff`` x 20 ms, then a look (a
-        re-solve follows when there is none). 0: poll for up to ``settle_seconds``.
-        """
-        if backoff > 0:
-            time.sleep(random.uniform(0.5, 1.5) * 0.02 * backoff)
-            return self.store.get(key)
-        deadline = time.monotonic() + self.settle_seconds
-        while True:
-            existing = self.store.get(key)
-            if existing is not None or time.monotonic() >= deadline:
-                return existing
-            time.sleep(0.02)
+    def _may_wait(self, ctx: AdmissionContext) -> bool:
+        """The gang may wait for a good placement (``whenFull: wait`` and a queue runs)."""
+        return self.can_wait and placement_settings(ctx.policy).when_full == WHEN_FULL_WAIT
 
     def _preview(
         self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, gang: GangRequest,
-        ordinal: int, net: Net,
+        ordinal: int, net: network.GangNetwork,
     ) -> Granted | Unplaced:
         """The slot this replica would get, with no side effects (audit mode, dry run)."""
         try:
             res = self.store.get(key)
             if res is None:
                 fit, excluded = nodes_for_pod(ctx)
-                fit = without_fixed_ports(fit, net.need.fixed)
+                fit = net.usable(fit)
                 nodes = exclude_held(fit, self.store.held_gpus(), self._held_memo)
                 placement = self.solver(nodes, gang)
                 if not placement.feasible:
                     return Unplaced(_ruled_out(placement.reason or "no feasible placement",
                                                fit, excluded))
-                plan = network.decide(net.need, net.job, placement.slots,
-                                      {n.name: n.host_ports for n in fit}, net.host_ports)
+                if self._may_wait(ctx):
+                    poor = self.reserver.not_good(placement, fit, gang, GOOD_SHARE)
+                    if poor is not None:
+                        return poor
+                plan = net.decide(placement.slots, {n.name: n.host_ports for n in fit})
                 if isinstance(plan, network.PortsUsedUp):
                     return Unplaced(plan.reason)
                 res = GangReservation.from_placement(key, placement, now=0.0, ttl_seconds=0.0,
@@ -567,26 +406,16 @@ class PlacementStep:
             return Unplaced(f"all {len(res.slots)} slots reserved for the gang belong to "
                             f"other replicas")
         return Granted(reservation=res, slot=res.slot(number), fresh=False,
-                       plan=net.plan_for(res))
+                       plan=net.plan_for(res.network, res.slots))
 
     # --- writing -------------------------------------------------------------------------
     def _write_slot(
         self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, granted: Granted,
-        net: Net, *, preview: bool,
+        net: network.GangNetwork, *, preview: bool,
     ) -> None:
         res, slot = granted.reservation, granted.slot
         visible = res.visible_gpus(slot.node)
-        record = {
-            "placed": True,
-            "job": f"{key.kind} {key.namespace}/{key.name}",
-            "jobUid": key.uid,
-            "replica": replica.wire(),
-            "node": slot.node,
-            "gpus": list(slot.gpus),
-            "gpuVisible": list(visible),
-            "busBandwidthGBps": round(res.bus_bandwidth_gbps, 3),
-            "reason": res.reason,
-        }
+        record = placed_record(key, replica, res, slot)
         plan = granted.plan
         if plan is not None:
             record["network"] = plan.to_json()
@@ -594,7 +423,8 @@ class PlacementStep:
         ctx.warnings.extend(
             apply_slot(ctx.pod, node=slot.node, gpu_group=slot.gpus, gpu_visible=visible,
                        record=record, gpu_resources=_gpu_resources(policy),
-                       warn_scheduler=_scheduler_unhandled(policy))
+                       warn_scheduler=_scheduler_unhandled(policy),
+                       gpu_env=placement_settings(policy).gpu_env)
         )
         if plan is not None:
             ctx.warnings.extend(network.apply(
@@ -622,16 +452,17 @@ class PlacementStep:
 
     def _unplaced(
         self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, gang: GangRequest,
-        why: Unplaced, settings: PlacementSettings, net: Net, *, preview: bool,
+        why: Unplaced, settings: PlacementSettings, net: network.GangNetwork, *, preview: bool,
     ) -> None:
         what = f"{key.kind} {key.namespace}/{key.name}"
         demand = f"{gang.replicas} pod(s) x {gang.gpus_per_replica} GPU(s)"
-        if settings.on_unplaceable == ON_UNPLACEABLE_DENY:
+        if settings.when_full == WHEN_FULL_DENY:
             message = (
                 f"gputopo cannot place {what} ({demand}) on GPUs that fit together: "
                 f"{why.reason}. Policy {policy_name(ctx.policy)!r} denies such pods "
-                f"(placement.onUnplaceable: deny); free GPUs, make the job smaller, or "
-                f"set onUnplaceable: admit to run it without topology placement."
+                f"(placement.whenFull: deny); free GPUs, make the job smaller, or "
+                f"set whenFull: wait (or admit) to run it later (or without topology "
+                f"placement)."
             )
             if ctx.audit:
                 ctx.warnings.append(f"placement (audit): would deny: {message}")
@@ -640,7 +471,7 @@ class PlacementStep:
                 metrics.PLACEMENTS.labels(result="denied").inc()
             ctx.deny(message)
             return
-        record = {
+        record: dict[str, Any] = {
             "placed": False,
             "job": what,
             "jobUid": key.uid,
@@ -649,6 +480,26 @@ class PlacementStep:
             "gpus": [],
             "reason": why.reason,
         }
+        wait = settings.when_full == WHEN_FULL_WAIT and not why.lasting
+        if wait and self.can_wait:
+            plan, cap = network.waiting_plan(net.need)
+            gated = GangRequest(gang.replicas, gang.gpus_per_replica, max_replicas_per_node=cap)
+            record.update(waiting_record(key, gated, settings, plan, net.need.fixed))
+            ctx.warnings.extend(network.apply(
+                ctx.pod, ctx.original, plan, net.job, replica.wire(),
+                gpu_containers(ctx.pod, _gpu_resources(ctx.policy))))
+            ctx.warnings.extend(apply_waiting(
+                ctx.pod, record=record, gpu_resources=_gpu_resources(ctx.policy),
+                warn_scheduler=_scheduler_unhandled(ctx.policy), gpu_env=settings.gpu_env))
+            prefix = "placement (audit): would gate" if ctx.audit else "placement:"
+            ctx.warnings.append(
+                f"{prefix} {what} ({demand}) waits for a placement: {why.reason}; its pods "
+                f"are held by the scheduling gate {names.PLACEMENT_GATE} until the queue "
+                f"places the whole gang (at most {settings.max_wait_seconds} s, then it is "
+                f"admitted unplaced)")
+            if not preview:
+                metrics.PLACEMENTS.labels(result="gated").inc()
+            return
         ctx.warnings.extend(apply_unplaced(ctx.pod, record))
         # Unpinned, the scheduler may put replicas anywhere: ports the operator declared
         # keep them apart (NodePorts), but sshd of MPIJob v2beta1 workers is declared
@@ -662,12 +513,51 @@ class PlacementStep:
                 ctx.pod, ctx.original, plan, net.job, replica.wire(),
                 gpu_containers(ctx.pod, _gpu_resources(ctx.policy))))
         prefix = "placement (audit): would leave" if ctx.audit else "placement:"
+        note = ("" if not wait else "; whenFull: wait needs the placement queue, which runs "
+                "only in a webhook with a live cluster")
         ctx.warnings.append(
             f"{prefix} {what} ({demand}) left unplaced: {why.reason}; admitted without "
-            f"node or GPU pinning"
+            f"node or GPU pinning{note}"
         )
         if not preview:
             metrics.PLACEMENTS.labels(result="unplaced").inc()
+
+
+def placed_record(key: GangKey, replica: ReplicaKey, res: GangReservation, slot: ReplicaSlot
+                  ) -> dict[str, Any]:
+    """The placement record of a replica in its slot (at admission or from the queue)."""
+    return {
+        "placed": True,
+        "job": f"{key.kind} {key.namespace}/{key.name}",
+        "jobUid": key.uid,
+        "replica": replica.wire(),
+        "node": slot.node,
+        "gpus": list(slot.gpus),
+        "gpuVisible": list(res.visible_gpus(slot.node)),
+        "busBandwidthGBps": round(res.bus_bandwidth_gbps, 3),
+        "reason": res.reason,
+        **({"network": dict(res.network)} if res.network else {}),
+    }
+
+
+def waiting_record(key: GangKey, gang: GangRequest, settings: PlacementSettings,
+                   plan: network.Plan | None = None,
+                   fixed_ports: frozenset[tuple[str, int]] = frozenset()) -> dict[str, Any]:
+    """What the placement record of a gated pod adds: everything the queue needs to place
+    the gang later without the policy or the job at hand (the job is looked up all the same
+    before the gang is placed, so a deleted job's pods are never placed)."""
+    return {
+        "waiting": True,
+        "since": time.time(),
+        "maxWaitSeconds": settings.max_wait_seconds,
+        "gang": {"namespace": key.namespace, "kind": key.kind, "name": key.name,
+                 "uid": key.uid, "replicas": gang.replicas,
+                 "gpusPerReplica": gang.gpus_per_replica,
+                 "maxReplicasPerNode": gang.max_replicas_per_node,
+                 **({"fixedPorts": sorted([p, n] for p, n in fixed_ports)}
+                    if fixed_ports else {})},
+        **({"network": plan.to_json()} if plan is not None else {}),
+    }
 
 
 def store_deadline(store: object) -> AbstractContextManager[None]:
@@ -696,7 +586,7 @@ def make_placement_step(store: ReservationStore | None = None) -> PlacementStep:
     return PlacementStep(store)
 
 
-def placement_step_for(cluster: object) -> PlacementStep:
+def placement_step_for(cluster: object, *, can_wait: bool = False) -> PlacementStep:
     """The placement step ``gputopo serve`` uses for ``cluster``.
 
     A live cluster view (``gputopo.cluster.view.ClusterView``) carries the reservation store
@@ -704,14 +594,15 @@ def placement_step_for(cluster: object) -> PlacementStep:
     (``api_client``): the step shares that store — or builds a KubernetesReservationStore on
     that client — so reservations live in the API, shared by every webhook replica and
     surviving restarts. A fixed cluster (a file, the demo) gets an in-memory store: one
-    process, nothing to share.
+    process, nothing to share. ``can_wait``: a placement queue runs (``gputopo serve`` on a
+    live cluster), so ``whenFull: wait`` gates gangs that do not fit.
     """
     store = getattr(cluster, "reservations", None)
     if store is not None:
-        return PlacementStep(store)
+        return PlacementStep(store, can_wait=can_wait)
     api = getattr(cluster, "api_client", None)
     if api is not None:
         from gputopo.cluster.k8s_reservations import KubernetesReservationStore
 
-        return PlacementStep(KubernetesReservationStore(api))
+        return PlacementStep(KubernetesReservationStore(api), can_wait=can_wait)
     return PlacementStep()

@@ -17,7 +17,10 @@ API_VERSION = "gputopo.io/v1alpha1"
 KIND = "TopologyPolicy"
 
 Mode = Literal["enforce", "audit"]
-OnUnplaceable = Literal["admit", "deny"]
+WhenFull = Literal["wait", "admit", "deny"]
+PodGroupPolicy = Literal["create", "require", "off"]
+#: How long a gang may wait for a placement before it is admitted unplaced (whenFull: wait).
+DEFAULT_MAX_WAIT_SECONDS = 3600
 
 #: Replica roles a policy may name: the lower-cased replica types of the Kubeflow jobs.
 ROLES = ("master", "worker", "launcher", "chief", "ps", "evaluator")
@@ -90,6 +93,7 @@ class Mutations:
 
 
 NetworkMode = Literal["auto", "host", "pod"]
+GpuEnvSource = Literal["pod", "plugin"]
 #: Host ports a network plan hands out (``placement.hostPorts``). It starts at
 #: training-operator's PyTorchJob default, so the first job on a node keeps the port its
 #: users know; 1,000 ports are 15 steps of 64 (webhook/placement/network.py).
@@ -98,13 +102,22 @@ DEFAULT_HOST_PORTS = (23456, 24455)
 
 @dataclass(frozen=True)
 class PlacementSettings:
-    """Read by the placement step: whether to place, what to do when it cannot, and how
+    """Read by the placement step: whether to place, what to do when the gang does not fit
+    now (``when_full``; the old ``onUnplaceable`` maps onto it), how long it may wait, and
+    whether the PodGroup its pods are labelled for is made (``pod_group``), and how
     co-located replicas of a gang talk (``network``, see webhook/placement/network.py)."""
 
     enabled: bool = True
-    on_unplaceable: OnUnplaceable = "admit"
+    when_full: WhenFull = "wait"
+    max_wait_seconds: int = DEFAULT_MAX_WAIT_SECONDS
+    pod_group: PodGroupPolicy = "create"
     network: NetworkMode = "auto"
     host_ports: tuple[int, int] = DEFAULT_HOST_PORTS
+    #: who sets NVIDIA_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES: ``pod`` (the webhook, from
+    #: the slot annotations; ACK's device plugin reads them) or ``plugin`` (gputopo's device
+    #: plugin returns them from Allocate; the kubelet puts the spec's env after the plugin's,
+    #: so the webhook must then write none: docs/device-plugin.md)
+    gpu_env: GpuEnvSource = "pod"
 
 
 @dataclass(frozen=True)

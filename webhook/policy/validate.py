@@ -8,6 +8,7 @@ returns a field.ErrorList for the same reason. Unknown fields are errors too: a 
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -15,6 +16,8 @@ from typing import Any
 from gputopo.errors import PolicyError
 from webhook.policy import schema as s
 from webhook.quantity import parse_quantity
+
+log = logging.getLogger(__name__)
 
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -267,14 +270,34 @@ def _mutations(raw: Any, err: _Errors) -> s.Mutations:
 def _placement(raw: Any, err: _Errors) -> s.PlacementSettings:
     path = "spec.placement"
     p = _mapping(raw, path, err)
-    _keys(p, ("enabled", "onUnplaceable", "network", "hostPorts"), path, err)
+    _keys(p, ("enabled", "whenFull", "maxWaitSeconds", "podGroup", "onUnplaceable",
+              "network", "hostPorts", "gpuEnv"), path, err)
+    when_full = _choice(p.get("whenFull"), f"{path}.whenFull", err, ("wait", "admit", "deny"),
+                        None)
+    old = _choice(p.get("onUnplaceable"), f"{path}.onUnplaceable", err, ("admit", "deny"),
+                  None)
+    if old is not None:
+        if p.get("whenFull") is not None:
+            err.add(f"{path}.onUnplaceable", "deprecated alias of whenFull; set only whenFull")
+        else:
+            log.warning("%s: spec.placement.onUnplaceable is deprecated; use whenFull: %s "
+                        "(wait | admit | deny)", err.source, old)
+            when_full = old
+    wait = p.get("maxWaitSeconds", s.DEFAULT_MAX_WAIT_SECONDS)
+    if isinstance(wait, bool) or not isinstance(wait, int) or not 0 < wait <= 604_800:
+        err.add(f"{path}.maxWaitSeconds", f"must be an integer from 1 to 604800 (a week); "
+                f"got {wait!r}")
+        wait = s.DEFAULT_MAX_WAIT_SECONDS
     return s.PlacementSettings(
         enabled=bool(_bool(p.get("enabled"), f"{path}.enabled", err, True)),
-        on_unplaceable=_choice(p.get("onUnplaceable"), f"{path}.onUnplaceable", err,
-                               ("admit", "deny"), "admit"),
+        when_full=when_full or "wait",
+        max_wait_seconds=wait,
+        pod_group=_choice(p.get("podGroup"), f"{path}.podGroup", err,
+                          ("create", "require", "off"), "create"),
         network=_choice(p.get("network"), f"{path}.network", err, ("auto", "host", "pod"),
                         "auto"),
         host_ports=_port_range(p.get("hostPorts"), f"{path}.hostPorts", err),
+        gpu_env=_choice(p.get("gpuEnv"), f"{path}.gpuEnv", err, ("pod", "plugin"), "pod"),
     )
 
 

@@ -1,0 +1,169 @@
+"""Gated pods → waiting gangs, in the order they are served (pure data, no I/O).
+
+Why from the pods alone: every gated pod carries its placement record (written at
+admission, :func:`webhook.placement.step.waiting_record`): the gang key, the gang's demand,
+when it started waiting and its policy's ``maxWaitSeconds``. So the queue needs neither the
+policies nor the job to rebuild its state: a new leader, or ``gputopo queue`` reading a
+cluster file, sees exactly what the last one saw.
+
+Order: arrival (the earliest ``since`` of the gang's pods), then the gang key, so the order
+is total and the same in every process. :func:`serve_order` says which gangs a pass may
+place: all of them in order (backfill: a smaller, younger gang may use GPUs an older one
+cannot use yet), except that once a gang has waited ``starvation_seconds`` nothing behind it
+is placed before it (it is not overtaken for ever).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gputopo import names
+from gputopo.cluster.reservations import GangKey, ReplicaKey
+from gputopo.placement.types import GangRequest
+
+#: A gang that has waited this long blocks backfill behind it (docs/queue.md).
+DEFAULT_STARVATION_SECONDS = 600.0
+
+
+@dataclass(frozen=True)
+class WaitingPod:
+    """A gated pod of a waiting gang."""
+
+    namespace: str
+    name: str
+    replica: ReplicaKey
+    since: float
+    pod: dict[str, Any] = field(compare=False, repr=False)
+    record: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass
+class WaitingGang:
+    """A gang with at least one gated pod, and what it asks for."""
+
+    key: GangKey
+    request: GangRequest
+    since: float
+    max_wait_seconds: float
+    pods: list[WaitingPod] = field(default_factory=list)
+
+    def waited(self, now: float) -> float:
+        return max(0.0, now - self.since)
+
+    def overdue(self, now: float) -> bool:
+        """Waited longer than its policy's ``maxWaitSeconds``: release it unplaced."""
+        return self.waited(now) >= self.max_wait_seconds
+
+    @property
+    def demand(self) -> str:
+        r = self.request
+        return f"{r.replicas} x {r.gpus_per_replica} GPU"
+
+
+def is_gated(pod: Mapping[str, Any]) -> bool:
+    """True when the pod still carries gputopo's scheduling gate."""
+    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    return any(isinstance(g, Mapping) and g.get("name") == names.PLACEMENT_GATE
+               for g in spec.get("schedulingGates") or [])
+
+
+def waiting_record(pod: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The placement record of a gated, unbound pod that waits; None for any other pod."""
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
+    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    if spec.get("nodeName") or meta.get("deletionTimestamp") or not is_gated(pod):
+        return None
+    raw = (meta.get("annotations") or {}).get(names.PLACEMENT_ANNOTATION)
+    try:
+        rec = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        return None
+    if not isinstance(rec, dict) or not isinstance(rec.get("gang"), dict) or \
+            not rec.get("waiting"):
+        return None
+    return rec
+
+
+def waiting_gangs(pods: Iterable[Mapping[str, Any]]) -> list[WaitingGang]:
+    """The waiting gangs among ``pods``, oldest first (see the module docstring)."""
+    gangs: dict[GangKey, WaitingGang] = {}
+    for pod in pods:
+        rec = waiting_record(pod)
+        if rec is None:
+            continue
+        g = rec["gang"]
+        try:
+            key = GangKey(str(g["namespace"]), str(g["kind"]), str(g["name"]), str(g["uid"]))
+            replica = ReplicaKey.from_wire(str(rec["replica"]))
+            cap = g.get("maxReplicasPerNode")
+            request = GangRequest(replicas=int(g["replicas"]),
+                                  gpus_per_replica=int(g["gpusPerReplica"]),
+                                  max_replicas_per_node=int(cap) if cap is not None else None)
+            since = float(rec.get("since") or 0.0)
+            max_wait = float(rec.get("maxWaitSeconds") or 0.0)
+        except (KeyError, TypeError, ValueError):
+            continue  # a record not written by gputopo: not ours to release
+        meta = pod["metadata"]
+        wp = WaitingPod(str(meta.get("namespace") or key.namespace), str(meta["name"]),
+                        replica, since, dict(pod), rec)
+        gang = gangs.get(key)
+        if gang is None:
+            gang = gangs[key] = WaitingGang(key, request, since, max_wait)
+        gang.since = min(gang.since, since)
+        gang.max_wait_seconds = min(gang.max_wait_seconds, max_wait) or max_wait
+        gang.pods.append(wp)
+    out = sorted(gangs.values(), key=lambda g: (g.since, g.key.namespace, g.key.name,
+                                                g.key.uid))
+    for g in out:
+        g.pods.sort(key=lambda p: p.replica)
+    return out
+
+
+def starving(gang: WaitingGang, now: float, starvation_seconds: float) -> bool:
+    """True when ``gang`` has waited long enough that nothing behind it may be placed first."""
+    return gang.waited(now) >= starvation_seconds
+
+
+@dataclass
+class PassResult:
+    """What one pass did, for tests, logs, the bench and ``gputopo queue``."""
+
+    placed: list[str] = field(default_factory=list)
+    fallen_back: list[str] = field(default_factory=list)
+    waiting: dict[str, str] = field(default_factory=dict)  # gang → why not now
+    blocked_by: str | None = None  # the starving gang that stopped backfill
+    not_leader: bool = False
+
+
+def serve_pass(
+    gangs: list[WaitingGang], *, now: float, starvation_seconds: float,
+    place: Callable[[WaitingGang], str | None],
+    fall_back: Callable[[WaitingGang], bool],
+    may_act: Callable[[], bool] = lambda: True,
+) -> PassResult:
+    """The queue's policy for one pass over ``gangs`` (oldest first), I/O left to callers:
+    ``place(gang)`` returns None when placed, else why not; ``fall_back(gang)`` releases an
+    overdue gang (True when done). Backfill: a gang that does not fit is skipped, younger
+    ones may go — unless it is starving, then the pass stops there."""
+    result = PassResult()
+    for gang in gangs:
+        if not may_act():
+            result.not_leader = True
+            return result
+        name = str(gang.key)
+        if gang.overdue(now):
+            if fall_back(gang):
+                result.fallen_back.append(name)
+            continue
+        why = place(gang)
+        if why is None:
+            result.placed.append(name)
+            continue
+        result.waiting[name] = why
+        if starving(gang, now, starvation_seconds):
+            result.blocked_by = name
+            break  # nothing behind a starving gang is placed before it
+    return result

@@ -1,0 +1,251 @@
+"""One pass of the placement queue: place the waiting gangs that fit now, release overdue ones.
+
+A pass lists the unbound pods, rebuilds the waiting gangs from their records
+(:mod:`webhook.queue.gangs`) and serves them oldest first (the order and the backfill rule
+are :func:`webhook.queue.gangs.serve_pass`; this module does the I/O):
+
+1. **overdue** (waited ``maxWaitSeconds``): the best placement there is, even below the
+   "good" bar; if none, the gates are lifted with no pin and the record says why;
+2. **fits well now**: :meth:`GangReserver.reserve` — the very solve + compare-and-swap reservation
+   of admission, so the queue and the webhook replicas never hand out one GPU twice — or
+   the gang's existing reservation (a later pod of the gang was admitted when GPUs had
+   freed up); then EVERY gated replica is assigned its slot in the store, then every pod
+   gets its slot written (node pin, GPU annotations its env reads, record) while still
+   gated, and only then are the gates lifted. So no pod of a gang is released before all
+   have their slots, and a queue killed half-way is completed by the next leader (each step
+   is idempotent: the same replica gets the same slot, an existing pin is not added twice);
+3. **does not fit**: it keeps waiting; if it has waited ``starvation_seconds``, no gang
+   behind it is placed in this pass (backfill stops, it is not overtaken for ever).
+
+Pod writes are JSON patches guarded by a ``test`` of the resourceVersion just read (a
+concurrent change fails the patch → the next pass retries) and use only what the API
+server allows on a gated pod: annotations, the required node affinity's terms gaining a
+requirement, and removing a gate.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jsonpatch
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from gputopo import names
+from gputopo.cluster.reservations import ReservationStore, ReservationUnavailable
+from gputopo.cluster.source import ClusterReader
+from webhook import metrics
+from webhook.placement import network
+from webhook.placement.mutations import record_json, remove_gate, write_slot
+from webhook.placement.reserve import GOOD_SHARE, GangReserver, Unplaced
+from webhook.placement.step import placed_record
+from webhook.queue.gangs import (
+    DEFAULT_STARVATION_SECONDS,
+    PassResult,
+    WaitingGang,
+    WaitingPod,
+    serve_pass,
+    waiting_gangs,
+)
+from webhook.queue.report import why_not_now
+
+log = logging.getLogger(__name__)
+
+#: Record keys of a waiting pod (:func:`webhook.placement.step.waiting_record`).
+WAITING_KEYS = ("waiting", "since", "maxWaitSeconds", "gang")
+
+
+def released(pod: dict[str, Any]) -> None:
+    """Lift gputopo's gate; the record stops saying "waiting"."""
+    ann = pod["metadata"].setdefault("annotations", {})
+    try:
+        rec = json.loads(ann.get(names.PLACEMENT_ANNOTATION) or "{}")
+    except ValueError:
+        rec = {}
+    if isinstance(rec, dict) and rec.get("waiting"):
+        rec["waiting"] = False
+        ann[names.PLACEMENT_ANNOTATION] = record_json(rec)
+    remove_gate(pod)
+
+#: Unbound pods: the gated ones are among them (the API offers no selector on gates).
+UNBOUND = "spec.nodeName="
+
+
+class PlacementQueue:
+    """Serves the waiting gangs of one cluster (see the module docstring)."""
+
+    def __init__(
+        self, api_client: client.ApiClient, cluster: ClusterReader, store: ReservationStore,
+        *, identity: str = "", is_leader: Callable[[], bool] = lambda: True,
+        reserver: GangReserver | None = None,
+        starvation_seconds: float = DEFAULT_STARVATION_SECONDS,
+        clock: Callable[[], float] = time.time, request_timeout: float = 10.0,
+        after_write: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self.core = client.CoreV1Api(api_client)
+        self.cluster = cluster
+        self.store = store
+        self.reserver = reserver if reserver is not None else GangReserver(store)
+        self.identity = identity
+        self.is_leader = is_leader
+        self.starvation_seconds = starvation_seconds
+        self._clock = clock
+        self._timeout = request_timeout
+        #: test hook: called with (phase, pod name) after each pod write
+        self.after_write = after_write
+
+    # --- reading ---------------------------------------------------------------------------
+    def waiting(self) -> list[WaitingGang]:
+        """The waiting gangs, oldest first, from one LIST of the unbound pods."""
+        resp = self.core.list_pod_for_all_namespaces(
+            field_selector=UNBOUND, _preload_content=False, _request_timeout=self._timeout)
+        return waiting_gangs(json.loads(resp.data).get("items") or [])
+
+    def why_not_now(self, gang: WaitingGang) -> str:
+        """Why ``gang`` does not fit now, in a sentence (no side effects)."""
+        return why_not_now(gang, self.cluster, self.reserver)
+
+    # --- one pass --------------------------------------------------------------------------
+    def run_once(self) -> PassResult:
+        if not self.is_leader():
+            return PassResult(not_leader=True)
+        gangs = self.waiting()
+        metrics.QUEUE_WAITING.set(len(gangs))
+        now = self._clock()
+
+        def fall_back(gang: WaitingGang) -> bool:
+            # the best placement there is (pinned, its env right), else no pin at all
+            return self._place(gang, now, good_share=None, fallback=True) is None or \
+                self._unplace(gang, now)
+
+        return serve_pass(gangs, now=now, starvation_seconds=self.starvation_seconds,
+                          place=lambda g: self._place(g, now, good_share=GOOD_SHARE),
+                          fall_back=fall_back, may_act=self.is_leader)
+
+    def _place(self, gang: WaitingGang, now: float, *, good_share: float | None,
+               fallback: bool = False) -> str | None:
+        """Place ``gang`` and release its pods; None when done, else why not. ``good_share``
+        None: take the best placement there is (after ``maxWaitSeconds``)."""
+        key = gang.key
+        try:
+            res = self.store.get(key)
+            if res is None:
+                made = self.reserver.reserve(cluster=self.cluster, pod=gang.pods[0].pod,
+                                             key=key, gang=gang.request, good_share=good_share,
+                                             net=settled_network(gang.pods[0].record))
+                if isinstance(made, Unplaced):
+                    return made.reason
+                res = made[0]
+            slots = {}
+            for wp in gang.pods:  # every replica's slot first: none is released before
+                got = self.store.assign_slot(key, wp.replica)
+                if got is None:
+                    return (f"no slot left for {wp.replica.wire()} in the gang's reservation "
+                            f"(released meanwhile, or more pods than the gang's size)")
+                res, slot = got
+                slots[wp.replica] = slot
+        except ReservationUnavailable as exc:
+            return f"the reservation store is unavailable: {exc}"
+        waited = round(gang.waited(now), 3)
+        for wp in gang.pods:
+            slot = slots[wp.replica]
+            rec = placed_record(key, wp.replica, res, slot)
+            # still gated: keep what makes it a waiting pod, so a next leader finds the
+            # whole gang if this one stops before every gate is lifted
+            rec.update({k: wp.record[k] for k in WAITING_KEYS if k in wp.record})
+            rec["queue"] = {"waitedSeconds": waited, "by": self.identity}
+            if fallback:
+                rec["queue"]["fallback"] = "maxWaitSeconds: best placement there was"
+            if not self._update(wp, "slot", lambda pod, slot=slot, rec=rec: write_slot(
+                    pod, node=slot.node, gpu_group=slot.gpus,
+                    gpu_visible=res.visible_gpus(slot.node), record=rec)):
+                return "a pod changed while its slot was written (retried next pass)"
+        for wp in gang.pods:
+            if not self._update(wp, "ungate", released):
+                return "a pod changed while its gate was lifted (retried next pass)"
+        if fallback:
+            metrics.QUEUE_FALLBACKS.labels(reason="placed_below_good").inc()
+        else:
+            metrics.QUEUE_PLACEMENTS.inc()
+        metrics.QUEUE_WAIT_SECONDS.observe(waited)
+        log.info("queue: placed %s after %.1f s waiting (%s)", key, waited,
+                 ", ".join(f"{s.node}:{list(s.gpus)}" for s in slots.values()))
+        return None
+
+    def _unplace(self, gang: WaitingGang, now: float) -> bool:
+        """Lift the gates of an overdue gang, unplaced, saying why in each record."""
+        waited = round(gang.waited(now), 3)
+        why = (f"waited {waited:.0f} s for a placement (maxWaitSeconds "
+               f"{gang.max_wait_seconds:.0f}); admitted without node or GPU pinning")
+
+        def unplace(pod: dict[str, Any]) -> None:
+            ann = pod["metadata"].setdefault("annotations", {})
+            try:
+                rec = json.loads(ann.get(names.PLACEMENT_ANNOTATION) or "{}")
+            except ValueError:
+                rec = {}
+            rec.update({"placed": False, "waiting": False, "reason": why,
+                        "queue": {"waitedSeconds": waited, "by": self.identity,
+                                  "fallback": "maxWaitSeconds"}})
+            ann[names.PLACEMENT_ANNOTATION] = record_json(rec)
+            remove_gate(pod)
+
+        for wp in gang.pods:
+            if not self._update(wp, "fallback", unplace):
+                return False
+        metrics.QUEUE_FALLBACKS.labels(reason="unplaced").inc()
+        metrics.QUEUE_WAIT_SECONDS.observe(waited)
+        log.warning("queue: %s released unplaced: %s", gang.key, why)
+        return True
+
+    # --- writing ---------------------------------------------------------------------------
+    def _update(self, wp: WaitingPod, phase: str, change: Callable[[dict[str, Any]], Any]
+                ) -> bool:
+        """GET the pod, apply ``change``, PUT it back with the resourceVersion read. True when
+        written (or nothing to write); False on a conflict, a lost lease or a gone pod."""
+        if not self.is_leader():
+            return False
+        try:
+            resp = self.core.read_namespaced_pod(wp.name, wp.namespace, _preload_content=False,
+                                                 _request_timeout=self._timeout)
+            pod = json.loads(resp.data)
+            if (pod.get("metadata") or {}).get("uid") != (wp.pod.get("metadata") or {}).get(
+                    "uid") or (pod.get("spec") or {}).get("nodeName"):
+                return False  # recreated or bound meanwhile: the next pass looks again
+            new = copy.deepcopy(pod)
+            change(new)
+            if new != pod:
+                # a JSON patch guarded by a test of the resourceVersion read: compare-and-swap
+                # (a change in between fails the test) without re-sending the whole pod
+                ops = [{"op": "test", "path": "/metadata/resourceVersion",
+                        "value": pod["metadata"]["resourceVersion"]},
+                       *jsonpatch.make_patch(pod, new).patch]
+                self.core.patch_namespaced_pod(wp.name, wp.namespace, ops,
+                                               _preload_content=False,
+                                               _request_timeout=self._timeout)
+        except ApiException as exc:
+            log.info("queue: %s %s/%s: %s %s", phase, wp.namespace, wp.name, exc.status,
+                     exc.reason)
+            return False
+        if self.after_write is not None:
+            self.after_write(phase, wp.name)
+        return True
+
+
+def settled_network(record: Mapping[str, Any]) -> network.GangNetwork | None:
+    """The network plan a gated gang's pods carry since their admission (written into them
+    then: a gated pod's env and ports cannot change), with the host ports it cannot move;
+    None for records of gangs gated before network plans existed."""
+    plan = network.Plan.from_json(record.get("network"))
+    if plan is None:
+        return None
+    gang = record.get("gang") if isinstance(record.get("gang"), Mapping) else {}
+    fixed = frozenset(
+        (str(p[0]), int(p[1])) for p in gang.get("fixedPorts") or ()
+        if isinstance(p, list) and len(p) == 2 and isinstance(p[1], int))
+    return network.GangNetwork.settled(plan, fixed)
