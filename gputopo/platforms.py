@@ -33,6 +33,12 @@ class Platform:
     node_agents: tuple[str, ...] = ()
 
 
+#: Off ACK: gputopo's own device plugin (``gputopo device-plugin``) on the activated nodes.
+_GPUTOPO_PLUGIN = ("gputopo's device plugin (gputopo device-plugin, a DaemonSet on the "
+                   "activated nodes), which prefers and allocates each pod's placement, sets "
+                   "NVIDIA_VISIBLE_DEVICES/CUDA_VISIBLE_DEVICES itself and writes back what "
+                   "the kubelet gave (docs/device-plugin.md)")
+
 PLATFORMS: dict[str, Platform] = {
     "ack": Platform(
         name="ack",
@@ -46,17 +52,13 @@ PLATFORMS: dict[str, Platform] = {
         name="tke",
         policies=("platforms/tke/tke-gpu-topology.yaml", "tke-taco-harp.yaml"),
         gpu_resource=names.SOURCE_GPU_RESOURCE,
-        gpu_enforcement="the device plugin on the node: with NVIDIA's, the kubelet picks "
-                        "the GPUs and the webhook's choice is advice (NVIDIA_VISIBLE_DEVICES "
-                        "and the annotations say which GPUs were meant)",
+        gpu_enforcement=_GPUTOPO_PLUGIN,
     ),
     "generic": Platform(
         name="generic",
         policies=("platforms/generic/generic-gpu-topology.yaml",),
         gpu_resource=names.SOURCE_GPU_RESOURCE,
-        gpu_enforcement="the device plugin on the node: with NVIDIA's, the kubelet picks "
-                        "the GPUs and the webhook's choice is advice (NVIDIA_VISIBLE_DEVICES "
-                        "and the annotations say which GPUs were meant)",
+        gpu_enforcement=_GPUTOPO_PLUGIN,
     ),
 }
 DEFAULT_PLATFORM = "ack"
