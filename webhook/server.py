@@ -314,7 +314,9 @@ class WebhookServer:
             ssl_context=tls.context,
             host=host,
             port=port,
-            http="h11",
+            # httptools (C) rather than h11 (pure Python) parses HTTP/1.1: 0.2-0.3 ms less
+            # CPU per request on the /noop floor at 200 req/s (docs/benchmarks.md)
+            http="httptools",
             lifespan="on",
             access_log=False,
             # no X-Forwarded-* rewriting: nothing here reads the client address, and the
