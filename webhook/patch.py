@@ -32,7 +32,7 @@ from typing import Any
 
 import orjson
 from jsonpatch import DiffBuilder
-from jsonpointer import JsonPointer
+from jsonpointer import JsonPointer, JsonPointerException
 
 #: Values whose ``json.dumps`` is equal exactly when they are ``==`` and of the same type.
 _EXACT_SCALARS = (str, int, bool, type(None))
@@ -54,6 +54,19 @@ def unchanged(src: Any, dst: Any) -> bool:
         except (TypeError, ValueError):  # orjson.JSONEncodeError is a TypeError
             return False
     return False
+
+
+class _Pointer(JsonPointer):  # type: ignore[misc]
+    """A JsonPointer for the paths the differ itself writes (``jsonpatch._path_join``
+    escapes every ``~`` and ``/``), so the check for invalid escapes is skipped; the parts
+    are unescaped exactly as ``jsonpointer.unescape`` does. One is made per operation."""
+
+    def __init__(self, pointer: str) -> None:
+        parts = pointer.split("/")
+        if parts.pop(0) != "":
+            raise JsonPointerException("Location must start with /")
+        self.parts = [p.replace("~1", "/").replace("~0", "~") if "~" in p else p
+                      for p in parts]
 
 
 class _Differ(DiffBuilder):  # type: ignore[misc]
@@ -78,7 +91,7 @@ def make_patch(original: Any, mutated: Any) -> list[dict[str, Any]]:
     not a copy. Unlike ``jsonpatch.make_patch``, the operations are not parsed back into a
     ``JsonPatch`` (a generated diff is well-formed; that parse cost as much as the diff).
     """
-    differ = _Differ(original, mutated, json.dumps, pointer_cls=JsonPointer)
+    differ = _Differ(original, mutated, json.dumps, pointer_cls=_Pointer)
     differ._compare_values("", None, original, mutated)
     return list(differ.execute())
 
