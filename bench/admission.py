@@ -73,9 +73,28 @@ def _load(port: int, ca: Path, path: str, rate: float, bodies: Path, kinds: Path
 def _cpu_seconds(pid: int) -> float:
     """CPU time (user + system) the process has used: what a request costs the server
     whatever else the shared machine is doing (latencies are not immune to that)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return _stat_cpu(Path(f"/proc/{pid}/stat"))
+
+
+def _stat_cpu(stat: Path) -> float:
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     ticks = os.sysconf("SC_CLK_TCK")
     return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def _loop_cpu_seconds(pid: int) -> float:
+    """CPU time of the server's main thread: the event loop (TLS, HTTP, the ASGI app). The
+    rest of the process is the admitter thread (plus an idle policy watcher)."""
+    return _stat_cpu(Path(f"/proc/{pid}/task/{pid}/stat"))
+
+
+def _measured(pid: int, *load: Any) -> dict[str, Any]:
+    """``_load(*load)``, with the server's CPU seconds (all, event loop) added."""
+    cpu, loop = _cpu_seconds(pid), _loop_cpu_seconds(pid)
+    out: dict[str, Any] = _load(*load)
+    out["server_cpu_s"] = _cpu_seconds(pid) - cpu
+    out["loop_cpu_s"] = _loop_cpu_seconds(pid) - loop
+    return out
 
 
 def run(rates: list[float], duration: float, nodes: int, connections: int) -> dict[str, Any]:
@@ -98,23 +117,32 @@ def run(rates: list[float], duration: float, nodes: int, connections: int) -> di
             bodies.write_bytes(b"\n".join(workload.bodies) + b"\n")
             kinds = work / f"kinds-{int(rate)}.txt"
             kinds.write_text("\n".join(workload.kinds) + "\n")
+            outside = work / f"out-of-scope-{int(rate)}.jsonl"
+            outside.write_bytes(b"\n".join(
+                b for b, k in zip(workload.bodies, workload.kinds, strict=True)
+                if k == "out-of-scope") + b"\n")
             server, info = _start_server(objects, work / "certs")
             try:
                 ca = work / "certs" / "ca.crt"
                 for path in ("/mutate", "/noop"):  # imports, first solves, TLS session setup
                     _load(info["port"], ca, path, WARMUP_RATE, warm_bodies, None, connections)
-                cpu = _cpu_seconds(server.pid)
-                mutate = _load(info["port"], ca, "/mutate", rate, bodies, kinds, connections)
-                mutate["server_cpu_s"] = _cpu_seconds(server.pid) - cpu
+                port = info["port"]
+                mutate = _measured(server.pid, port, ca, "/mutate", rate, bodies, kinds,
+                                   connections)
                 time.sleep(0.5)
-                cpu = _cpu_seconds(server.pid)
-                floor = _load(info["port"], ca, "/noop", rate, bodies, None, connections)
-                floor["server_cpu_s"] = _cpu_seconds(server.pid) - cpu
+                floor = _measured(server.pid, port, ca, "/noop", rate, bodies, None,
+                                  connections)
+                # the out-of-scope reviews alone, to /mutate and to /noop: their CPU per
+                # review against the floor's, at the same rate
+                time.sleep(0.5)
+                alone = {path: _measured(server.pid, port, ca, path, rate, outside, None,
+                                         connections) for path in ("/mutate", "/noop")}
             finally:
                 server.terminate()
                 server.wait(timeout=10)
             results["rates"].append({"rate": rate, "server": info, "mutate": mutate,
-                                     "noop": floor})
+                                     "noop": floor, "out_of_scope_alone": alone,
+                                     "loadavg": Path("/proc/loadavg").read_text().strip()})
             _progress(rate, mutate, floor)
     return results
 
@@ -137,16 +165,19 @@ def in_process(nodes: int, count: int) -> dict[str, Any]:
     for body in warm.bodies:
         admitter.handle_body(body)
     times: dict[str, list[float]] = {}
+    cpu: dict[str, float] = {}
     for body, kind in zip(workload.bodies, workload.kinds, strict=True):
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.thread_time()
         admitter.handle_body(body)
         times.setdefault(kind, []).append((time.perf_counter() - started) * 1000)
+        cpu[kind] = cpu.get(kind, 0.0) + time.thread_time() - started_cpu
     admitter.close()
     out: dict[str, Any] = {}
     for kind, values in sorted(times.items()):
         values.sort()
         out[kind] = {"n": len(values), "p50_ms": percentile(values, 50),
-                     "p99_ms": percentile(values, 99), "mean_ms": sum(values) / len(values)}
+                     "p99_ms": percentile(values, 99), "mean_ms": sum(values) / len(values),
+                     "cpu_mean_ms": cpu[kind] * 1000 / len(values)}
     return out
 
 
@@ -161,25 +192,30 @@ def markdown(results: dict[str, Any]) -> str:
     """The docs/benchmarks.md tables."""
     lines = []
     if "in_process" in results:
-        lines += ["| request kind (in process, no HTTP) | n | mean (ms) | p50 (ms) | p99 (ms) |",
-                  "|---|---:|---:|---:|---:|"]
+        lines += ["| request kind (in process, no HTTP) | n | mean (ms) | p50 (ms) | p99 (ms) "
+                  "| CPU mean (ms) |", "|---|---:|---:|---:|---:|---:|"]
         for kind, s in results["in_process"].items():
             lines.append(f"| {kind} | {s['n']} | {s['mean_ms']:.2f} | {s['p50_ms']:.2f} "
-                         f"| {s['p99_ms']:.2f} |")
+                         f"| {s['p99_ms']:.2f} | {s.get('cpu_mean_ms', 0.0):.2f} |")
         lines.append("")
     lines += [
         "| rate (req/s) | endpoint | throughput (req/s) | p50 (ms) | p95 (ms) | p99 (ms) "
-        "| errors | > 5 s | server CPU per request (ms) |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| errors | > 5 s | server CPU per request (ms) | of it event loop (ms) |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results["rates"]:
-        for name, key in (("/mutate", "mutate"), ("/noop (floor)", "noop")):
-            d = r[key]
+        alone = r.get("out_of_scope_alone", {})
+        for name, d in (("/mutate", r["mutate"]), ("/noop (floor)", r["noop"]),
+                        ("/mutate, out-of-scope only", alone.get("/mutate")),
+                        ("/noop, same bodies", alone.get("/noop"))):
+            if d is None:
+                continue
             a = d["all"]
             lines.append(
                 f"| {r['rate']:.0f} | {name} | {d['throughput_per_s']:.0f} | {a['p50_ms']:.2f} "
                 f"| {a['p95_ms']:.2f} | {a['p99_ms']:.2f} | {d['errors'] + d['unanswered']} "
-                f"| {d['over_timeout']} | {_cpu_per_request(d)} |")
+                f"| {d['over_timeout']} | {_cpu_per_request(d)} "
+                f"| {_cpu_per_request(d, 'loop_cpu_s')} |")
     lines += ["", "| rate (req/s) | request kind | share | p50 (ms) | p99 (ms) "
               "| p50 / floor p50 | p99 / floor p99 |", "|---:|---|---:|---:|---:|---:|---:|"]
     for r in results["rates"]:
@@ -190,13 +226,15 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {r['rate']:.0f} | {kind} | {s['n'] / total:.0%} | {s['p50_ms']:.2f} "
                 f"| {s['p99_ms']:.2f} | {_ratio(s['p50_ms'], floor['p50_ms'])} "
                 f"| {_ratio(s['p99_ms'], floor['p99_ms'])} |")
+    lines += ["", "| rate (req/s) | load average during the run |", "|---:|---|"]
+    lines += [f"| {r['rate']:.0f} | {r.get('loadavg', '-')} |" for r in results["rates"]]
     return "\n".join(lines)
 
 
-def _cpu_per_request(d: dict[str, Any]) -> str:
-    if "server_cpu_s" not in d or not d["answered"]:
+def _cpu_per_request(d: dict[str, Any], key: str = "server_cpu_s") -> str:
+    if key not in d or not d["answered"]:
         return "-"
-    return f"{d['server_cpu_s'] * 1000 / d['answered']:.2f}"
+    return f"{d[key] * 1000 / d['answered']:.2f}"
 
 
 def _ratio(a: float, b: float) -> str:

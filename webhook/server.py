@@ -14,6 +14,10 @@ stand-in. What it adds is what a webhook in the path of every Pod creation must 
 
 The admitter runs on ONE worker thread: calls are serialized (gang bookkeeping never sees two
 admissions at once) and a slow decision never stalls the event loop, so probes still answer.
+Reviews that can be answered without waiting and without side effects (bad input, out of
+scope by what the cluster view holds in memory) are answered on the event loop itself
+(``Admitter.answer_at_once``); everything that mutates a pod or touches reservations still
+goes to the one admitter thread.
 
 Why ``POST /mutate`` (and the benchmark's ``POST /noop``) are plain ASGI handlers in front
 of FastAPI: every admission pays for the framework's request machinery — eight middleware
@@ -72,8 +76,19 @@ ADMISSION_API_VERSION = "admission.k8s.io/v1"
 ADMISSION_BUDGET_SECONDS = 4.0
 
 
+#: Bodies up to this size may be decided on the event loop (``answer_at_once``): parsing
+#: one costs well under a millisecond. A bigger one (a real Pod review is a few KiB) is
+#: parsed on the admitter thread, so the loop never stalls on a huge body.
+AT_ONCE_MAX_BYTES = 64 * 1024
+
+
 class Admitter(Protocol):
-    """What the server needs of the admission pipeline (``webhook.pipeline.Admitter``)."""
+    """What the server needs of the admission pipeline (``webhook.pipeline.Admitter``).
+
+    Optional, used when present: ``answer_at_once(body)`` returns the answer when it is
+    ready without waiting (out of scope, bad input) or a parsed request, which the server
+    then passes to ``handle_request(request)`` on the admitter thread.
+    """
 
     @property
     def ready(self) -> bool:
@@ -131,9 +146,18 @@ def create_app(
             await send_json(send, 400, {"error": str(exc)}, close=True)
             return
         try:
-            loop = asyncio.get_running_loop()
-            status, payload = await loop.run_in_executor(
-                executor, run_by, answer_by, admitter.handle_body, body)
+            at_once = getattr(admitter, "answer_at_once", None)
+            answer = at_once(body) if at_once and len(body) <= AT_ONCE_MAX_BYTES else None
+            if isinstance(answer, tuple):
+                status, payload = answer
+            else:
+                loop = asyncio.get_running_loop()
+                if answer is None:
+                    call, arg = admitter.handle_body, body
+                else:  # parsed, in scope: mutations and steps on the admitter thread
+                    call, arg = admitter.handle_request, answer  # type: ignore[attr-defined]
+                status, payload = await loop.run_in_executor(
+                    executor, run_by, answer_by, call, arg)
         except RecursionError:
             # Only the input's nesting depth drives recursion this deep (a real Pod nests
             # ~20 levels): bad input, not a bug of ours.
