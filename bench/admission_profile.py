@@ -8,9 +8,11 @@ cluster (1,000 nodes), same request mix, same 100-request warm-up. CPU is the ad
 thread's own (``time.thread_time``), so other processes on a shared machine do not count.
 
 Run: ``python bench/admission_profile.py`` (``--top 25`` functions per kind by own time;
-``--count 1000``; ``--sort cumulative``). Transport (TLS, HTTP, the ASGI app) is not in
-here: profile the server for that (``py-spy record -p PID`` on ``bench/admission_server.py``
-under ``bench/admission.py``'s load).
+``--count 1000``; ``--sort cumulative``). ``--parts`` times the old and new ways of the
+review's own steps (patch, copy, decode, encode) on the pods this workload really admits,
+interleaved in one process, so the machine's noise hits both alike. Transport (TLS, HTTP,
+the ASGI app) is not in here: profile the server for that (``py-spy record -p PID`` on
+``bench/admission_server.py`` under ``bench/admission.py``'s load).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pstats
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
@@ -37,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=20)
     ap.add_argument("--sort", default="tottime", choices=("tottime", "cumulative"))
     ap.add_argument("--no-profile", action="store_true", help="CPU per kind only")
+    ap.add_argument("--parts", action="store_true",
+                    help="old vs new patch/copy/decode/encode on the admitted pods")
     args = ap.parse_args(argv)
 
     from gputopo.cluster.snapshot import ClusterSnapshot
@@ -52,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
                               reload_interval_s=0)
     for body in warm.bodies:
         admitter.handle_body(body)
+    if args.parts:
+        return parts(admitter, workload.bodies)
     cpu: dict[str, list[float]] = {}
     profiles: dict[str, cProfile.Profile] = {}
     for body, kind in zip(workload.bodies, workload.kinds, strict=True):
@@ -80,6 +87,59 @@ def main(argv: list[str] | None = None) -> int:
         stats.strip_dirs().sort_stats(args.sort).print_stats(args.top)
         print(f"\n===== {kind} ({len(cpu[kind])} reviews) =====")
         print(out.getvalue().split("\n", 4)[-1].rstrip())
+    return 0
+
+
+def parts(admitter: Any, bodies: list[bytes], rounds: int = 5) -> int:
+    """Old vs new for each step of a review the pipeline itself owns, microseconds per
+    call, median of ``rounds`` interleaved rounds over the (original, mutated) pod pairs."""
+    import copy
+    import json
+    import statistics
+
+    import jsonpatch
+
+    import webhook.pipeline as pipeline
+    from webhook.patch import copy_document, make_patch
+    from webhook.review import decode_json, encode_patch_json
+
+    pairs: list[tuple[Any, Any]] = []
+    real = pipeline.make_patch
+
+    def record(original: Any, mutated: Any) -> list[dict[str, Any]]:
+        pairs.append((copy.deepcopy(original), copy.deepcopy(mutated)))
+        return real(original, mutated)
+
+    pipeline.make_patch = record
+    for body in bodies:
+        admitter.handle_body(body)
+    pipeline.make_patch = real
+    admitter.close()
+    patches = [make_patch(a, b) for a, b in pairs]
+    pods = [a for a, _ in pairs]
+    cases = {
+        "patch: jsonpatch.make_patch -> webhook.patch.make_patch": (
+            lambda ab: jsonpatch.make_patch(*ab).patch, lambda ab: make_patch(*ab), pairs),
+        "copy: copy.deepcopy -> copy_document": (copy.deepcopy, copy_document, pods),
+        "decode body: json.loads -> decode_json": (json.loads, decode_json, bodies),
+        "encode patch: json.dumps -> encode_patch_json": (
+            lambda p: json.dumps(p, separators=(",", ":")).encode(), encode_patch_json,
+            patches),
+    }
+    print(f"{len(pairs)} mutated pods, {len(bodies)} bodies, {sum(map(len, patches))} "
+          f"operations; microseconds per call, median of {rounds} interleaved rounds\n")
+    print("| step: old -> new | old (us) | new (us) | old / new |")
+    print("|---|---:|---:|---:|")
+    for name, (old, new, items) in cases.items():
+        timings: dict[str, list[float]] = {"old": [], "new": []}
+        for _ in range(rounds):
+            for label, fn in (("old", old), ("new", new)):
+                started = time.thread_time()
+                for item in items:
+                    fn(item)
+                timings[label].append((time.thread_time() - started) / len(items) * 1e6)
+        o, n = statistics.median(timings["old"]), statistics.median(timings["new"])
+        print(f"| {name} | {o:.1f} | {n:.1f} | {o / n:.1f}x |")
     return 0
 
 
