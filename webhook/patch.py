@@ -96,14 +96,6 @@ def make_patch(original: Any, mutated: Any) -> list[dict[str, Any]]:
     return list(differ.execute())
 
 
-def reference_patch(original: Any, mutated: Any) -> list[dict[str, Any]]:
-    """The patch as jsonpatch computes it over the whole documents: the reference
-    :func:`make_patch` is tested against, and the fallback nobody needs at run time."""
-    import jsonpatch
-
-    return list(jsonpatch.make_patch(original, mutated).patch)
-
-
 def copy_document(doc: Any) -> Any:
     """A deep copy of a JSON document as the review parser builds it (a tree: no object
     appears twice), several times cheaper than ``copy.deepcopy``, which keeps a memo of
