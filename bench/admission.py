@@ -14,7 +14,10 @@ Reported per rate: throughput, p50/p95/p99 latency from each request's due time 
 counts), the same for the floor, and per request kind: ``gang-first`` (the first GPU pod of
 a new job: the solver runs for the whole gang), ``gang-next`` (a later pod of a placed gang:
 it takes its reserved slot), ``out-of-scope`` (a namespace that did not opt in, a pod of no
-job). Ratios come from one run; the machine is shared and noisy.
+job). Then the out-of-scope reviews alone (resent to fill the same duration) go to
+``/mutate`` and to ``/noop``: what such a review costs against the floor. Server CPU per
+review comes from the kernel's per-thread CPU clocks (process total, and the event loop's
+main thread apart). Ratios come from one run; the machine is shared and noisy.
 
 Run: ``python bench/admission.py`` (``--markdown`` prints the docs/benchmarks.md table;
 ``--rates 50,200 --duration 5`` for a quicker look; ``--json FILE`` keeps the raw figures).
@@ -71,11 +74,36 @@ def _load(port: int, ca: Path, path: str, rate: float, bodies: Path, kinds: Path
 
 
 def _cpu_seconds(pid: int) -> float:
-    """CPU time (user + system) the process has used: what a request costs the server
+    """CPU time the process has used (all its threads): what a request costs the server
     whatever else the shared machine is doing (latencies are not immune to that)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
+    tasks = Path(f"/proc/{pid}/task")
+    return sum(_task_cpu(t) for t in tasks.iterdir())
+
+
+def _task_cpu(task: Path) -> float:
+    """One thread's CPU seconds: ``schedstat`` in nanoseconds where the kernel keeps it
+    (a 10 ms clock tick is too coarse for the 100-odd requests of a short phase), else
+    user + system ticks from ``stat``."""
+    try:
+        return int((task / "schedstat").read_text().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _loop_cpu_seconds(pid: int) -> float:
+    """CPU time of the server's main thread: the event loop (TLS, HTTP, the ASGI app). The
+    rest of the process is the admitter thread (plus an idle policy watcher)."""
+    return _task_cpu(Path(f"/proc/{pid}/task/{pid}"))
+
+
+def _measured(pid: int, *load: Any) -> dict[str, Any]:
+    """``_load(*load)``, with the server's CPU seconds (all, event loop) added."""
+    cpu, loop = _cpu_seconds(pid), _loop_cpu_seconds(pid)
+    out: dict[str, Any] = _load(*load)
+    out["server_cpu_s"] = _cpu_seconds(pid) - cpu
+    out["loop_cpu_s"] = _loop_cpu_seconds(pid) - loop
+    return out
 
 
 def run(rates: list[float], duration: float, nodes: int, connections: int) -> dict[str, Any]:
@@ -98,23 +126,35 @@ def run(rates: list[float], duration: float, nodes: int, connections: int) -> di
             bodies.write_bytes(b"\n".join(workload.bodies) + b"\n")
             kinds = work / f"kinds-{int(rate)}.txt"
             kinds.write_text("\n".join(workload.kinds) + "\n")
+            # out-of-scope reviews change nothing: resent as often as it takes to fill the
+            # mix's duration, so the CPU per review is not read from a hundred requests
+            outside = work / f"out-of-scope-{int(rate)}.jsonl"
+            skipped = [b for b, k in zip(workload.bodies, workload.kinds, strict=True)
+                       if k == "out-of-scope"]
+            outside.write_bytes(b"\n".join((skipped * (count // max(1, len(skipped)) + 1))[
+                :count]) + b"\n")
             server, info = _start_server(objects, work / "certs")
             try:
                 ca = work / "certs" / "ca.crt"
                 for path in ("/mutate", "/noop"):  # imports, first solves, TLS session setup
                     _load(info["port"], ca, path, WARMUP_RATE, warm_bodies, None, connections)
-                cpu = _cpu_seconds(server.pid)
-                mutate = _load(info["port"], ca, "/mutate", rate, bodies, kinds, connections)
-                mutate["server_cpu_s"] = _cpu_seconds(server.pid) - cpu
+                port = info["port"]
+                mutate = _measured(server.pid, port, ca, "/mutate", rate, bodies, kinds,
+                                   connections)
                 time.sleep(0.5)
-                cpu = _cpu_seconds(server.pid)
-                floor = _load(info["port"], ca, "/noop", rate, bodies, None, connections)
-                floor["server_cpu_s"] = _cpu_seconds(server.pid) - cpu
+                floor = _measured(server.pid, port, ca, "/noop", rate, bodies, None,
+                                  connections)
+                # the out-of-scope reviews alone, to /mutate and to /noop: their CPU per
+                # review against the floor's, at the same rate
+                time.sleep(0.5)
+                alone = {path: _measured(server.pid, port, ca, path, rate, outside, None,
+                                         connections) for path in ("/mutate", "/noop")}
             finally:
                 server.terminate()
                 server.wait(timeout=10)
             results["rates"].append({"rate": rate, "server": info, "mutate": mutate,
-                                     "noop": floor})
+                                     "noop": floor, "out_of_scope_alone": alone,
+                                     "loadavg": Path("/proc/loadavg").read_text().strip()})
             _progress(rate, mutate, floor)
     return results
 
@@ -137,16 +177,19 @@ def in_process(nodes: int, count: int) -> dict[str, Any]:
     for body in warm.bodies:
         admitter.handle_body(body)
     times: dict[str, list[float]] = {}
+    cpu: dict[str, float] = {}
     for body, kind in zip(workload.bodies, workload.kinds, strict=True):
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.thread_time()
         admitter.handle_body(body)
         times.setdefault(kind, []).append((time.perf_counter() - started) * 1000)
+        cpu[kind] = cpu.get(kind, 0.0) + time.thread_time() - started_cpu
     admitter.close()
     out: dict[str, Any] = {}
     for kind, values in sorted(times.items()):
         values.sort()
         out[kind] = {"n": len(values), "p50_ms": percentile(values, 50),
-                     "p99_ms": percentile(values, 99), "mean_ms": sum(values) / len(values)}
+                     "p99_ms": percentile(values, 99), "mean_ms": sum(values) / len(values),
+                     "cpu_mean_ms": cpu[kind] * 1000 / len(values)}
     return out
 
 
@@ -161,25 +204,30 @@ def markdown(results: dict[str, Any]) -> str:
     """The docs/benchmarks.md tables."""
     lines = []
     if "in_process" in results:
-        lines += ["| request kind (in process, no HTTP) | n | mean (ms) | p50 (ms) | p99 (ms) |",
-                  "|---|---:|---:|---:|---:|"]
+        lines += ["| request kind (in process, no HTTP) | n | mean (ms) | p50 (ms) | p99 (ms) "
+                  "| CPU mean (ms) |", "|---|---:|---:|---:|---:|---:|"]
         for kind, s in results["in_process"].items():
             lines.append(f"| {kind} | {s['n']} | {s['mean_ms']:.2f} | {s['p50_ms']:.2f} "
-                         f"| {s['p99_ms']:.2f} |")
+                         f"| {s['p99_ms']:.2f} | {s.get('cpu_mean_ms', 0.0):.2f} |")
         lines.append("")
     lines += [
         "| rate (req/s) | endpoint | throughput (req/s) | p50 (ms) | p95 (ms) | p99 (ms) "
-        "| errors | > 5 s | server CPU per request (ms) |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| errors | > 5 s | server CPU per request (ms) | of it event loop (ms) |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results["rates"]:
-        for name, key in (("/mutate", "mutate"), ("/noop (floor)", "noop")):
-            d = r[key]
+        alone = r.get("out_of_scope_alone", {})
+        for name, d in (("/mutate", r["mutate"]), ("/noop (floor)", r["noop"]),
+                        ("/mutate, out-of-scope only", alone.get("/mutate")),
+                        ("/noop, same bodies", alone.get("/noop"))):
+            if d is None:
+                continue
             a = d["all"]
             lines.append(
                 f"| {r['rate']:.0f} | {name} | {d['throughput_per_s']:.0f} | {a['p50_ms']:.2f} "
                 f"| {a['p95_ms']:.2f} | {a['p99_ms']:.2f} | {d['errors'] + d['unanswered']} "
-                f"| {d['over_timeout']} | {_cpu_per_request(d)} |")
+                f"| {d['over_timeout']} | {_cpu_per_request(d)} "
+                f"| {_cpu_per_request(d, 'loop_cpu_s')} |")
     lines += ["", "| rate (req/s) | request kind | share | p50 (ms) | p99 (ms) "
               "| p50 / floor p50 | p99 / floor p99 |", "|---:|---|---:|---:|---:|---:|---:|"]
     for r in results["rates"]:
@@ -190,13 +238,15 @@ def markdown(results: dict[str, Any]) -> str:
                 f"| {r['rate']:.0f} | {kind} | {s['n'] / total:.0%} | {s['p50_ms']:.2f} "
                 f"| {s['p99_ms']:.2f} | {_ratio(s['p50_ms'], floor['p50_ms'])} "
                 f"| {_ratio(s['p99_ms'], floor['p99_ms'])} |")
+    lines += ["", "| rate (req/s) | load average during the run |", "|---:|---|"]
+    lines += [f"| {r['rate']:.0f} | {r.get('loadavg', '-')} |" for r in results["rates"]]
     return "\n".join(lines)
 
 
-def _cpu_per_request(d: dict[str, Any]) -> str:
-    if "server_cpu_s" not in d or not d["answered"]:
+def _cpu_per_request(d: dict[str, Any], key: str = "server_cpu_s") -> str:
+    if key not in d or not d["answered"]:
         return "-"
-    return f"{d['server_cpu_s'] * 1000 / d['answered']:.2f}"
+    return f"{d[key] * 1000 / d['answered']:.2f}"
 
 
 def _ratio(a: float, b: float) -> str:

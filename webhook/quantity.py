@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from fractions import Fraction
+from functools import lru_cache
 
 _MULTIPLIERS: dict[str, Fraction] = {
     "": Fraction(1),
@@ -37,6 +38,14 @@ def parse_quantity(value: object) -> Fraction:
         return Fraction(str(value))
     if not isinstance(value, str):
         raise ValueError(f"not a quantity: {value!r}")
+    return _parse_text(str(value))
+
+
+@lru_cache(maxsize=4096)
+def _parse_text(value: str) -> Fraction:
+    """The text case of :func:`parse_quantity`, remembered: every review's shape check
+    parses each container's quantities ("8", "32Gi"), and a cluster uses few distinct
+    ones; a Fraction is immutable, so sharing one is safe. Errors are not remembered."""
     m = _QUANTITY.match(value.strip())
     if m is None or len(value) > 64:
         raise ValueError(f"not a quantity: {value!r}")

@@ -14,21 +14,34 @@ stand-in. What it adds is what a webhook in the path of every Pod creation must 
 
 The admitter runs on ONE worker thread: calls are serialized (gang bookkeeping never sees two
 admissions at once) and a slow decision never stalls the event loop, so probes still answer.
+Reviews that can be answered without waiting and without side effects (bad input, out of
+scope by what the cluster view holds in memory) are answered on the event loop itself
+(``Admitter.answer_at_once``); everything that mutates a pod or touches reservations still
+goes to the one admitter thread.
+
+Why ``POST /mutate`` (and the benchmark's ``POST /noop``) are plain ASGI handlers in front
+of FastAPI: every admission pays for the framework's request machinery — eight middleware
+layers, routing, dependency solving, a Request object, a JSONResponse — about 0.1 ms of CPU
+on the event loop per review in the py-spy profile of docs/benchmarks.md, for two routes
+that only move bytes in and out. Everything else (the probes, ``/metrics``, 404/405
+answers, the exception handler, the lifespan that shuts the admitter down) stays FastAPI.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import logging
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
+import orjson
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -36,7 +49,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from gputopo.cluster.reservations import run_by
 from webhook.metrics import LATENCY, REQUESTS
+from webhook.review import decode_json
 from webhook.tls import CertificateReloader
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +76,19 @@ ADMISSION_API_VERSION = "admission.k8s.io/v1"
 ADMISSION_BUDGET_SECONDS = 4.0
 
 
+#: Bodies up to this size may be decided on the event loop (``answer_at_once``): parsing
+#: one costs well under a millisecond. A bigger one (a real Pod review is a few KiB) is
+#: parsed on the admitter thread, so the loop never stalls on a huge body.
+AT_ONCE_MAX_BYTES = 64 * 1024
+
+
 class Admitter(Protocol):
-    """What the server needs of the admission pipeline (``webhook.pipeline.Admitter``)."""
+    """What the server needs of the admission pipeline (``webhook.pipeline.Admitter``).
+
+    Optional, used when present: ``answer_at_once(body)`` returns the answer when it is
+    ready without waiting (out of scope, bad input) or a parsed request, which the server
+    then passes to ``handle_request(request)`` on the admitter thread.
+    """
 
     @property
     def ready(self) -> bool:
@@ -74,16 +105,21 @@ class BodyTooLarge(Exception):
     """A request body over the limit; carries the message the client gets."""
 
 
+class ClientGone(Exception):
+    """The client disconnected before its request body was complete."""
+
+
 def create_app(
     admitter: Admitter,
     *,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     enable_noop: bool = False,
-) -> FastAPI:
+) -> ASGIApp:
     """The ASGI app of the webhook.
 
     ``enable_noop`` adds ``POST /noop``, which parses the review and allows it untouched: the
-    floor the latency benchmark measures the real pipeline against, on the same server.
+    floor the latency benchmark measures the real pipeline against, on the same server and
+    through the same plain ASGI path as ``/mutate``.
     """
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="admitter")
 
@@ -92,7 +128,7 @@ def create_app(
         yield
         executor.shutdown(wait=False, cancel_futures=True)
 
-    app = FastAPI(
+    api = FastAPI(
         title="gputopo admission webhook",
         docs_url=None,
         redoc_url=None,
@@ -100,39 +136,73 @@ def create_app(
         lifespan=lifespan,
     )
 
-    @app.post("/mutate")
-    async def mutate(request: Request) -> Response:
+    async def mutate(scope: Scope, receive: Receive, send: Send) -> None:
         started = time.perf_counter()
         answer_by = time.monotonic() + ADMISSION_BUDGET_SECONDS
         try:
-            body = await read_body(request, max_body_bytes)
+            body = await read_asgi_body(scope, receive, max_body_bytes)
         except BodyTooLarge as exc:
             REQUESTS.labels(outcome="bad_request").inc()
-            return _error(400, str(exc), close=True)
+            await send_json(send, 400, {"error": str(exc)}, close=True)
+            return
         try:
-            loop = asyncio.get_running_loop()
-            status, payload = await loop.run_in_executor(
-                executor, run_by, answer_by, admitter.handle_body, body)
+            at_once = getattr(admitter, "answer_at_once", None)
+            answer = at_once(body) if at_once and len(body) <= AT_ONCE_MAX_BYTES else None
+            if isinstance(answer, tuple):
+                status, payload = answer
+            else:
+                loop = asyncio.get_running_loop()
+                if answer is None:
+                    call, arg = admitter.handle_body, body
+                else:  # parsed, in scope: mutations and steps on the admitter thread
+                    call, arg = admitter.handle_request, answer  # type: ignore[attr-defined]
+                status, payload = await loop.run_in_executor(
+                    executor, run_by, answer_by, call, arg)
         except RecursionError:
             # Only the input's nesting depth drives recursion this deep (a real Pod nests
             # ~20 levels): bad input, not a bug of ours.
             log.warning("refused a review nested too deeply for the pipeline (RecursionError)")
             REQUESTS.labels(outcome="bad_request").inc()
-            return _error(400, "request body nests too deeply to be a Kubernetes object")
+            await send_json(send, 400, {
+                "error": "request body nests too deeply to be a Kubernetes object"})
+            return
         except Exception:
             log.exception("admission failed on an internal error")
             REQUESTS.labels(outcome="error").inc()
-            return _error(500, "internal error while admitting; see the webhook's log")
+            await send_json(send, 500, {
+                "error": "internal error while admitting; see the webhook's log"})
+            return
         # REQUESTS of answered reviews are the admitter's to count: only it can tell
         # "skipped" (out of scope) from "unchanged". The server counts what never reached it.
         LATENCY.observe(time.perf_counter() - started)
-        return JSONResponse(payload, status_code=status)
+        await send_json(send, status, payload)
 
-    @app.get("/healthz")
+    async def noop(scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            body = await read_asgi_body(scope, receive, max_body_bytes)
+        except BodyTooLarge as exc:
+            await send_json(send, 400, {"error": str(exc)}, close=True)
+            return
+        try:
+            uid = decode_json(body)["request"]["uid"]
+        except (ValueError, TypeError, KeyError, RecursionError):
+            await send_json(send, 400, {"error": "not an AdmissionReview with request.uid"})
+            return
+        await send_json(send, 200, {
+            "apiVersion": ADMISSION_API_VERSION,
+            "kind": "AdmissionReview",
+            "response": {"uid": uid, "allowed": True},
+        })
+
+    fast: dict[str, Callable[[Scope, Receive, Send], Awaitable[None]]] = {"/mutate": mutate}
+    if enable_noop:
+        fast["/noop"] = noop
+
+    @api.get("/healthz")
     async def healthz() -> Response:
         return JSONResponse({"status": "ok"})
 
-    @app.get("/readyz")
+    @api.get("/readyz")
     async def readyz() -> Response:
         if admitter.ready:
             return JSONResponse({"status": "ready"})
@@ -140,52 +210,83 @@ def create_app(
             {"status": "not ready: policies (or cluster view) not loaded"}, status_code=503
         )
 
-    @app.get("/metrics")
+    @api.get("/metrics")
     async def metrics() -> Response:
         return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
-    if enable_noop:
-
-        @app.post("/noop")
-        async def noop(request: Request) -> Response:
-            try:
-                body = await read_body(request, max_body_bytes)
-            except BodyTooLarge as exc:
-                return _error(400, str(exc), close=True)
-            try:
-                uid = json.loads(body)["request"]["uid"]
-            except (ValueError, TypeError, KeyError):
-                return _error(400, "not an AdmissionReview with request.uid")
-            return JSONResponse(
-                {
-                    "apiVersion": ADMISSION_API_VERSION,
-                    "kind": "AdmissionReview",
-                    "response": {"uid": uid, "allowed": True},
-                }
-            )
-
-    @app.exception_handler(Exception)
+    @api.exception_handler(Exception)
     async def internal_error(_: Request, exc: Exception) -> Response:
         log.error("internal error", exc_info=exc)
         return _error(500, "internal error; see the webhook's log")
 
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        handler = fast.get(scope.get("path", "")) if scope["type"] == "http" else None
+        if handler is None:
+            await api(scope, receive, send)
+        elif scope["method"] != "POST":
+            await send_json(send, 405, {"detail": "Method Not Allowed"},
+                            headers=[(b"allow", b"POST")])
+        else:
+            try:
+                await handler(scope, receive, send)
+            except ClientGone:
+                return  # nobody to answer
+            except Exception:  # a bug of ours: logged, and a JSON 500 if nothing was sent
+                log.exception("internal error")
+                with contextlib.suppress(Exception):
+                    await send_json(send, 500, {"error": "internal error; see the webhook's log"})
+
     return app
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+async def read_asgi_body(scope: Scope, receive: Receive, limit: int) -> bytes:
     """The request body, refused with :class:`BodyTooLarge` as soon as it passes ``limit``
     (at once when Content-Length already says so), without reading the rest."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge(f"request body of {int(declared)} bytes exceeds the limit of {limit}")
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            if value.isdigit() and int(value) > limit:
+                raise BodyTooLarge(
+                    f"request body of {int(value)} bytes exceeds the limit of {limit}")
+            break
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise ClientGone
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise BodyTooLarge(f"request body exceeds the limit of {limit} bytes")
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not message.get("more_body", False):
+            break
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def encode_json(payload: Any) -> bytes:
+    """``payload`` as JSON bytes: orjson, or what Starlette's JSONResponse writes when orjson
+    refuses a value (raising as it would on what JSON cannot carry)."""
+    try:
+        return orjson.dumps(payload)
+    except TypeError:  # orjson.JSONEncodeError
+        return json.dumps(payload, ensure_ascii=False, allow_nan=False,
+                          separators=(",", ":")).encode("utf-8")
+
+
+async def send_json(send: Send, status: int, payload: Any, *, close: bool = False,
+                    headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    """One complete JSON response; ``close`` ends the connection (its unread body is
+    abandoned)."""
+    body = encode_json(payload)
+    head = [(b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode())]
+    if close:
+        head.append((b"connection", b"close"))
+    if headers:
+        head.extend(headers)
+    await send({"type": "http.response.start", "status": status, "headers": head})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _error(status: int, message: str, *, close: bool = False) -> Response:
@@ -221,7 +322,7 @@ class WebhookServer:
 
     def __init__(
         self,
-        app: FastAPI,
+        app: ASGIApp,
         tls: CertificateReloader,
         *,
         host: str = "0.0.0.0",
@@ -237,9 +338,14 @@ class WebhookServer:
             ssl_context=tls.context,
             host=host,
             port=port,
-            http="h11",
+            # httptools (C) rather than h11 (pure Python) parses HTTP/1.1: 0.2-0.3 ms less
+            # CPU per request on the /noop floor at 200 req/s (docs/benchmarks.md)
+            http="httptools",
             lifespan="on",
             access_log=False,
+            # no X-Forwarded-* rewriting: nothing here reads the client address, and the
+            # middleware costs every request (the API server connects directly anyway)
+            proxy_headers=False,
             server_header=False,
             log_level=log_level,
             timeout_keep_alive=KEEP_ALIVE_SECONDS,

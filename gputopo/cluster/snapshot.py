@@ -84,6 +84,11 @@ class ClusterSnapshot:
     def namespace(self, name: str) -> dict[str, Any] | None:
         return self._index.get(object_key("v1", "Namespace", None, name))
 
+    def memory_only(self) -> ClusterSnapshot:
+        """A reader that never waits (see ``ClusterView.memory_only``): a snapshot holds
+        everything in memory already, so itself."""
+        return self
+
     def object(
         self, *, api_version: str, kind: str, namespace: str | None, name: str
     ) -> dict[str, Any] | None:

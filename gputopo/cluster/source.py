@@ -12,6 +12,12 @@ from typing import Any, Protocol
 from gputopo.placement.types import NodeState
 
 
+class WouldBlock(Exception):
+    """A memory-only reader (``memory_only()`` of a view or snapshot) cannot answer without
+    waiting: the object is not in memory (a GET would be needed) or the view is busy. The
+    caller then asks the ordinary reader, off the event loop."""
+
+
 class ClusterReader(Protocol):
     """Read access to the objects admission decisions depend on."""
 

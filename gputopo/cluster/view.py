@@ -45,6 +45,7 @@ from gputopo.cluster.reservations import (
     admission_deadline,
 )
 from gputopo.cluster.snapshot import object_key
+from gputopo.cluster.source import WouldBlock
 from gputopo.errors import TopologyError
 from gputopo.placement.types import NodeState
 
@@ -605,6 +606,13 @@ class ClusterView:
                         return obj
         return self._fetch(api_version, kind, namespace, name)
 
+    def memory_only(self) -> _MemoryOnly:
+        """A reader of what the watches hold that never waits: no GET for what they do not
+        hold, no waiting for the lock while a watch writes; it raises
+        :class:`~gputopo.cluster.source.WouldBlock` instead. For the server's event loop,
+        which decides out-of-scope reviews at once and must never block."""
+        return _MemoryOnly(self)
+
     def _fetch(self, api_version: str, kind: str, namespace: str | None, name: str
                ) -> dict[str, Any] | None:
         """One GET for what the watches do not hold (batch Jobs; a job or namespace the
@@ -708,6 +716,47 @@ class ClusterView:
             return None
         self.warnings.pop(name, None)
         return state
+
+
+class _MemoryOnly:
+    """:meth:`ClusterView.memory_only`: the view's in-memory lookups, without fallbacks."""
+
+    def __init__(self, view: ClusterView) -> None:
+        self._view = view
+
+    def namespace(self, name: str) -> dict[str, Any] | None:
+        view = self._view
+        if not view._lock.acquire(blocking=False):
+            raise WouldBlock("cluster view busy")
+        try:
+            ns = view._informers["namespaces"].store.get(("", name))
+        finally:
+            view._lock.release()
+        if ns is None:
+            raise WouldBlock(f"namespace {name} not in memory")
+        return ns
+
+    def object(
+        self, *, api_version: str, kind: str, namespace: str | None, name: str
+    ) -> dict[str, Any] | None:
+        view = self._view
+        want = object_key(api_version, kind, namespace, name)
+        if not view._lock.acquire(blocking=False):
+            raise WouldBlock("cluster view busy")
+        try:
+            for inf in view._informers.values():
+                k = inf.kind
+                if (k.kind == kind and object_key(k.api_version, k.kind, namespace, name)
+                        == want):
+                    obj = inf.store.get((namespace or "", name))
+                    if obj is not None:
+                        return obj
+        finally:
+            view._lock.release()
+        raise WouldBlock(f"{kind} {namespace}/{name} not in memory")
+
+    def node_states(self) -> list[NodeState]:
+        raise WouldBlock("node states are for the admitter thread")
 
 
 def _finished(job: dict[str, Any]) -> bool:

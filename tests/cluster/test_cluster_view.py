@@ -448,3 +448,45 @@ def test_an_on_demand_get_ends_within_the_admission_s_budget(kube, view) -> None
     kube.latency = 0.0
     time.sleep(0.3)  # the failed GET quiets the API for backoff_max
     assert run_by(time.monotonic() + 4, lookup)["metadata"]["name"] == "launcher"
+
+
+def test_memory_only_reader_never_waits(kube, view) -> None:
+    """What the server's event loop reads: the watches' objects, else WouldBlock — never a
+    GET (a batch Job is only read on demand), never a wait for a lock a watch holds."""
+    import threading
+
+    from gputopo.cluster.source import WouldBlock
+
+    kube.apply({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": "team", "labels": {"gputopo.io/inject": "enabled"}}})
+    kube.apply(job("PyTorchJob", "pt", namespace="team"))
+    kube.apply({"apiVersion": "batch/v1", "kind": "Job",
+                "metadata": {"name": "launcher", "namespace": "team"}, "spec": {}})
+    view.start()
+    assert view.wait_synced(5)
+    quick = view.memory_only()
+    assert quick.namespace("team") == view.namespace("team")
+    assert quick.object(api_version="kubeflow.org/v1", kind="PyTorchJob", namespace="team",
+                        name="pt") is not None
+    for lookup in (lambda: quick.namespace("nope"), quick.node_states,
+                   lambda: quick.object(api_version="batch/v1", kind="Job",
+                                        namespace="team", name="launcher")):
+        with pytest.raises(WouldBlock):
+            lookup()
+    held, release = threading.Event(), threading.Event()
+
+    def hold_the_lock() -> None:
+        with view._lock:
+            held.set()
+            release.wait(5)
+
+    holder = threading.Thread(target=hold_the_lock)
+    holder.start()
+    try:
+        assert held.wait(5)
+        with pytest.raises(WouldBlock):
+            quick.namespace("team")
+    finally:
+        release.set()
+        holder.join(5)
+    assert quick.namespace("team") is not None
