@@ -93,11 +93,11 @@ def test_version(capsys):
 
 def test_the_tke_seed_as_copied_gives_one_line_naming_the_no_break_space(tmp_path, capsys):
     """The TKE document's YAML, copied as-is: 48 lines indented with U+00A0."""
-    seed = Path("/work/shared/seeds/tke-taco-train-mpijob.zh.md")
-    text = seed.read_text(encoding="utf-8") if seed.exists() else (
-        "apiVersion: kubeflow.org/v1\nkind: MPIJob\nmetadata:\n\u00a0 name: taco-bench\n")
+    seed = Path(__file__).resolve().parents[1] / "fixtures" / "seeds" / \
+        "tke-taco-mpijob-as-copied.yaml"
+    text = seed.read_text(encoding="utf-8")
     block = text[text.index("apiVersion: kubeflow.org/v1"):]
-    block = block[:block.index("```")]
+    assert "\u00a0" in block
     f = tmp_path / "taco.yaml"
     f.write_text(block, encoding="utf-8")
     assert main(["mutate", str(f)]) == 2
