@@ -83,6 +83,26 @@ class _Differ(DiffBuilder):  # type: ignore[misc]
         super()._compare_values(path, key, src, dst)
 
 
+def _differ_fits() -> bool:
+    """True when the installed jsonpatch's differ is the one :class:`_Differ` was written
+    against (1.33: string paths joined by ``_path_join``, ``_compare_values(path, key, src,
+    dst)``). Later releases rewrote those private internals (1.47 joins tuples); there the
+    plain ``jsonpatch.make_patch`` is used: slower, never wrong. pyproject pins 1.33.x."""
+    import jsonpatch
+
+    try:
+        return jsonpatch._path_join("", "a/b") == "/a~1b" and list(
+            jsonpatch.make_patch({"a": 1}, {"a": 2}).patch) == _fast({"a": 1}, {"a": 2})
+    except Exception:  # any mismatch of private internals: do not use them
+        return False
+
+
+def _fast(original: Any, mutated: Any) -> list[dict[str, Any]]:
+    differ = _Differ(original, mutated, json.dumps, pointer_cls=_Pointer)
+    differ._compare_values("", None, original, mutated)
+    return list(differ.execute())
+
+
 def make_patch(original: Any, mutated: Any) -> list[dict[str, Any]]:
     """The RFC 6902 patch from ``original`` to ``mutated`` (empty when equal): equal to
     ``list(jsonpatch.make_patch(original, mutated).patch)``.
@@ -91,9 +111,14 @@ def make_patch(original: Any, mutated: Any) -> list[dict[str, Any]]:
     not a copy. Unlike ``jsonpatch.make_patch``, the operations are not parsed back into a
     ``JsonPatch`` (a generated diff is well-formed; that parse cost as much as the diff).
     """
-    differ = _Differ(original, mutated, json.dumps, pointer_cls=_Pointer)
-    differ._compare_values("", None, original, mutated)
-    return list(differ.execute())
+    if _FITS:
+        return _fast(original, mutated)
+    import jsonpatch
+
+    return list(jsonpatch.make_patch(original, mutated).patch)
+
+
+_FITS = _differ_fits()
 
 
 def copy_document(doc: Any) -> Any:

@@ -341,3 +341,15 @@ def test_decoding_edge_cases_equal_the_standard_library(raw):
     except ValueError as exc:
         new = type(exc)
     assert new == old
+
+
+def test_the_fast_differ_is_in_use_with_the_pinned_jsonpatch():
+    """pyproject pins jsonpatch 1.33.x, whose private differ webhook/patch.py extends; on
+    another release it falls back to plain jsonpatch (correct, slower). A silent fallback
+    would undo the measured speed-up, so the pinned install must take the fast path."""
+    import jsonpatch
+
+    from webhook import patch
+
+    assert jsonpatch.__version__.startswith("1.33")
+    assert patch._FITS
