@@ -31,6 +31,9 @@ DEFAULT_NETWORK_GBPS = 25.0
 NETWORK_TRANSPORT_ANNOTATION = "gputopo.io/network-transport"
 NETWORK_TRANSPORTS = ("tcp", "rdma")
 DEFAULT_NETWORK_TRANSPORT = "tcp"
+#: Per-node override of the transport's default share of the line rate (0 < share <= 1),
+#: for a node whose achieved all-reduce rate was measured (nccl-tests across nodes).
+NETWORK_EFFICIENCY_ANNOTATION = "gputopo.io/network-efficiency"
 
 # --- resources -------------------------------------------------------------------------
 SOURCE_GPU_RESOURCE = "nvidia.com/gpu"

@@ -171,6 +171,17 @@ def network_transport(node: Mapping[str, Any]) -> str:
     return value if value in names.NETWORK_TRANSPORTS else names.DEFAULT_NETWORK_TRANSPORT
 
 
+def network_efficiency(node: Mapping[str, Any]) -> float | None:
+    """The node's own share of its line rate (``gputopo.io/network-efficiency``), or None
+    when absent or not a number in (0, 1] (then the transport's default applies)."""
+    raw = annotations(node).get(names.NETWORK_EFFICIENCY_ANNOTATION)
+    try:
+        value = float(raw) if raw is not None else None
+    except (TypeError, ValueError):
+        return None
+    return value if value is not None and 0 < value <= 1 else None
+
+
 def allocatable_gpus(node: Mapping[str, Any]) -> int | None:
     """GPUs the device plugin advertises (``aliyun.com/gpu`` after rename, else
     ``nvidia.com/gpu``), or None when the node says nothing (cluster files may omit status)."""
@@ -223,6 +234,7 @@ def node_state(
         rack=lab.get(names.RACK_LABEL),
         network_gbps=network_gbps(node),
         network_transport=network_transport(node),
+        network_efficiency=network_efficiency(node),
         facts=NodeFacts.of(node),
         host_ports=frozenset(host_ports),
     )

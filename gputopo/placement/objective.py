@@ -301,7 +301,8 @@ def score_by_name(
     touched = [by_name[name] for name in sorted(shares)]
     span = span_of(touched)
     node_shares = [
-        NodeShare(n.topology, tuple(sorted(shares[n.name])), n.network_gbps, n.network_transport)
+        NodeShare(n.topology, tuple(sorted(shares[n.name])), n.network_gbps, n.network_transport,
+                  n.network_efficiency)
         for n in touched
     ]
     # One GPU does not communicate (module docstring, term 1).

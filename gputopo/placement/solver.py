@@ -926,7 +926,8 @@ def _placement(gang: GangRequest, best: _Candidate) -> Placement:
     else:
         shares = [
             NodeShare(
-                n.topology, tuple(sorted(best.shares[n.name])), n.network_gbps, n.network_transport
+                n.topology, tuple(sorted(best.shares[n.name])), n.network_gbps, n.network_transport,
+                n.network_efficiency
             )
             for n in touched
         ]

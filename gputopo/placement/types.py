@@ -47,10 +47,12 @@ class NodeState:
     facts: NodeFacts | None = field(default=None, compare=False, repr=False)
     host_ports: frozenset[tuple[str, int]] = field(default=frozenset(), compare=False,
                                                    repr=False)
+    network_efficiency: float | None = None  # the node's measured share of its line rate
     effective_gbps: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        effective = effective_network_gbps(self.network_gbps, self.network_transport)
+        effective = effective_network_gbps(self.network_gbps, self.network_transport,
+                                           self.network_efficiency)
         object.__setattr__(self, "effective_gbps", effective)
 
     @property

@@ -588,11 +588,12 @@ class NodeShare:
     gpus: tuple[int, ...]
     network_gbps: float
     transport: str = DEFAULT_NETWORK_TRANSPORT
+    efficiency: float | None = None  # the node's measured share (network-efficiency)
 
     @property
     def effective_gbps(self) -> float:
         """What the all-reduce gets of the line rate (Gbit/s)."""
-        return effective_network_gbps(self.network_gbps, self.transport)
+        return effective_network_gbps(self.network_gbps, self.transport, self.efficiency)
 
 
 def multi_node_bus_bandwidth(worst_share_gbps: float, effective_gbps: float, span: str) -> float:

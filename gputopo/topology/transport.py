@@ -19,8 +19,9 @@ Defaults, each from public figures (docs/topology.md, "Calibration"):
   counts reach more (NVIDIA/nccl #209), which a node can state by annotating its achieved
   rate with transport ``rdma`` — the default stays the conservative figure.
 
-Both can be overridden per node: annotate the achieved all-reduce rate in
-``gputopo.io/network-gbps`` and the transport that gets (close to) all of it.
+Both can be overridden per node: ``gputopo.io/network-efficiency`` states the share a
+node's measured runs achieved (0 < share <= 1; e.g. nccl-tests' inter-node bus bandwidth
+over the line rate), and replaces the transport's default for that node.
 """
 
 from __future__ import annotations
@@ -32,10 +33,14 @@ TRANSPORT_EFFICIENCY: dict[str, float] = {"tcp": 0.25, "rdma": 0.94}
 assert set(TRANSPORT_EFFICIENCY) == set(NETWORK_TRANSPORTS)
 
 
-def effective_network_gbps(line_gbps: float, transport: str = DEFAULT_NETWORK_TRANSPORT) -> float:
-    """Gbit/s the all-reduce gets out of a node's ``line_gbps`` over ``transport``.
+def effective_network_gbps(line_gbps: float, transport: str = DEFAULT_NETWORK_TRANSPORT,
+                           efficiency: float | None = None) -> float:
+    """Gbit/s the all-reduce gets out of a node's ``line_gbps`` over ``transport``
+    (``efficiency``: the node's own measured share, when it states one).
 
     An unknown transport counts as the default (tcp): it must never make a node look faster.
     """
+    if efficiency is not None and 0 < efficiency <= 1:
+        return line_gbps * efficiency
     eff = TRANSPORT_EFFICIENCY.get(transport, TRANSPORT_EFFICIENCY[DEFAULT_NETWORK_TRANSPORT])
     return line_gbps * eff

@@ -192,3 +192,24 @@ def test_network_transport_annotation_decides_the_share_of_the_line_rate(
     path.write_text(yaml.safe_dump_all(docs), encoding="utf-8")
     doc = run_json(capsys, "--cluster", str(path), "--replicas", "2", "--gpus-per-replica", "1")
     assert doc["busBandwidthGBps"] == pytest.approx(100 * share / 8, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("efficiency", "share"),
+    [("0.6", 0.6), (" 1 ", 1.0), ("0", 0.25), ("1.5", 0.25), ("fast", 0.25), (None, 0.25)],
+)
+def test_network_efficiency_annotation_overrides_the_transports_share(
+    tmp_path, capsys, efficiency, share
+):
+    """gputopo.io/network-efficiency: a node's measured share of its line rate replaces the
+    transport's default (tcp here); anything not in (0, 1] is ignored."""
+    seven = "0,1,2,3,4,5,6"
+    path = write_cluster(tmp_path / "cluster.yaml", bound={"dgx1-a": seven, "dgx1-b": seven})
+    docs = list(yaml.safe_load_all(path.read_text()))
+    for doc in docs[:2]:
+        doc["metadata"]["annotations"][names.NETWORK_GBPS_ANNOTATION] = "100"
+        if efficiency is not None:
+            doc["metadata"]["annotations"][names.NETWORK_EFFICIENCY_ANNOTATION] = efficiency
+    path.write_text(yaml.safe_dump_all(docs), encoding="utf-8")
+    doc = run_json(capsys, "--cluster", str(path), "--replicas", "2", "--gpus-per-replica", "1")
+    assert doc["busBandwidthGBps"] == pytest.approx(100 * share / 8, abs=1e-3)

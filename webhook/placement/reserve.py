@@ -85,7 +85,7 @@ def exclude_held(nodes: Sequence[NodeState], held: Mapping[str, set[int]],
                 name=n.name, topology=n.topology, used=n.used | frozenset(extra), zone=n.zone,
                 rack=n.rack, network_gbps=n.network_gbps,
                 network_transport=n.network_transport, facts=n.facts,
-                host_ports=n.host_ports))
+                host_ports=n.host_ports, network_efficiency=n.network_efficiency))
         fresh[n.name] = hit
         out.append(hit[2])
     if memo is not None:
@@ -173,7 +173,8 @@ class GangReserver:
         if hit is None:
             empty = [NodeState(name=n.name, topology=n.topology, zone=n.zone, rack=n.rack,
                                network_gbps=n.network_gbps,
-                               network_transport=n.network_transport, facts=n.facts)
+                               network_transport=n.network_transport, facts=n.facts,
+                               network_efficiency=n.network_efficiency)
                      for n in nodes]
             best = self.solver(empty, gang)
             hit = best.bus_bandwidth_gbps if best.feasible else 0.0
