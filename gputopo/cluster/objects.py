@@ -80,27 +80,42 @@ def gpus_held_by_pod(pod: Mapping[str, Any]) -> tuple[str, tuple[int, ...]] | No
         return None
 
 
-def host_ports_held_by_pod(pod: Mapping[str, Any]) -> tuple[str, frozenset[tuple[str, int]]] | None:
-    """(node name, host ports) a live pod holds on its node's network: every declared port
-    of a host-network pod (the API server defaults hostPort = containerPort there) and any
-    explicit hostPort. Counted like GPUs: once bound, or while pinned by a placement record.
-    """
+Port = tuple[str, int]  # (protocol, port number)
+
+
+def claimed_ports(spec: Mapping[str, Any], *, host_network: bool,
+                  skip: frozenset[str] | set[str] = frozenset()) -> set[Port]:
+    """Host ports a pod spec claims on its node: every declared port under hostNetwork
+    (init containers too: the API server defaults ``hostPort = containerPort`` on all of
+    them, ``defaultHostNetworkPorts``), else the explicit hostPorts. Ports whose name is
+    in ``skip`` (those a network plan rewrites) are left out. Any shape of input is read
+    without an error (a review may carry anything)."""
+    out: set[Port] = set()
+    for key in ("initContainers", "containers"):
+        containers = spec.get(key)
+        for c in containers if isinstance(containers, list) else []:
+            ports = c.get("ports") if isinstance(c, Mapping) else None
+            for p in ports if isinstance(ports, list) else []:
+                if not isinstance(p, Mapping):
+                    continue
+                name = p.get("name")
+                if isinstance(name, str) and name in skip:
+                    continue
+                number = p.get("hostPort") or (p.get("containerPort") if host_network
+                                                else None)
+                if isinstance(number, int) and not isinstance(number, bool) and number > 0:
+                    out.add((str(p.get("protocol") or "TCP"), number))
+    return out
+
+
+def host_ports_held_by_pod(pod: Mapping[str, Any]) -> tuple[str, frozenset[Port]] | None:
+    """(node name, host ports) a live pod holds on its node's network (:func:`claimed_ports`).
+    Counted like GPUs: once bound, or while pinned by a placement record."""
     spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
     status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
     if status.get("phase") in TERMINAL_PHASES:
         return None
-    host_network = spec.get("hostNetwork") is True
-    ports: set[tuple[str, int]] = set()
-    for key in ("initContainers", "containers"):
-        items = spec.get(key)
-        for c in items if isinstance(items, list) else []:
-            declared = c.get("ports") if isinstance(c, Mapping) else None
-            for p in declared if isinstance(declared, list) else []:
-                if not isinstance(p, Mapping):
-                    continue
-                number = p.get("hostPort") or (p.get("containerPort") if host_network else None)
-                if isinstance(number, int) and not isinstance(number, bool) and number > 0:
-                    ports.add((str(p.get("protocol") or "TCP"), number))
+    ports = claimed_ports(spec, host_network=spec.get("hostNetwork") is True)
     if not ports:
         return None
     node = spec.get("nodeName") or _pinned_node(pod)

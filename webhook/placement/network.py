@@ -39,8 +39,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gputopo.cluster.objects import Port, claimed_ports
 from gputopo.placement.types import NodeState, ReplicaSlot
-from webhook.placement.ports import OPERATOR_DEFAULT_PORTS, Port, claimed_ports
+from webhook.placement.ports import OPERATOR_DEFAULT_PORTS
 
 HOST = "host"
 POD = "pod"
@@ -280,24 +281,10 @@ def _shared_ports(job: Job, pod_spec: Mapping[str, Any], pod_type: str | None, *
     for rtype in job.gpu_types:
         spec = pod_spec if pod_type and rtype.lower() == pod_type.lower() else \
             _template_spec(job.specs, rtype)
-        ports = _claimed_except(spec, host_network=host_network, skip=skip)
+        ports = claimed_ports(spec, host_network=host_network, skip=skip)
         for port in ports:
             users[port] = users.get(port, 0) + _replicas(job.specs, rtype)
     return sorted(p for p, n in users.items() if n >= 2)
-
-
-def _claimed_except(spec: Mapping[str, Any], *, host_network: bool, skip: set[str]
-                    ) -> set[Port]:
-    out: set[Port] = set()
-    for c in _containers(spec):
-        for p in _list(c.get("ports")):
-            name = p.get("name") if isinstance(p, Mapping) else None
-            if not isinstance(p, Mapping) or (isinstance(name, str) and name in skip):
-                continue
-            number = p.get("containerPort") if host_network else p.get("hostPort")
-            if isinstance(number, int) and not isinstance(number, bool) and number > 0:
-                out.add((str(p.get("protocol") or "TCP"), number))
-    return out
 
 
 def _rewritable(job: Job, pod_spec: Mapping[str, Any], warnings: list[str]
