@@ -155,7 +155,7 @@ def test_released_expired_and_moved_gpus_are_free_for_the_very_next_gang() -> No
     assert not isinstance(made, Unplaced)
     res = made[0]
     reserver.reserve(cluster=reader, pod=pod(), key=key(5), gang=half)
-    fit, free, _ = reserver.fit_and_free(reader, pod())
+    _, free, _ = reserver.fit_and_free(reader, pod())
     before = {n.name: n.used for n in free}
     store.move_slot(key(4), 0, "n1" if res.slots[0].node == "n0" else "n0", (4, 5, 6, 7),
                     from_node=res.slots[0].node)
