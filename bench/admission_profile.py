@@ -8,11 +8,14 @@ cluster (1,000 nodes), same request mix, same 100-request warm-up. CPU is the ad
 thread's own (``time.thread_time``), so other processes on a shared machine do not count.
 
 Run: ``python bench/admission_profile.py`` (``--top 25`` functions per kind by own time;
-``--count 1000``; ``--sort cumulative``). ``--parts`` times the old and new ways of the
-review's own steps (patch, copy, decode, encode) on the pods this workload really admits,
-interleaved in one process, so the machine's noise hits both alike. Transport (TLS, HTTP,
-the ASGI app) is not in here: profile the server for that (``py-spy record -p PID`` on
-``bench/admission_server.py`` under ``bench/admission.py``'s load).
+``--count 1000``; ``--sort cumulative``). ``--components`` gives the CPU of each part of
+the placement step (solver, held GPUs, node fit, expiry, network plan, ...) per request
+kind; ``--can-wait`` adds the good-placement check a live cluster with a queue runs.
+``--parts`` times the old and new ways of the review's own steps (patch, copy, decode,
+encode) on the pods this workload really admits, interleaved in one process, so the
+machine's noise hits both alike. Transport (TLS, HTTP, the ASGI app) is not in here:
+profile the server for that (``py-spy record -p PID`` on ``bench/admission_server.py``
+under ``bench/admission.py``'s load).
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-profile", action="store_true", help="CPU per kind only")
     ap.add_argument("--parts", action="store_true",
                     help="old vs new patch/copy/decode/encode on the admitted pods")
+    ap.add_argument("--can-wait", action="store_true",
+                    help="as with a placement queue (a live cluster): gangs that may wait "
+                         "take a placement only above GOOD_SHARE of their ideal bandwidth")
     ap.add_argument("--components", action="store_true",
                     help="CPU per review of each part of the placement step, by kind")
     args = ap.parse_args(argv)
@@ -57,6 +63,12 @@ def main(argv: list[str] | None = None) -> int:
     cluster.node_states()
     admitter = build_admitter(None, cluster, placement=placement_step_for(cluster),
                               reload_interval_s=0)
+    if args.can_wait:
+        from webhook.placement.step import PlacementStep
+
+        for step in admitter.steps:
+            if isinstance(step, PlacementStep):
+                step.can_wait = True
     for body in warm.bodies:
         admitter.handle_body(body)
     if args.parts:
