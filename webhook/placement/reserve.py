@@ -247,7 +247,7 @@ class GangReserver:
                    ) -> tuple[list[NodeState], int]:
         """The nodes ``pod`` fits with reserved GPUs marked used, and how many its own
         constraints left out (what :meth:`reserve` solves on)."""
-        _, free, excluded = self._fit_and_free(cluster, pod)
+        _, free, excluded, _ = self._fit_and_free(cluster, pod)
         return list(free), excluded
 
     def nodes_for(self, cluster: ClusterReader, pod: Mapping[str, Any]
@@ -261,7 +261,7 @@ class GangReserver:
         """``pod``'s fitting nodes (:func:`nodes_for`), the same nodes with reserved GPUs
         marked used, and how many nodes its constraints left out. Both lists may be
         remembered for the next gang: read them, never modify them."""
-        entry, free, excluded = self._fit_and_free(cluster, pod)
+        entry, free, excluded, _ = self._fit_and_free(cluster, pod)
         return entry.fit, free, excluded
 
     def _fit_entry(self, cluster: ClusterReader, pod: Mapping[str, Any]
@@ -287,10 +287,10 @@ class GangReserver:
         return entry, entry.excluded, key
 
     def _fit_and_free(self, cluster: ClusterReader, pod: Mapping[str, Any]
-                      ) -> tuple[_Fit, list[NodeState], int]:
+                      ) -> tuple[_Fit, list[NodeState], int, Mapping[str, Any]]:
         """``pod``'s fitting nodes, the same with reserved GPUs marked used (position for
-        position, never to be modified: they may be remembered), and how many nodes its
-        constraints left out.
+        position, never to be modified: they may be remembered), how many nodes its
+        constraints left out, and the held GPUs (node → indices) marked.
 
         A store that publishes held GPUs by revision (``held_snapshot``) says which nodes
         changed since the last gang: only those are redone, instead of a pass over every
@@ -298,14 +298,14 @@ class GangReserver:
         entry, excluded, key = self._fit_entry(cluster, pod)
         snapshot = getattr(self.store, "held_snapshot", None)
         if snapshot is None:
-            return entry, exclude_held(entry.fit, self.store.held_gpus(),
-                                       self.held_memo), excluded
+            gpus = self.store.held_gpus()
+            return entry, exclude_held(entry.fit, gpus, self.held_memo), excluded, gpus
         last = self._frees.get(key)
         if last is not None and last.fit is entry.fit:
             held = snapshot(last.revision)
             if held.changed is not None:
                 if not held.changed:
-                    return entry, last.free, excluded
+                    return entry, last.free, excluded, held.gpus
                 free = list(last.free)
                 for name in held.changed:
                     at = entry.where.get(name)
@@ -314,12 +314,12 @@ class GangReserver:
                         free[at] = exclude_held([n], held.gpus, self.held_memo,
                                                 keep_memo=True)[0]
                 self._remember_free(key, entry, held.revision, free)
-                return entry, free, excluded
+                return entry, free, excluded, held.gpus
         else:
             held = snapshot(None)
         free = exclude_held(entry.fit, held.gpus, self.held_memo)
         self._remember_free(key, entry, held.revision, free)
-        return entry, free, excluded
+        return entry, free, excluded, held.gpus
 
     def _remember_free(self, key: str, entry: _Fit, revision: int,
                        free: list[NodeState]) -> None:
@@ -401,7 +401,7 @@ class GangReserver:
             log.warning("placement: expiring reservations failed (next gang retries): %s", exc)
         no_ports: dict[str, str] = {}  # nodes whose port range is used up → why
         for attempt in range(1, self.max_attempts + 1):
-            entry, free, excluded = self._fit_and_free(cluster, pod)
+            entry, free, excluded, held = self._fit_and_free(cluster, pod)
             bound, free = usable_pair(entry.fit, free, net, no_ports)
             placement = self.solver(free, gang)
             if not placement.feasible:
@@ -409,7 +409,7 @@ class GangReserver:
                 # stand in the way, they may be going to this very gang: give it a moment.
                 # The look for the gang's reservation comes AFTER the in-flight analysis
                 # (which lists reservations), so a reservation written meanwhile is seen.
-                waiting = bool(last) or self._in_flight_blocks(bound, gang)
+                waiting = bool(last) or self._in_flight_blocks(bound, held, gang)
                 existing = self._await_reservation(key) if waiting else self.store.get(key)
                 if existing is not None:
                     return existing, False
@@ -446,13 +446,13 @@ class GangReserver:
             f"in a row (last: {last})"
         )
 
-    def _in_flight_blocks(self, bound: Sequence[NodeState], gang: GangRequest) -> bool:
+    def _in_flight_blocks(self, bound: Sequence[NodeState], held: Mapping[str, Any],
+                          gang: GangRequest) -> bool:
         """True when GPUs claimed by reservations not yet written (held, but in no listed
         reservation) are all that keeps the gang from fitting. A store that records every
         claim with its reservation at once (``claims_in_flight`` False) has none."""
         if not getattr(self.store, "claims_in_flight", True):
             return False
-        held = self.store.held_gpus()
         committed: dict[str, set[int]] = {}
         for res in self.store.list():
             for node, gpus in res.gpus().items():
