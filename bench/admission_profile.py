@@ -8,11 +8,14 @@ cluster (1,000 nodes), same request mix, same 100-request warm-up. CPU is the ad
 thread's own (``time.thread_time``), so other processes on a shared machine do not count.
 
 Run: ``python bench/admission_profile.py`` (``--top 25`` functions per kind by own time;
-``--count 1000``; ``--sort cumulative``). ``--parts`` times the old and new ways of the
-review's own steps (patch, copy, decode, encode) on the pods this workload really admits,
-interleaved in one process, so the machine's noise hits both alike. Transport (TLS, HTTP,
-the ASGI app) is not in here: profile the server for that (``py-spy record -p PID`` on
-``bench/admission_server.py`` under ``bench/admission.py``'s load).
+``--count 1000``; ``--sort cumulative``). ``--components`` gives the CPU of each part of
+the placement step (solver, held GPUs, node fit, expiry, network plan, ...) per request
+kind; ``--can-wait`` adds the good-placement check a live cluster with a queue runs.
+``--parts`` times the old and new ways of the review's own steps (patch, copy, decode,
+encode) on the pods this workload really admits, interleaved in one process, so the
+machine's noise hits both alike. Transport (TLS, HTTP, the ASGI app) is not in here:
+profile the server for that (``py-spy record -p PID`` on ``bench/admission_server.py``
+under ``bench/admission.py``'s load).
 """
 
 from __future__ import annotations
@@ -42,6 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-profile", action="store_true", help="CPU per kind only")
     ap.add_argument("--parts", action="store_true",
                     help="old vs new patch/copy/decode/encode on the admitted pods")
+    ap.add_argument("--can-wait", action="store_true",
+                    help="as with a placement queue (a live cluster): gangs that may wait "
+                         "take a placement only above GOOD_SHARE of their ideal bandwidth")
+    ap.add_argument("--components", action="store_true",
+                    help="CPU per review of each part of the placement step, by kind")
     args = ap.parse_args(argv)
 
     from gputopo.cluster.snapshot import ClusterSnapshot
@@ -55,10 +63,18 @@ def main(argv: list[str] | None = None) -> int:
     cluster.node_states()
     admitter = build_admitter(None, cluster, placement=placement_step_for(cluster),
                               reload_interval_s=0)
+    if args.can_wait:
+        from webhook.placement.step import PlacementStep
+
+        for step in admitter.steps:
+            if isinstance(step, PlacementStep):
+                step.can_wait = True
     for body in warm.bodies:
         admitter.handle_body(body)
     if args.parts:
         return parts(admitter, workload.bodies)
+    if args.components:
+        return components(admitter, workload.bodies, workload.kinds)
     cpu: dict[str, list[float]] = {}
     profiles: dict[str, cProfile.Profile] = {}
     for body, kind in zip(workload.bodies, workload.kinds, strict=True):
@@ -87,6 +103,87 @@ def main(argv: list[str] | None = None) -> int:
         stats.strip_dirs().sort_stats(args.sort).print_stats(args.top)
         print(f"\n===== {kind} ({len(cpu[kind])} reviews) =====")
         print(out.getvalue().split("\n", 4)[-1].rstrip())
+    return 0
+
+
+def components(admitter: Any, bodies: list[bytes], kinds: list[str]) -> int:
+    """CPU (thread time) per review of each kind spent in each part of the placement step
+    and the features around it, each part timed by wrapping it (inclusive: the solver
+    inside ``not_good`` counts there and under ``solver``). Wrapping costs ~1 us a call."""
+    import webhook.pipeline as pipeline
+    import webhook.placement.reserve as reserve
+    import webhook.placement.step as step
+    from webhook.placement import network
+    from webhook.podgroups import PodGroupStep
+
+    spent: dict[str, float] = {}
+    calls: dict[str, int] = {}
+
+    def timed(name: str, fn: Any) -> Any:
+        def wrapper(*a: Any, **kw: Any) -> Any:
+            started = time.thread_time()
+            try:
+                return fn(*a, **kw)
+            finally:
+                spent[name] = spent.get(name, 0.0) + time.thread_time() - started
+                calls[name] = calls.get(name, 0) + 1
+        return wrapper
+
+    placement = next(s for s in admitter.steps if isinstance(s, step.PlacementStep))
+    store, reserver = placement.store, placement.reserver
+    for name in ("held_gpus", "held_snapshot", "expire", "reserve", "get", "assign_slot"):
+        if hasattr(store, name):
+            setattr(store, name, timed(f"store.{name}", getattr(store, name)))
+    reserver._solver = timed("solver", reserver.solver)
+    for name in ("not_good", "free_nodes", "_fit_and_free", "_fit_entry"):
+        if hasattr(reserver, name):
+            setattr(reserver, name, timed(f"reserver.{name}", getattr(reserver, name)))
+    for mod in (reserve, step):
+        for name in ("nodes_for", "exclude_held", "usable_pair", "_in_flight_blocks"):
+            if hasattr(mod, name):
+                setattr(mod, name, timed(name, getattr(reserve, name)))
+    if hasattr(reserver, "_in_flight_blocks"):
+        reserver._in_flight_blocks = timed("_in_flight_blocks", reserver._in_flight_blocks)
+    step.slot_node_problem = timed("slot_node_problem", step.slot_node_problem)
+    step.apply_slot = timed("apply_slot (mutations)", step.apply_slot)
+    network.needs = timed("network.needs", network.needs)
+    network.apply = timed("network.apply", network.apply)
+    network.job_facts = timed("network.job_facts", network.job_facts)
+    for name in ("usable", "decide", "plan_for"):
+        setattr(network.GangNetwork, name,
+                timed(f"GangNetwork.{name}", getattr(network.GangNetwork, name)))
+    PodGroupStep.apply = timed("podgroups step", PodGroupStep.apply)
+    placement.apply = timed("placement step (all)", placement.apply)
+    pipeline.make_patch = timed("patch", pipeline.make_patch)
+    pipeline.parse_review = timed("parse_review", pipeline.parse_review)
+    admitter.cluster.node_states = timed("cluster.node_states", admitter.cluster.node_states)
+
+    by_kind: dict[str, dict[str, float]] = {}
+    count: dict[str, int] = {}
+    total: dict[str, float] = {}
+    for body, kind in zip(bodies, kinds, strict=True):
+        before = dict(spent)
+        started = time.thread_time()
+        admitter.handle_body(body)
+        total[kind] = total.get(kind, 0.0) + time.thread_time() - started
+        count[kind] = count.get(kind, 0) + 1
+        mine = by_kind.setdefault(kind, {})
+        for name, value in spent.items():
+            mine[name] = mine.get(name, 0.0) + value - before.get(name, 0.0)
+    admitter.close()
+    names = sorted(spent, key=lambda n: -spent[n])
+    shown = sorted(count)
+    n_all = sum(count.values())
+    print("ms of CPU per review of each kind (mix: per review of the whole mix); "
+          "parts are inclusive and nest\n")
+    print("| part | " + " | ".join(shown) + " | mix |")
+    print("|---|" + "---:|" * (len(shown) + 1))
+    print("| whole review | " + " | ".join(f"{total[k] * 1000 / count[k]:.3f}" for k in shown)
+          + f" | {sum(total.values()) * 1000 / n_all:.3f} |")
+    for name in names:
+        cells = [f"{by_kind[k].get(name, 0.0) * 1000 / count[k]:.3f}" for k in shown]
+        print(f"| {name} | " + " | ".join(cells) + f" | {spent[name] * 1000 / n_all:.3f} |")
+    print(f"\nreservations at the end: {len(store.list())}")
     return 0
 
 

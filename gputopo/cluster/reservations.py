@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -339,12 +340,42 @@ class ReservationStore(Protocol):
     def list(self) -> list[GangReservation]: ...
 
 
+@dataclass(frozen=True)
+class HeldSnapshot:
+    """The GPUs held at one revision of a store that keeps them per node as it changes.
+
+    ``gpus`` (node → GPU indices) is never modified after it is handed out: the next change
+    publishes a new mapping. ``changed`` names every node whose entry differs from the
+    revision the caller asked about (None: unknown, the caller must look at every node).
+    Why: the placement step marks reserved GPUs used on every node of the cluster for each
+    new gang; knowing which few nodes changed since the last gang lets it redo only those.
+    """
+
+    revision: int
+    gpus: Mapping[str, frozenset[int]]
+    changed: frozenset[str] | None
+
+
+#: How many held-GPU changes the in-memory store remembers for :meth:`held_snapshot`
+#: callers that are behind: a caller further behind recomputes everything, nothing worse.
+HELD_LOG = 2048
+
+
 class InMemoryReservationStore:
     """A thread-safe in-process store: one lock, dicts. For one process only.
 
     Why a single lock: operations are microseconds, and a lock makes "check every GPU, then
-    claim them all" trivially atomic.
+    claim them all" trivially atomic. For the same reason no claim is ever held without its
+    reservation recorded (``claims_in_flight`` is False): the placement step need not look
+    for reservations still being written.
+
+    Held GPUs are kept per node as reservations change (copy-on-write, with a log of the
+    nodes each change touched) and the earliest possible expiry as a lower bound, so that
+    :meth:`held_gpus`, :meth:`held_snapshot` and :meth:`expire`, called for every new gang,
+    do not walk every GPU and every gang of a full cluster (docs/reservations.md).
     """
+
+    claims_in_flight = False
 
     def __init__(self, *, ttl_seconds: float = DEFAULT_TTL_SECONDS,
                  clock: Any = time.time) -> None:
@@ -354,6 +385,14 @@ class InMemoryReservationStore:
         self._gangs: dict[GangKey, GangReservation] = {}
         self._owner: dict[tuple[str, int], GangKey] = {}
         self._revision = 0
+        # node -> GPUs held there (the live sets) and the published, never-mutated copy
+        self._by_node: dict[str, set[int]] = {}
+        self._held: dict[str, frozenset[int]] = {}
+        self._held_rev = 0
+        self._held_log: deque[tuple[int, frozenset[str]]] = deque(maxlen=HELD_LOG)
+        # no gang expires before this instant (a lower bound: only ever lowered, and made
+        # exact again by each sweep of expire())
+        self._next_expiry = float("inf")
 
     def _now(self, now: float | None) -> float:
         return float(self._clock()) if now is None else float(now)
@@ -362,7 +401,41 @@ class InMemoryReservationStore:
         self._revision += 1
         res = replace(res, version=str(self._revision))
         self._gangs[res.key] = res
+        if res.expires_at < self._next_expiry and not res.complete:
+            self._next_expiry = res.expires_at
         return res
+
+    def _claim_locked(self, node: str, gpus: Iterable[int], key: GangKey) -> None:
+        live = self._by_node.setdefault(node, set())
+        for g in gpus:
+            self._owner[(node, g)] = key
+            live.add(g)
+
+    def _unclaim_locked(self, node: str, gpus: Iterable[int], key: GangKey) -> None:
+        live = self._by_node.get(node)
+        for g in gpus:
+            if self._owner.get((node, g)) == key:
+                del self._owner[(node, g)]
+                if live is not None:
+                    live.discard(g)
+        if live is not None and not live:
+            del self._by_node[node]
+
+    def _publish_locked(self, nodes: Iterable[str]) -> None:
+        """Publish the held GPUs of ``nodes`` (changed just now) as a new mapping."""
+        touched = frozenset(nodes)
+        if not touched:
+            return
+        held = dict(self._held)
+        for node in touched:
+            live = self._by_node.get(node)
+            if live:
+                held[node] = frozenset(live)
+            else:
+                held.pop(node, None)
+        self._held = held
+        self._held_rev += 1
+        self._held_log.append((self._held_rev, touched))
 
     def get(self, key: GangKey) -> GangReservation | None:
         with self._lock:
@@ -394,9 +467,10 @@ class InMemoryReservationStore:
                     + "; ".join(f"{n}: {sorted(g)}" for n, g in sorted(clash.items())),
                     clash,
                 )
-            for node, gpus in res.gpus().items():
-                for g in gpus:
-                    self._owner[(node, g)] = key
+            wanted = res.gpus()
+            for node, gpus in wanted.items():
+                self._claim_locked(node, gpus, key)
+            self._publish_locked(wanted)
             return self._bump(res)
 
     def assign_slot(
@@ -429,11 +503,9 @@ class InMemoryReservationStore:
             if taken:
                 raise ReservationConflict(
                     f"{key}: GPUs {taken} of {node} are already reserved", {node: taken})
-            for g in old.gpus:
-                if self._owner.get((old.node, g)) == key:
-                    del self._owner[(old.node, g)]
-            for g in gpus:
-                self._owner[(node, g)] = key
+            self._unclaim_locked(old.node, old.gpus, key)
+            self._claim_locked(node, gpus, key)
+            self._publish_locked((old.node, node))
             return self._bump(res.with_slot_moved(number, node, tuple(gpus)))
 
     def release(self, key: GangKey) -> bool:
@@ -444,24 +516,44 @@ class InMemoryReservationStore:
         res = self._gangs.pop(key, None)
         if res is None:
             return False
-        for node, gpus in res.gpus().items():
-            for g in gpus:
-                if self._owner.get((node, g)) == key:
-                    del self._owner[(node, g)]
+        held = res.gpus()
+        for node, gpus in held.items():
+            self._unclaim_locked(node, gpus, key)
+        self._publish_locked(held)
         return True
 
     def held_gpus(self) -> dict[str, set[int]]:
         with self._lock:
-            out: dict[str, set[int]] = {}
-            for node, g in self._owner:
-                out.setdefault(node, set()).add(g)
-            return out
+            return {node: set(gpus) for node, gpus in self._held.items()}
+
+    def held_snapshot(self, since: int | None = None) -> HeldSnapshot:
+        """The held GPUs now, and which nodes changed after revision ``since`` (None when
+        not asked, or when the change log no longer reaches back that far)."""
+        with self._lock:
+            rev, held, log = self._held_rev, self._held, self._held_log
+            if since is None or since > rev:
+                return HeldSnapshot(rev, held, None)
+            if since == rev:
+                return HeldSnapshot(rev, held, frozenset())
+            if not log or log[0][0] > since + 1:
+                return HeldSnapshot(rev, held, None)
+            changed: set[str] = set()
+            for at, nodes in reversed(log):
+                if at <= since:
+                    break
+                changed |= nodes
+            return HeldSnapshot(rev, held, frozenset(changed))
 
     def expire(self, now: float | None = None) -> list[GangKey]:
         t = self._now(now)
         with self._lock:
+            if t < self._next_expiry:
+                return []  # nothing can have expired yet: no walk over every gang
             gone = [k for k, r in self._gangs.items() if r.expired(t)]
-            return [k for k in gone if self._release_locked(k)]
+            out = [k for k in gone if self._release_locked(k)]
+            self._next_expiry = min((r.expires_at for r in self._gangs.values()
+                                     if not r.complete), default=float("inf"))
+            return out
 
     def list(self) -> list[GangReservation]:
         with self._lock:

@@ -17,6 +17,7 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import is_
 from typing import Any
 
 from gputopo.cluster.node_fit import NodeFacts, PodConstraints
@@ -59,14 +60,17 @@ class Unplaced:
     lasting: bool = False
 
 
-def exclude_held(nodes: Sequence[NodeState], held: Mapping[str, set[int]],
-                 memo: HeldMemo | None = None) -> list[NodeState]:
+def exclude_held(nodes: Sequence[NodeState], held: Mapping[str, set[int]] | Mapping[
+                 str, frozenset[int]], memo: HeldMemo | None = None, *,
+                 keep_memo: bool = False) -> list[NodeState]:
     """Nodes with reserved GPUs marked used, so the solver never offers them again.
 
     ``memo`` (the reserver's, refilled on every call) keeps the NodeState made for a
     node whose state and reserved GPUs did not change since the last gang: a third of a
     1,000-node cluster holds reserved GPUs, and one frozen-dataclass copy each is ~0.5 ms
     per new gang; with the memo only the few nodes that changed are copied.
+    ``keep_memo``: add to the memo without forgetting other nodes (``nodes`` is a few
+    nodes redone, not the whole cluster).
     """
     old = memo if memo is not None else {}
     fresh: HeldMemo = {}
@@ -77,7 +81,7 @@ def exclude_held(nodes: Sequence[NodeState], held: Mapping[str, set[int]],
             out.append(n)
             continue
         hit = old.get(n.name)
-        if hit is None or hit[0] is not n or hit[1] != extra:
+        if hit is None or hit[0] is not n or (hit[1] is not extra and hit[1] != extra):
             # built directly: dataclasses.replace re-runs field introspection per node,
             # twice the cost of the whole loop at 1,000 nodes (bench/admission.py); every
             # field is passed on (tests/placement_step/test_exclude_held.py checks that)
@@ -89,7 +93,8 @@ def exclude_held(nodes: Sequence[NodeState], held: Mapping[str, set[int]],
         fresh[n.name] = hit
         out.append(hit[2])
     if memo is not None:
-        memo.clear()
+        if not keep_memo:
+            memo.clear()
         memo.update(fresh)
     return out
 
@@ -110,17 +115,88 @@ def nodes_for(cluster: ClusterReader, pod: Mapping[str, Any]) -> tuple[list[Node
     taints cost ~3 ms at 1,000 nodes, about as much as the solve itself.
     """
     nodes = cluster.node_states()
+    fit, _ = _fit(cluster, nodes, _constraints(pod))
+    return fit, len(nodes) - len(fit)
+
+
+def _constraints(pod: Mapping[str, Any]) -> PodConstraints:
     spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    constraints = PodConstraints.of(spec)
+    return PodConstraints.of(spec)
+
+
+def _fit(cluster: ClusterReader, nodes: Sequence[NodeState], constraints: PodConstraints
+         ) -> tuple[list[NodeState], bool]:
+    """The nodes ``constraints`` admit, and whether every answer came from the nodes'
+    own facts (so that the same node objects always give the same answer)."""
     fit = []
+    own = True
     for n in nodes:
         facts = n.facts
         if facts is None:  # a reader that builds bare NodeStates: read the object
+            own = False
             node = cluster.object(api_version="v1", kind="Node", namespace=None, name=n.name)
             facts = NodeFacts.of(node) if node is not None else None
         if facts is None or constraints.admits(facts):
             fit.append(n)
-    return fit, len(nodes) - len(fit)
+    return fit, own
+
+
+def same_nodes(a: Sequence[NodeState], b: Sequence[NodeState]) -> bool:
+    """True when ``a`` and ``b`` hold the very same NodeState objects in the same order.
+
+    Identity, not equality: NodeState equality leaves out ``facts`` and ``host_ports``, and
+    a reader replaces a node's object whenever anything about it changes. A pointer walk at
+    C speed (~20 us at 1,000 nodes)."""
+    return len(a) == len(b) and all(map(is_, a, b))
+
+
+@dataclass(frozen=True)
+class _Fit:
+    """One pod-constraints' answer of :func:`nodes_for` for one list of node objects."""
+
+    source: list[NodeState]  # the reader's node objects it was computed from
+    fit: list[NodeState]
+    excluded: int
+    where: dict[str, int]  # node name -> position in ``fit``
+
+
+@dataclass(frozen=True)
+class _Free:
+    """:func:`exclude_held` of one ``_Fit.fit`` list at one revision of the held GPUs."""
+
+    fit: list[NodeState]
+    revision: int
+    free: list[NodeState]
+
+
+#: Distinct pod constraints remembered (most pods have none: one entry serves them all).
+FIT_MEMO_SIZE = 64
+
+
+def usable_pair(fit: list[NodeState], free: list[NodeState],
+                net: network.GangNetwork | None, no_ports: Mapping[str, str] | None = None
+                ) -> tuple[list[NodeState], list[NodeState]]:
+    """``fit`` and its held-marked copy ``free`` (position for position) without the nodes
+    the gang's network rules out (an unmovable host port held there; ``no_ports``: port
+    range used up). The lists come back as they are when no node is ruled out."""
+    if net is None:
+        return fit, free
+    keep = net.usable(fit)
+    if len(keep) == len(fit) and not no_ports:
+        return fit, free
+    kept = {n.name for n in keep if not no_ports or n.name not in no_ports}
+    return [n for n in fit if n.name in kept], [f for f in free if f.name in kept]
+
+
+def _slot_ports(placement: Placement, fit: _Fit) -> dict[str, frozenset[tuple[str, int]]]:
+    """Host ports held on the placement's nodes (all the network plan looks up), without a
+    pass over every node of the cluster."""
+    out = {}
+    for s in placement.slots:
+        at = fit.where.get(s.node)
+        if at is not None:
+            out[s.node] = fit.fit[at].host_ports
+    return out
 
 
 def ruled_out(reason: str, fit: Sequence[NodeState], excluded: int) -> str:
@@ -150,7 +226,16 @@ class GangReserver:
         self.max_attempts = max(1, int(max_attempts))
         self.settle_seconds = max(0.0, float(settle_seconds))
         self.held_memo: HeldMemo = {}  # exclude_held's copies, reused across gangs
-        self._ideal: dict[tuple[Any, ...], float] = {}  # (gang, nodes) → best bandwidth
+        # Per pod constraints: the nodes they admit, and those nodes with reserved GPUs
+        # marked used; both checked against the reader's node objects (identity) and the
+        # store's held-GPU revision on every use, so a change anywhere is seen at once.
+        self._fits: dict[str, _Fit] = {}
+        self._frees: dict[str, _Free] = {}
+        # ideal bandwidth per node-set signature (which holds the nodes, so their
+        # topologies' ids stay unique) and per gang; the last nodes asked about, for a
+        # signature without rebuilding it
+        self._ideal: dict[tuple[Any, ...], tuple[list[NodeState], dict[GangRequest, float]]] = {}
+        self._ideal_last: tuple[list[NodeState], dict[GangRequest, float]] | None = None
 
     @property
     def solver(self) -> Solver:
@@ -162,14 +247,105 @@ class GangReserver:
                    ) -> tuple[list[NodeState], int]:
         """The nodes ``pod`` fits with reserved GPUs marked used, and how many its own
         constraints left out (what :meth:`reserve` solves on)."""
-        fit, excluded = nodes_for(cluster, pod)
-        return exclude_held(fit, self.store.held_gpus(), self.held_memo), excluded
+        _, free, excluded, _ = self._fit_and_free(cluster, pod)
+        return list(free), excluded
+
+    def nodes_for(self, cluster: ClusterReader, pod: Mapping[str, Any]
+                  ) -> tuple[list[NodeState], int]:
+        """:func:`nodes_for`, remembered per pod constraints while the node objects stay."""
+        fit, excluded, _ = self._fit_entry(cluster, pod)
+        return list(fit.fit), excluded
+
+    def fit_and_free(self, cluster: ClusterReader, pod: Mapping[str, Any]
+                     ) -> tuple[list[NodeState], list[NodeState], int]:
+        """``pod``'s fitting nodes (:func:`nodes_for`), the same nodes with reserved GPUs
+        marked used, and how many nodes its constraints left out. Both lists may be
+        remembered for the next gang: read them, never modify them."""
+        entry, free, excluded, _ = self._fit_and_free(cluster, pod)
+        return entry.fit, free, excluded
+
+    def _fit_entry(self, cluster: ClusterReader, pod: Mapping[str, Any]
+                   ) -> tuple[_Fit, int, str]:
+        """The remembered fit of ``pod``'s constraints on the reader's nodes now, its
+        count of left-out nodes and the constraints' memo key."""
+        nodes = cluster.node_states()
+        constraints = _constraints(pod)
+        # repr tells 1, 1.0 and True apart and every value of a parsed pod is JSON: equal
+        # texts are equal constraints (a different key order merely misses the memo)
+        key = repr((constraints.selector, constraints.terms, constraints.tolerations))
+        hit = self._fits.get(key)
+        if hit is not None and same_nodes(hit.source, nodes):
+            return hit, hit.excluded, key
+        fit, own = _fit(cluster, nodes, constraints)
+        entry = _Fit(source=list(nodes), fit=fit, excluded=len(nodes) - len(fit),
+                     where={n.name: i for i, n in enumerate(fit)})
+        if own:  # answers read from Node objects may change without the node states
+            if len(self._fits) >= FIT_MEMO_SIZE:
+                self._fits.clear()
+                self._frees.clear()
+            self._fits[key] = entry
+        return entry, entry.excluded, key
+
+    def _fit_and_free(self, cluster: ClusterReader, pod: Mapping[str, Any]
+                      ) -> tuple[_Fit, list[NodeState], int, Mapping[str, Any]]:
+        """``pod``'s fitting nodes, the same with reserved GPUs marked used (position for
+        position, never to be modified: they may be remembered), how many nodes its
+        constraints left out, and the held GPUs (node → indices) marked.
+
+        A store that publishes held GPUs by revision (``held_snapshot``) says which nodes
+        changed since the last gang: only those are redone, instead of a pass over every
+        node and every held GPU of the cluster for each new gang."""
+        entry, excluded, key = self._fit_entry(cluster, pod)
+        snapshot = getattr(self.store, "held_snapshot", None)
+        if snapshot is None:
+            gpus = self.store.held_gpus()
+            return entry, exclude_held(entry.fit, gpus, self.held_memo), excluded, gpus
+        last = self._frees.get(key)
+        if last is not None and last.fit is entry.fit:
+            held = snapshot(last.revision)
+            if held.changed is not None:
+                if not held.changed:
+                    return entry, last.free, excluded, held.gpus
+                free = list(last.free)
+                for name in held.changed:
+                    at = entry.where.get(name)
+                    if at is not None:
+                        n = entry.fit[at]
+                        free[at] = exclude_held([n], held.gpus, self.held_memo,
+                                                keep_memo=True)[0]
+                self._remember_free(key, entry, held.revision, free)
+                return entry, free, excluded, held.gpus
+        else:
+            held = snapshot(None)
+        free = exclude_held(entry.fit, held.gpus, self.held_memo)
+        self._remember_free(key, entry, held.revision, free)
+        return entry, free, excluded, held.gpus
+
+    def _remember_free(self, key: str, entry: _Fit, revision: int,
+                       free: list[NodeState]) -> None:
+        if self._fits.get(key) is entry:  # only for a remembered fit
+            self._frees[key] = _Free(fit=entry.fit, revision=revision, free=free)
 
     def ideal_bandwidth(self, nodes: Sequence[NodeState], gang: GangRequest) -> float:
         """The bus bandwidth the gang would get on ``nodes`` with every GPU free (cached per
-        gang shape and node set: the same for every gang of that shape)."""
-        key = (gang, tuple((n.name, id(n.topology)) for n in nodes))
-        hit = self._ideal.get(key)
+        gang shape and node set: the same for every gang of that shape).
+
+        The node set is everything the solver reads of a node but its used GPUs (name,
+        topology, zone, rack, network); the same node objects as last time skip building
+        that signature (a pointer walk instead of a 1,000-entry tuple and its hash)."""
+        last = self._ideal_last
+        if last is None or not same_nodes(last[0], nodes):
+            sig = tuple((n.name, id(n.topology), n.zone, n.rack, n.network_gbps,
+                         n.network_transport) for n in nodes)
+            found = self._ideal.get(sig)
+            if found is None:
+                if len(self._ideal) >= FIT_MEMO_SIZE:
+                    self._ideal.clear()
+                # the entry holds the nodes: their topologies' ids cannot be reused
+                found = self._ideal[sig] = (list(nodes), {})
+            last = self._ideal_last = (list(nodes), found[1])
+        per_gang = last[1]
+        hit = per_gang.get(gang)
         if hit is None:
             empty = [NodeState(name=n.name, topology=n.topology, zone=n.zone, rack=n.rack,
                                network_gbps=n.network_gbps,
@@ -178,9 +354,7 @@ class GangReserver:
                      for n in nodes]
             best = self.solver(empty, gang)
             hit = best.bus_bandwidth_gbps if best.feasible else 0.0
-            if len(self._ideal) > 1_000:
-                self._ideal.clear()
-            self._ideal[key] = hit
+            per_gang[gang] = hit
         return hit
 
     def not_good(self, placement: Placement, nodes: Sequence[NodeState], gang: GangRequest,
@@ -228,11 +402,9 @@ class GangReserver:
             log.warning("placement: expiring reservations failed (next gang retries): %s", exc)
         no_ports: dict[str, str] = {}  # nodes whose port range is used up → why
         for attempt in range(1, self.max_attempts + 1):
-            bound, excluded = nodes_for(cluster, pod)
-            if net is not None:
-                bound = [n for n in net.usable(bound) if n.name not in no_ports]
-            held = self.store.held_gpus()
-            placement = self.solver(exclude_held(bound, held, self.held_memo), gang)
+            entry, free, excluded, held = self._fit_and_free(cluster, pod)
+            bound, free = usable_pair(entry.fit, free, net, no_ports)
+            placement = self.solver(free, gang)
             if not placement.feasible:
                 # After a conflict, or when GPUs claimed by a reservation still being written
                 # stand in the way, they may be going to this very gang: give it a moment.
@@ -251,7 +423,7 @@ class GangReserver:
                 if poor is not None:
                     existing = self.store.get(key)
                     return (existing, False) if existing is not None else poor
-            plan = (net.decide(placement.slots, {n.name: n.host_ports for n in bound})
+            plan = (net.decide(placement.slots, _slot_ports(placement, entry))
                     if net is not None else None)
             if isinstance(plan, network.PortsUsedUp):
                 no_ports[plan.node] = plan.reason
@@ -275,11 +447,13 @@ class GangReserver:
             f"in a row (last: {last})"
         )
 
-    def _in_flight_blocks(
-        self, bound: Sequence[NodeState], held: Mapping[str, set[int]], gang: GangRequest
-    ) -> bool:
+    def _in_flight_blocks(self, bound: Sequence[NodeState], held: Mapping[str, Any],
+                          gang: GangRequest) -> bool:
         """True when GPUs claimed by reservations not yet written (held, but in no listed
-        reservation) are all that keeps the gang from fitting."""
+        reservation) are all that keeps the gang from fitting. A store that records every
+        claim with its reservation at once (``claims_in_flight`` False) has none."""
+        if not getattr(self.store, "claims_in_flight", True):
+            return False
         committed: dict[str, set[int]] = {}
         for res in self.store.list():
             for node, gpus in res.gpus().items():

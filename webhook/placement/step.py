@@ -73,6 +73,7 @@ from webhook.placement.reserve import (
     exclude_held,
     nodes_for,
     ruled_out,
+    usable_pair,
 )
 from webhook.placement.slot_repair import repair_scopes, slot_node_problem
 from webhook.policy.schema import OWNER_KINDS, PlacementSettings, Policy
@@ -328,8 +329,7 @@ class PlacementStep:
         one = GangRequest(1, gang.gpus_per_replica)
         others = [s for s in res.slots if s.replica != slot.replica]
         for _ in range(self.max_attempts):
-            fit, excluded = nodes_for_pod(ctx)
-            free = exclude_held(fit, self.store.held_gpus(), self._held_memo)
+            fit, free, excluded = self.reserver.fit_and_free(ctx.cluster, ctx.pod)
             choice = None
             for scope in repair_scopes(free, others, gang.per_node):
                 placement = self.solver(scope, one)
@@ -376,9 +376,8 @@ class PlacementStep:
         try:
             res = self.store.get(key)
             if res is None:
-                fit, excluded = nodes_for_pod(ctx)
-                fit = net.usable(fit)
-                nodes = exclude_held(fit, self.store.held_gpus(), self._held_memo)
+                fit, nodes, excluded = self.reserver.fit_and_free(ctx.cluster, ctx.pod)
+                fit, nodes = usable_pair(fit, nodes, net)
                 placement = self.solver(nodes, gang)
                 if not placement.feasible:
                     return Unplaced(_ruled_out(placement.reason or "no feasible placement",
@@ -387,7 +386,9 @@ class PlacementStep:
                     poor = self.reserver.not_good(placement, fit, gang, GOOD_SHARE)
                     if poor is not None:
                         return poor
-                plan = net.decide(placement.slots, {n.name: n.host_ports for n in fit})
+                slot_nodes = {s.node for s in placement.slots}
+                plan = net.decide(placement.slots, {n.name: n.host_ports for n in fit
+                                                    if n.name in slot_nodes})
                 if isinstance(plan, network.PortsUsedUp):
                     return Unplaced(plan.reason)
                 res = GangReservation.from_placement(key, placement, now=0.0, ttl_seconds=0.0,
