@@ -173,43 +173,29 @@ def test_activated_nodes_with_bad_topology_are_not_called_unactivated(tmp_path, 
     assert "usable topology data" in doc["reason"]
 
 
+T, E = names.NETWORK_TRANSPORT_ANNOTATION, names.NETWORK_EFFICIENCY_ANNOTATION
+
+
 @pytest.mark.parametrize(
-    ("transport", "share"),
-    [("rdma", 0.94), ("RDMA", 0.94), ("tcp", 0.25), (None, 0.25), ("infiniband-ish", 0.25)],
+    ("annotations", "share"),
+    [({T: "rdma"}, 0.94), ({T: "RDMA"}, 0.94), ({T: "tcp"}, 0.25), ({}, 0.25),
+     ({T: "infiniband-ish"}, 0.25),
+     ({E: "0.6"}, 0.6), ({E: " 1 "}, 1.0), ({T: "rdma", E: "0.5"}, 0.5), ({E: "0"}, 0.25),
+     ({E: "1.5"}, 0.25), ({E: "fast"}, 0.25)],
 )
-def test_network_transport_annotation_decides_the_share_of_the_line_rate(
-    tmp_path, capsys, transport, share
+def test_network_annotations_decide_the_share_of_the_line_rate(
+    tmp_path, capsys, annotations, share
 ):
     """gputopo.io/network-transport is read where network-gbps is: rdma gets 0.94 of the
-    line rate, tcp and anything unknown or absent the conservative 0.25."""
+    line rate, tcp and anything unknown or absent the conservative 0.25.
+    gputopo.io/network-efficiency, a node's measured share, replaces the transport's
+    default; anything not in (0, 1] is ignored."""
     seven = "0,1,2,3,4,5,6"  # one GPU free per node: the gang must span both
     path = write_cluster(tmp_path / "cluster.yaml", bound={"dgx1-a": seven, "dgx1-b": seven})
     docs = list(yaml.safe_load_all(path.read_text()))
     for doc in docs[:2]:
         doc["metadata"]["annotations"][names.NETWORK_GBPS_ANNOTATION] = "100"
-        if transport is not None:
-            doc["metadata"]["annotations"][names.NETWORK_TRANSPORT_ANNOTATION] = transport
-    path.write_text(yaml.safe_dump_all(docs), encoding="utf-8")
-    doc = run_json(capsys, "--cluster", str(path), "--replicas", "2", "--gpus-per-replica", "1")
-    assert doc["busBandwidthGBps"] == pytest.approx(100 * share / 8, abs=1e-3)
-
-
-@pytest.mark.parametrize(
-    ("efficiency", "share"),
-    [("0.6", 0.6), (" 1 ", 1.0), ("0", 0.25), ("1.5", 0.25), ("fast", 0.25), (None, 0.25)],
-)
-def test_network_efficiency_annotation_overrides_the_transports_share(
-    tmp_path, capsys, efficiency, share
-):
-    """gputopo.io/network-efficiency: a node's measured share of its line rate replaces the
-    transport's default (tcp here); anything not in (0, 1] is ignored."""
-    seven = "0,1,2,3,4,5,6"
-    path = write_cluster(tmp_path / "cluster.yaml", bound={"dgx1-a": seven, "dgx1-b": seven})
-    docs = list(yaml.safe_load_all(path.read_text()))
-    for doc in docs[:2]:
-        doc["metadata"]["annotations"][names.NETWORK_GBPS_ANNOTATION] = "100"
-        if efficiency is not None:
-            doc["metadata"]["annotations"][names.NETWORK_EFFICIENCY_ANNOTATION] = efficiency
+        doc["metadata"]["annotations"].update(annotations)
     path.write_text(yaml.safe_dump_all(docs), encoding="utf-8")
     doc = run_json(capsys, "--cluster", str(path), "--replicas", "2", "--gpus-per-replica", "1")
     assert doc["busBandwidthGBps"] == pytest.approx(100 * share / 8, abs=1e-3)
