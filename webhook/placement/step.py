@@ -501,15 +501,16 @@ class PlacementStep:
             if not preview:
                 metrics.PLACEMENTS.labels(result="gated").inc()
             return
-        ctx.warnings.extend(apply_unplaced(ctx.pod, record))
         # Unpinned, the scheduler may put replicas anywhere: ports the operator declared
         # keep them apart (NodePorts), but sshd of MPIJob v2beta1 workers is declared
         # nowhere, so those take the pod network (as "after-solve" would for a shared node).
+        plan = None
         if net.need.kind in (network.POD, "after-solve"):
             plan = network.Plan(network.POD, net.need.why or "pod networking: the gang is "
                                 "unplaced, so no two workers can be kept off one node")
             record["network"] = plan.to_json()
-            apply_unplaced(ctx.pod, record)
+        ctx.warnings.extend(apply_unplaced(ctx.pod, record))
+        if plan is not None:
             ctx.warnings.extend(network.apply(
                 ctx.pod, ctx.original, plan, net.job, replica.wire(),
                 gpu_containers(ctx.pod, _gpu_resources(ctx.policy))))
