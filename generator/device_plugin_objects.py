@@ -109,20 +109,6 @@ def daemon_set(*, image: str, resource: str, namespace: str,
             {"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}},
         ],
     }
-    if runtime_class:
-        pod_spec = {"runtimeClassName": runtime_class, **pod_spec}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": k8s.metadata(DEVICE_PLUGIN_NAME, COMPONENT, namespace=namespace),
-        "spec": {
-            "selector": {"matchLabels": k8s.selector(COMPONENT)},
-            # one node at a time: a node without its plugin admits no GPU pod
-            "updateStrategy": {"type": "RollingUpdate",
-                               "rollingUpdate": {"maxUnavailable": 1}},
-            "template": {
-                "metadata": {"labels": k8s.labels(COMPONENT)},
-                "spec": pod_spec,
-            },
-        },
-    }
+    # one node at a time: a node without its plugin admits no GPU pod
+    return k8s.daemon_set(DEVICE_PLUGIN_NAME, COMPONENT, namespace=namespace, pod_spec=pod_spec,
+                          max_unavailable=1, runtime_class=runtime_class)

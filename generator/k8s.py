@@ -122,3 +122,26 @@ def service_account(name: str, namespace: str, component: str) -> dict[str, Any]
         "kind": "ServiceAccount",
         "metadata": metadata(name, component, namespace=namespace),
     }
+
+
+def daemon_set(name: str, component: str, *, namespace: str, pod_spec: dict[str, Any],
+               max_unavailable: int | str, runtime_class: str | None = None
+               ) -> dict[str, Any]:
+    """A node agent's DaemonSet: rolling updates at ``max_unavailable`` nodes at a time;
+    ``runtime_class`` (e.g. ``nvidia``) where the node's default runtime has no GPUs."""
+    if runtime_class:
+        pod_spec = {"runtimeClassName": runtime_class, **pod_spec}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": metadata(name, component, namespace=namespace),
+        "spec": {
+            "selector": {"matchLabels": selector(component)},
+            "updateStrategy": {"type": "RollingUpdate",
+                               "rollingUpdate": {"maxUnavailable": max_unavailable}},
+            "template": {
+                "metadata": {"labels": labels(component)},
+                "spec": pod_spec,
+            },
+        },
+    }

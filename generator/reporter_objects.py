@@ -85,19 +85,5 @@ def daemon_set(*, image: str, runtime_class: str | None = None) -> dict[str, Any
         }],
         "volumes": [{"name": "tmp", "emptyDir": {"sizeLimit": "16Mi"}}],
     }
-    if runtime_class:
-        pod_spec = {"runtimeClassName": runtime_class, **pod_spec}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": k8s.metadata(REPORTER_NAME, COMPONENT, namespace=GPUTOPO_NAMESPACE),
-        "spec": {
-            "selector": {"matchLabels": k8s.selector(COMPONENT)},
-            "updateStrategy": {"type": "RollingUpdate",
-                               "rollingUpdate": {"maxUnavailable": "10%"}},
-            "template": {
-                "metadata": {"labels": k8s.labels(COMPONENT)},
-                "spec": pod_spec,
-            },
-        },
-    }
+    return k8s.daemon_set(REPORTER_NAME, COMPONENT, namespace=GPUTOPO_NAMESPACE, pod_spec=pod_spec,
+                          max_unavailable="10%", runtime_class=runtime_class)

@@ -595,16 +595,23 @@ class ClusterView:
     def object(
         self, *, api_version: str, kind: str, namespace: str | None, name: str
     ) -> dict[str, Any] | None:
-        want = object_key(api_version, kind, namespace, name)
         with self._lock:
-            for inf in self._informers.values():
-                k = inf.kind
-                if (k.kind == kind and object_key(k.api_version, k.kind, namespace, name)
-                        == want):
-                    obj = inf.store.get((namespace or "", name))
-                    if obj is not None:
-                        return obj
+            obj = self._stored(api_version, kind, namespace, name)
+        if obj is not None:
+            return obj
         return self._fetch(api_version, kind, namespace, name)
+
+    def _stored(self, api_version: str, kind: str, namespace: str | None, name: str
+                ) -> dict[str, Any] | None:
+        """The object as a watch delivered it, or None (call under the lock)."""
+        want = object_key(api_version, kind, namespace, name)
+        for inf in self._informers.values():
+            k = inf.kind
+            if k.kind == kind and object_key(k.api_version, k.kind, namespace, name) == want:
+                obj = inf.store.get((namespace or "", name))
+                if obj is not None:
+                    return obj
+        return None
 
     def memory_only(self) -> _MemoryOnly:
         """A reader of what the watches hold that never waits: no GET for what they do not
@@ -740,19 +747,14 @@ class _MemoryOnly:
         self, *, api_version: str, kind: str, namespace: str | None, name: str
     ) -> dict[str, Any] | None:
         view = self._view
-        want = object_key(api_version, kind, namespace, name)
         if not view._lock.acquire(blocking=False):
             raise WouldBlock("cluster view busy")
         try:
-            for inf in view._informers.values():
-                k = inf.kind
-                if (k.kind == kind and object_key(k.api_version, k.kind, namespace, name)
-                        == want):
-                    obj = inf.store.get((namespace or "", name))
-                    if obj is not None:
-                        return obj
+            obj = view._stored(api_version, kind, namespace, name)
         finally:
             view._lock.release()
+        if obj is not None:
+            return obj
         raise WouldBlock(f"{kind} {namespace}/{name} not in memory")
 
     def node_states(self) -> list[NodeState]:
