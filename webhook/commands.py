@@ -60,8 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _mutate(args: argparse.Namespace) -> int:
-    from gputopo.cluster.demo import demo_snapshot
-    from gputopo.cluster.snapshot import ClusterSnapshot
+    from gputopo.cluster.demo import cluster_or_demo
     from gputopo.platforms import gather_policies, platform
     from webhook.assembly import build_admitter, default_policies_dir
     from webhook.dryrun import (
@@ -84,12 +83,7 @@ def _mutate(args: argparse.Namespace) -> int:
     if not pods:
         raise InputError("no Pods and no training jobs in the input files",
                          file=", ".join(map(str, args.files)))
-    if args.cluster is not None:
-        cluster = ClusterSnapshot.from_file(args.cluster)
-    else:
-        print("gputopo: no --cluster given: using the embedded demo cluster "
-              "(two 8x V100 DGX-1 nodes)", file=sys.stderr)
-        cluster = demo_snapshot()
+    cluster = cluster_or_demo(args.cluster)
     for obj in others:
         cluster.add(obj)
     for ns in add_missing_namespaces(cluster, pods, ns_labels):

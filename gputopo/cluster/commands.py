@@ -57,15 +57,10 @@ def _nodes(args: argparse.Namespace) -> int:
         from gputopo.cluster.live_snapshot import live_snapshot
 
         snapshot = live_snapshot(args.kubeconfig)
-    elif args.cluster:
-        from gputopo.cluster.snapshot import ClusterSnapshot
-
-        snapshot = ClusterSnapshot.from_file(args.cluster)
     else:
-        from gputopo.cluster.demo import demo_snapshot
+        from gputopo.cluster.demo import cluster_or_demo
 
-        snapshot = demo_snapshot()
-        print("gputopo: no --cluster given: using the embedded demo cluster", file=sys.stderr)
+        snapshot = cluster_or_demo(args.cluster)
     states = snapshot.node_states()
     for warning in snapshot.warnings:
         print(f"gputopo: warning: {snapshot.source}: {warning}", file=sys.stderr)

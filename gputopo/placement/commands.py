@@ -114,15 +114,9 @@ def _place(args: argparse.Namespace) -> int:
                          obj="place")
     else:
         gang = GangRequest(replicas=args.replicas, gpus_per_replica=args.gpus_per_replica)
-    if args.cluster:
-        from gputopo.cluster.snapshot import ClusterSnapshot
+    from gputopo.cluster.demo import cluster_or_demo
 
-        snapshot = ClusterSnapshot.from_file(args.cluster)
-    else:
-        from gputopo.cluster.demo import demo_snapshot
-
-        snapshot = demo_snapshot()
-        print("gputopo: no --cluster given: using the embedded demo cluster", file=sys.stderr)
+    snapshot = cluster_or_demo(args.cluster)
     nodes = snapshot.node_states()
     for warning in snapshot.warnings:
         print(f"gputopo: warning: {snapshot.source}: {warning}", file=sys.stderr)
