@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations
 from operator import attrgetter
+from typing import overload
 
 from gputopo.errors import InputError
 from gputopo.placement.objective import (
@@ -348,6 +349,11 @@ def _check_input(nodes: Sequence[NodeState], gang: GangRequest) -> None:
     cap = gang.max_replicas_per_node
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
         raise InputError(f"replicas per node must be a positive integer, not {cap!r}")
+    if not isinstance(nodes, GroupedNodes):  # its names were checked when it was made
+        _check_names(nodes)
+
+
+def _check_names(nodes: Sequence[NodeState]) -> None:
     names = [n.name for n in nodes]
     if len(set(names)) == len(names):
         return  # the common case, checked at C speed
@@ -479,46 +485,171 @@ def _classes(pieces: Iterable[tuple[_Group, list[NodeState]]]) -> list[_Class]:
 
 def _merge_twins(groups: list[_Group]) -> list[_Group]:
     """One group per (topology, used, network) when equal topologies came as several
-    objects (nodes whose annotations were parsed one by one)."""
+    objects (nodes whose annotations were parsed one by one). The groups given are left as
+    they are (a :class:`GroupedNodes` keeps them for later solves)."""
     merged: dict[tuple[Topology, frozenset[int], float], _Group] = {}
     for grp in groups:
         key = (grp.kind.topology, grp.kind.used, grp.network_gbps)
         have = merged.get(key)
-        if have is None:
-            merged[key] = grp
-        else:
-            have.nodes = have.nodes + grp.nodes
+        merged[key] = grp if have is None else _Group(have.kind, have.network_gbps,
+                                                      have.nodes + grp.nodes)
     return list(merged.values())
+
+
+_BucketKey = tuple[int, frozenset[int], float]
+
+
+def _bucket_key(node: NodeState) -> _BucketKey:
+    """What makes nodes alike for the solver: topology (by object: its __hash__ is a Python
+    call; equal topologies of different objects are merged later), used GPUs, network."""
+    return (id(node.topology), node.used, node.effective_gbps)
+
+
+def _group(key: _BucketKey, members: list[NodeState],
+           kinds_by_id: dict[int, dict[frozenset[int], _Kind]]) -> _Group:
+    tid, used, net = key
+    kinds = kinds_by_id.get(tid)
+    if kinds is None:
+        kinds = kinds_by_id[tid] = _kinds_of(members[0].topology)
+    kind = kinds.get(used)
+    if kind is None:
+        kind = kinds[used] = _kind(members[0].topology, used)
+    return _Group(kind, net, members)
+
+
+def _group_nodes(nodes: Iterable[NodeState]) -> list[_Group]:
+    """The solver's one pass over every node: nodes alike in topology, used GPUs and
+    network land in one group (a busy 1,000-node cluster has a few hundred)."""
+    buckets: dict[_BucketKey, list[NodeState]] = {}
+    for node in nodes:
+        key = (id(node.topology), node.used, node.effective_gbps)
+        members = buckets.get(key)
+        if members is None:
+            buckets[key] = [node]
+        else:
+            members.append(node)
+    kinds_by_id: dict[int, dict[frozenset[int], _Kind]] = {}
+    groups = [_group(key, members, kinds_by_id) for key, members in buckets.items()]
+    if len({id(k) for k in kinds_by_id.values()}) < len(kinds_by_id):
+        groups = _merge_twins(groups)
+    return groups
+
+
+class GroupedNodes(Sequence[NodeState]):
+    """A list of nodes with the solver's grouping pass done, kept up to date node by node.
+
+    Why: the webhook solves the whole cluster for every new gang, and between two gangs
+    only the few nodes a reservation touched change. The pass that groups 1,000 nodes was
+    half of a one-node solve (docs/benchmarks.md, "Solver grouping kept across gangs");
+    :meth:`replaced` redoes it for the changed nodes only, and :func:`solve` given a
+    GroupedNodes starts from its groups. Answers are the same as for the plain list (the
+    search never depends on the order of groups or of their nodes;
+    tests/placement/test_grouped_nodes.py).
+
+    Read-only: a change is a new GroupedNodes (:meth:`replaced`); the old one stays valid.
+    """
+
+    __slots__ = ("_buckets", "_groups", "_list", "_nodes", "_tops", "_twins", "_where")
+
+    def __init__(self, nodes: Iterable[NodeState]) -> None:
+        self._nodes = list(nodes)
+        self._where = {n.name: i for i, n in enumerate(self._nodes)}
+        if len(self._where) != len(self._nodes):
+            _check_names(self._nodes)
+        buckets: dict[_BucketKey, dict[str, NodeState]] = {}
+        for node in self._nodes:
+            key = (id(node.topology), node.used, node.effective_gbps)
+            members = buckets.get(key)
+            if members is None:
+                buckets[key] = {node.name: node}
+            else:
+                members[node.name] = node
+        self._buckets = buckets
+        self._groups: dict[_BucketKey, _Group] = {}
+        self._list: list[_Group] | None = None
+        # the topologies of the last twin check, by id (held, so no id is reused meanwhile)
+        self._tops: dict[int, Topology] = {}
+        self._twins = False
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    @overload
+    def __getitem__(self, i: int) -> NodeState: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[NodeState]: ...
+
+    def __getitem__(self, i: int | slice) -> NodeState | list[NodeState]:
+        return self._nodes[i]
+
+    def __iter__(self) -> Iterator[NodeState]:
+        return iter(self._nodes)
+
+    def replaced(self, nodes: Iterable[NodeState]) -> GroupedNodes:
+        """A copy with each of ``nodes`` in the place of the node of its name (which must
+        be here): the groups of untouched nodes are shared, not rebuilt."""
+        new = object.__new__(GroupedNodes)
+        new._nodes = list(self._nodes)
+        new._where = self._where  # same names at the same places
+        new._buckets = dict(self._buckets)
+        new._groups = dict(self._groups)
+        new._list = None
+        new._tops, new._twins = self._tops, self._twins
+        copied: set[_BucketKey] = set()
+        for node in nodes:
+            at = self._where.get(node.name)
+            if at is None:
+                raise ValueError(f"node {node.name!r} is not one of these nodes")
+            old = new._nodes[at]
+            if old is node:
+                continue
+            new._nodes[at] = node
+            for key, add in ((_bucket_key(old), False), (_bucket_key(node), True)):
+                members = new._buckets.get(key)
+                if key not in copied:
+                    members = dict(members) if members is not None else {}
+                    copied.add(key)
+                    new._buckets[key] = members
+                    new._groups.pop(key, None)
+                assert members is not None
+                if add:
+                    members[node.name] = node
+                else:
+                    del members[node.name]
+        for key in copied:
+            if not new._buckets[key]:
+                del new._buckets[key]
+        return new
+
+    def groups(self) -> list[_Group]:
+        """The solver's groups of these nodes (built once per bucket, shared by copies)."""
+        if self._list is None:
+            kinds_by_id: dict[int, dict[frozenset[int], _Kind]] = {}
+            out = []
+            for key, members in self._buckets.items():
+                grp = self._groups.get(key)
+                if grp is None:
+                    grp = self._groups[key] = _group(key, list(members.values()), kinds_by_id)
+                out.append(grp)
+            if {key[0] for key in self._buckets} != self._tops.keys():
+                # which topologies are equal but not the same object: merged below
+                tops = {key[0]: next(iter(m.values())).topology
+                        for key, m in self._buckets.items()}
+                self._tops, self._twins = tops, len(set(tops.values())) < len(tops)
+            self._list = _merge_twins(out) if self._twins else out
+        return self._list
 
 
 class _Search:
     """One solve: the nodes grouped in one pass, then the one-node and multi-node searches."""
 
     def __init__(self, nodes: Sequence[NodeState], gang: GangRequest) -> None:
-        # The only loop over every node of a one-node gang: nodes alike in topology, used
-        # GPUs and network land in one group (a busy 1,000-node cluster has a few hundred).
-        # Keyed by the topology's id, not the topology: its __hash__ is a Python call, and
-        # equal topologies of different objects are merged per bucket below.
-        buckets: dict[tuple[int, frozenset[int], float], list[NodeState]] = {}
-        for node in nodes:
-            key = (id(node.topology), node.used, node.effective_gbps)
-            members = buckets.get(key)
-            if members is None:
-                buckets[key] = [node]
-            else:
-                members.append(node)
-        kinds_by_id: dict[int, dict[frozenset[int], _Kind]] = {}
-        self.groups: list[_Group] = []
-        for (tid, used, net), members in buckets.items():
-            kinds = kinds_by_id.get(tid)
-            if kinds is None:
-                kinds = kinds_by_id[tid] = _kinds_of(members[0].topology)
-            kind = kinds.get(used)
-            if kind is None:
-                kind = kinds[used] = _kind(members[0].topology, used)
-            self.groups.append(_Group(kind, net, members))
-        if len({id(k) for k in kinds_by_id.values()}) < len(kinds_by_id):
-            self.groups = _merge_twins(self.groups)
+        # The only loop over every node of a one-node gang, unless the caller kept the
+        # grouping (GroupedNodes). The groups are read, never changed: a GroupedNodes
+        # shares them with later solves.
+        self.groups: list[_Group] = (nodes.groups() if isinstance(nodes, GroupedNodes)
+                                     else _group_nodes(nodes))
         self.gang = gang
         self.g = gang.gpus_per_replica
         self.r = gang.replicas

@@ -29,6 +29,7 @@ from gputopo.cluster.reservations import (
     ReservationUnavailable,
 )
 from gputopo.cluster.source import ClusterReader
+from gputopo.placement.solver import GroupedNodes, solve
 from gputopo.placement.types import GangRequest, NodeState, Placement
 from webhook.placement import network
 
@@ -100,8 +101,6 @@ def exclude_held(nodes: Sequence[NodeState], held: Mapping[str, set[int]] | Mapp
 
 
 def default_solver() -> Solver:
-    from gputopo.placement.solver import solve  # the solver area's module
-
     return solve
 
 
@@ -162,20 +161,21 @@ class _Fit:
 
 @dataclass(frozen=True)
 class _Free:
-    """:func:`exclude_held` of one ``_Fit.fit`` list at one revision of the held GPUs."""
+    """:func:`exclude_held` of one ``_Fit.fit`` list at one revision of the held GPUs,
+    with the solver's grouping of it kept for the next gang's changes (GroupedNodes)."""
 
     fit: list[NodeState]
     revision: int
-    free: list[NodeState]
+    free: GroupedNodes
 
 
 #: Distinct pod constraints remembered (most pods have none: one entry serves them all).
 FIT_MEMO_SIZE = 64
 
 
-def usable_pair(fit: list[NodeState], free: list[NodeState],
+def usable_pair(fit: list[NodeState], free: Sequence[NodeState],
                 net: network.GangNetwork | None, no_ports: Mapping[str, str] | None = None
-                ) -> tuple[list[NodeState], list[NodeState]]:
+                ) -> tuple[list[NodeState], Sequence[NodeState]]:
     """``fit`` and its held-marked copy ``free`` (position for position) without the nodes
     the gang's network rules out (an unmovable host port held there; ``no_ports``: port
     range used up). The lists come back as they are when no node is ruled out."""
@@ -257,7 +257,7 @@ class GangReserver:
         return list(fit.fit), excluded
 
     def fit_and_free(self, cluster: ClusterReader, pod: Mapping[str, Any]
-                     ) -> tuple[list[NodeState], list[NodeState], int]:
+                     ) -> tuple[list[NodeState], Sequence[NodeState], int]:
         """``pod``'s fitting nodes (:func:`nodes_for`), the same nodes with reserved GPUs
         marked used, and how many nodes its constraints left out. Both lists may be
         remembered for the next gang: read them, never modify them."""
@@ -287,7 +287,7 @@ class GangReserver:
         return entry, entry.excluded, key
 
     def _fit_and_free(self, cluster: ClusterReader, pod: Mapping[str, Any]
-                      ) -> tuple[_Fit, list[NodeState], int, Mapping[str, Any]]:
+                      ) -> tuple[_Fit, Sequence[NodeState], int, Mapping[str, Any]]:
         """``pod``'s fitting nodes, the same with reserved GPUs marked used (position for
         position, never to be modified: they may be remembered), how many nodes its
         constraints left out, and the held GPUs (node → indices) marked.
@@ -306,23 +306,20 @@ class GangReserver:
             if held.changed is not None:
                 if not held.changed:
                     return entry, last.free, excluded, held.gpus
-                free = list(last.free)
-                for name in held.changed:
-                    at = entry.where.get(name)
-                    if at is not None:
-                        n = entry.fit[at]
-                        free[at] = exclude_held([n], held.gpus, self.held_memo,
-                                                keep_memo=True)[0]
+                redone = [entry.fit[at] for at in map(entry.where.get, held.changed)
+                          if at is not None]
+                free = last.free.replaced(exclude_held(redone, held.gpus, self.held_memo,
+                                                       keep_memo=True))
                 self._remember_free(key, entry, held.revision, free)
                 return entry, free, excluded, held.gpus
         else:
             held = snapshot(None)
-        free = exclude_held(entry.fit, held.gpus, self.held_memo)
+        free = GroupedNodes(exclude_held(entry.fit, held.gpus, self.held_memo))
         self._remember_free(key, entry, held.revision, free)
         return entry, free, excluded, held.gpus
 
     def _remember_free(self, key: str, entry: _Fit, revision: int,
-                       free: list[NodeState]) -> None:
+                       free: GroupedNodes) -> None:
         if self._fits.get(key) is entry:  # only for a remembered fit
             self._frees[key] = _Free(fit=entry.fit, revision=revision, free=free)
 
