@@ -1,0 +1,64 @@
+"""Skipping scopes that cannot win changes no answer, tie-break included.
+
+Why: ``_Search._cannot_win`` skips a rack, zone or cluster scope when an upper bound of the
+whole objective (and then the first node name, for ties) shows it cannot beat the best
+placement found so far. Its purpose is the case where it fires most: a TCP network bounds
+every multi-node placement, so many racks tie on bandwidth and differ only in later terms.
+The brute-force oracle (test_solver_oracle.py) checks scores on 1-4 nodes, too few scopes
+and no names; here clusters of 6-18 small nodes over several racks and zones are solved
+with the bound and with the full search (the bound turned off), and the placements must be
+the same, slot for slot.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from solver_helpers import FIXTURE_FILES, fixture_topology
+from test_solver_oracle import sub_topology
+
+from gputopo.placement import solver
+from gputopo.placement.solver import solve
+from gputopo.placement.types import GangRequest, NodeState
+
+
+@st.composite
+def racked_clusters(draw: st.DrawFn) -> tuple[list[NodeState], GangRequest]:
+    full = [fixture_topology(name) for name in
+            draw(st.lists(st.sampled_from(sorted(FIXTURE_FILES)), min_size=1, max_size=2,
+                          unique=True))]
+    pool = []
+    for topo in full:
+        size = draw(st.integers(2, min(4, len(topo.gpus))))
+        pool.append(sub_topology(topo, sorted(draw(st.lists(
+            st.integers(0, len(topo.gpus) - 1), min_size=size, max_size=size, unique=True)))))
+    # mostly one TCP network for all: every multi-node placement is bounded by it, and
+    # scopes tie on bandwidth (the case the bound is for); sometimes a faster one
+    net, transport = draw(st.sampled_from([(25.0, "tcp")] * 3 + [(100.0, "rdma")]))
+    nodes = []
+    for i in range(draw(st.integers(8, 18))):
+        topo = draw(st.sampled_from(pool))
+        zone = draw(st.sampled_from(["z1", "z2"]))
+        nodes.append(NodeState(
+            name=f"n{draw(st.integers(0, 99)):02d}-{i}", topology=topo,
+            used=frozenset(draw(st.sets(st.sampled_from(topo.indices)))),
+            zone=draw(st.sampled_from([zone, zone, None])),
+            rack=draw(st.sampled_from(["r1", "r2", "r3", "r4", None])),
+            network_gbps=net, network_transport=transport))
+    g = draw(st.integers(1, 2))
+    gang = GangRequest(replicas=draw(st.integers(2, 4)), gpus_per_replica=g,
+                       max_replicas_per_node=draw(st.sampled_from([1, 1, 2, None])))
+    return nodes, gang
+
+
+@settings(max_examples=300, deadline=None)
+@given(racked_clusters())
+def test_the_bound_skips_only_scopes_that_cannot_win(
+        case: tuple[list[NodeState], GangRequest]) -> None:
+    nodes, gang = case
+    fast = solve(nodes, gang)
+    with pytest.MonkeyPatch.context() as mp:  # the full search: every scope looked at
+        mp.setattr(solver._Search, "_cannot_win", lambda *_: False)
+        full = solve(nodes, gang)
+    assert fast == full
