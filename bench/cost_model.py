@@ -172,7 +172,21 @@ def _nodes(name: str, gpus: tuple[int, ...], count: int, gbps: float, transport:
             [NodeShare(topo, gpus, gbps, transport) for _ in range(count)], span="rack"
         )
 
+    predict.transport = transport  # type: ignore[attr-defined]  # shown in the table
     return predict
+
+
+def _seeds(model: Model) -> Callable[[], float]:
+    def predict() -> float:
+        return predicted_ratio(model)
+
+    predict.transport = "tcp"  # type: ignore[attr-defined]  # the demo cluster's nodes
+    return predict
+
+
+def transport_of(row: Row) -> str:
+    """The transport a multi-node row is predicted with ("-" for one node)."""
+    return str(getattr(row.predict, "transport", "-"))
 
 
 EIGHT = tuple(range(8))
@@ -223,10 +237,10 @@ ROWS: tuple[Row, ...] = (
         5.0, "GB/s", _nodes("dgx1-v100.txt", EIGHT, 4, 100.0, "tcp"), 0.50,
         "measured 4-6 GB/s after tuning socket threads; TCP varies with tuning, hence +-50 %"),
     Row("seeds (ACK/Arena docs)", "VGG16, 4x V100: one node's NVLink quad vs 2 + 2 over TCP",
-        MODELS[0].measured_ratio, "x", lambda: predicted_ratio(MODELS[0]), 0.25,
+        MODELS[0].measured_ratio, "x", _seeds(MODELS[0]), 0.25,
         "throughput ratio; the TCP share (0.25) was set from the seeds' runs"),
     Row("seeds (ACK/Arena docs)", "ResNet50, same setup",
-        MODELS[1].measured_ratio, "x", lambda: predicted_ratio(MODELS[1]), 0.25,
+        MODELS[1].measured_ratio, "x", _seeds(MODELS[1]), 0.25,
         "throughput ratio; the TCP share (0.25) was set from the seeds' runs"),
 )
 
@@ -237,10 +251,11 @@ def main() -> None:
     args = parser.parse_args()
     aware, default = bus_bandwidths()
     if args.markdown:
-        print("| source | setup | measured | predicted | predicted / measured | tolerance |")
-        print("|---|---|---|---|---|---|")
+        print("| source | setup | transport | measured | predicted | predicted / measured | "
+              "tolerance |")
+        print("|---|---|---|---|---|---|---|")
         for r in ROWS:
-            print(f"| {r.source} | {r.setup} | {r.measured:.3g} {r.unit} | "
+            print(f"| {r.source} | {r.setup} | {transport_of(r)} | {r.measured:.3g} {r.unit} | "
                   f"{r.predicted:.3g} {r.unit} | {r.ratio:.2f} | +-{r.tolerance:.0%} |")
         print()
         print("| model | overlap | bus GB/s aware / default | predicted images/s aware / "
