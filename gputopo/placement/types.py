@@ -65,8 +65,12 @@ class NodeState:
         return tuple(i for i in self.topology.indices if i not in self.used)
 
 
-def with_transport_shares(nodes: Sequence[NodeState], shares: TransportShares | None
-                          ) -> list[NodeState]:
+#: node name -> (the node as read, its copy under one share table): see with_transport_shares
+SharesMemo = dict[str, tuple["NodeState", "NodeState"]]
+
+
+def with_transport_shares(nodes: Sequence[NodeState], shares: TransportShares | None,
+                          memo: SharesMemo | None = None) -> list[NodeState]:
     """``nodes`` as a policy with transport ``shares`` sees them (``placement.
     transportShare``): each node's ``transport_share`` set from the table; nodes the table
     does not change come back as they are (the same objects).
@@ -74,19 +78,31 @@ def with_transport_shares(nodes: Sequence[NodeState], shares: TransportShares | 
     Why a copy per node and not a parameter of the solver: ``effective_gbps`` is what the
     solver groups nodes by, so it stays precomputed; a policy's view is built once per node
     list and remembered by the caller (webhook/placement/reserve.py), not per evaluation.
+    ``memo`` (one per share table, refilled on every call) keeps the copy of a node whose
+    object did not change: a binding pod replaces one node object, and copying the other
+    999 again cost ~1.9 ms at 1,000 nodes.
     """
+    old = memo if memo is not None else {}
+    fresh: SharesMemo = {}
     out: list[NodeState] = []
     for n in nodes:
         share = share_for(shares, n.network_transport)
         if share == n.transport_share:
             out.append(n)
             continue
-        # built directly, every field passed on (dataclasses.replace is twice as slow)
-        out.append(NodeState(
-            name=n.name, topology=n.topology, used=n.used, zone=n.zone, rack=n.rack,
-            network_gbps=n.network_gbps, network_transport=n.network_transport,
-            facts=n.facts, host_ports=n.host_ports, network_efficiency=n.network_efficiency,
-            transport_share=share))
+        hit = old.get(n.name)
+        if hit is None or hit[0] is not n:
+            # built directly, every field passed on (dataclasses.replace is twice as slow)
+            hit = (n, NodeState(
+                name=n.name, topology=n.topology, used=n.used, zone=n.zone, rack=n.rack,
+                network_gbps=n.network_gbps, network_transport=n.network_transport,
+                facts=n.facts, host_ports=n.host_ports,
+                network_efficiency=n.network_efficiency, transport_share=share))
+        fresh[n.name] = hit
+        out.append(hit[1])
+    if memo is not None:
+        memo.clear()
+        memo.update(fresh)
     return out
 
 

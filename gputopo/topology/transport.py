@@ -102,6 +102,13 @@ def effective_network_gbps(line_gbps: float, transport: str = DEFAULT_NETWORK_TR
                            share: float | None = None) -> float:
     """Gbit/s the all-reduce gets out of a node's ``line_gbps`` over ``transport``
     (``efficiency``: the node's own measured share, when it states one; ``share``: the
-    admitting policy's share for the transport). Precedence: :func:`transport_share`.
+    admitting policy's share for the transport). Precedence: :func:`transport_share`
+    (inlined: every NodeState is built through here).
     """
-    return line_gbps * transport_share(transport, efficiency, share)[0]
+    if efficiency is not None and 0 < efficiency <= 1:
+        return line_gbps * efficiency
+    if share is not None and 0 < share <= 1:
+        return line_gbps * share
+    eff = TRANSPORT_EFFICIENCY.get(transport)
+    return line_gbps * (eff if eff is not None else TRANSPORT_EFFICIENCY[
+        DEFAULT_NETWORK_TRANSPORT])

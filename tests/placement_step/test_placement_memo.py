@@ -1,7 +1,8 @@
 """The placement step's remembered bookkeeping never goes stale.
 
 The reserver remembers, per pod constraints, the nodes a pod fits and those nodes with
-reserved GPUs marked used; the in-memory store publishes its held GPUs per node with a log
+reserved GPUs marked used, and per policy transport-share table each node's copy under it;
+the in-memory store publishes its held GPUs per node with a log
 of what changed and keeps a lower bound on the next expiry. Each test changes one thing
 the memos depend on (a reservation made, released, expired or moved; a node object
 replaced; the change log overrun; the admitting policy's transport shares) and checks

@@ -29,7 +29,13 @@ from gputopo.cluster.reservations import (
     ReservationUnavailable,
 )
 from gputopo.cluster.source import ClusterReader
-from gputopo.placement.types import GangRequest, NodeState, Placement, with_transport_shares
+from gputopo.placement.types import (
+    GangRequest,
+    NodeState,
+    Placement,
+    SharesMemo,
+    with_transport_shares,
+)
 from gputopo.topology.transport import TransportShares
 from webhook.placement import network
 
@@ -236,6 +242,8 @@ class GangReserver:
         # store's held-GPU revision on every use, so a change anywhere is seen at once.
         self._fits: dict[str, _Fit] = {}
         self._frees: dict[str, _Free] = {}
+        # per policy share table: each node's copy under it, reused while the node stays
+        self._shared: dict[TransportShares, SharesMemo] = {}
         # ideal bandwidth per node-set signature (which holds the nodes, so their
         # topologies' ids stay unique) and per gang; the last nodes asked about, for a
         # signature without rebuilding it
@@ -287,7 +295,13 @@ class GangReserver:
         if hit is not None and same_nodes(hit.source, nodes):
             return hit, hit.excluded, key
         fit, own = _fit(cluster, nodes, constraints)
-        fit = with_transport_shares(fit, shares)
+        if shares:
+            memo = self._shared.get(shares)
+            if memo is None:
+                if len(self._shared) >= FIT_MEMO_SIZE:
+                    self._shared.clear()
+                memo = self._shared[shares] = {}
+            fit = with_transport_shares(fit, shares, memo)
         entry = _Fit(source=list(nodes), fit=fit, excluded=len(nodes) - len(fit),
                      where={n.name: i for i, n in enumerate(fit)})
         if own:  # answers read from Node objects may change without the node states
