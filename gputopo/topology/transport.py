@@ -85,25 +85,14 @@ def order_problem(shares: Mapping[str, float]) -> str | None:
     return None
 
 
-def transport_share(transport: str, efficiency: float | None = None,
-                    share: float | None = None) -> tuple[float, str]:
-    """The share of the line rate a node gets, and where it came from: ``"node"`` (its own
-    ``efficiency``), ``"policy"`` (``share``, the policy's figure for its transport) or
-    ``"default"``."""
-    if efficiency is not None and 0 < efficiency <= 1:
-        return efficiency, "node"
-    if share is not None and 0 < share <= 1:
-        return share, "policy"
-    return TRANSPORT_EFFICIENCY[known_transport(transport)], "default"
-
-
 def effective_network_gbps(line_gbps: float, transport: str = DEFAULT_NETWORK_TRANSPORT,
                            efficiency: float | None = None,
                            share: float | None = None) -> float:
     """Gbit/s the all-reduce gets out of a node's ``line_gbps`` over ``transport``
     (``efficiency``: the node's own measured share, when it states one; ``share``: the
-    admitting policy's share for the transport). Precedence: :func:`transport_share`
-    (inlined: every NodeState is built through here).
+    admitting policy's share for the transport). Precedence: the node's share, then the
+    policy's, then the transport's default (module docstring). Every NodeState is built
+    through here: kept to a few comparisons.
     """
     if efficiency is not None and 0 < efficiency <= 1:
         return line_gbps * efficiency
