@@ -172,7 +172,21 @@ def _nodes(name: str, gpus: tuple[int, ...], count: int, gbps: float, transport:
             [NodeShare(topo, gpus, gbps, transport) for _ in range(count)], span="rack"
         )
 
+    predict.transport = transport  # type: ignore[attr-defined]  # shown in the table
     return predict
+
+
+def _seeds(model: Model) -> Callable[[], float]:
+    def predict() -> float:
+        return predicted_ratio(model)
+
+    predict.transport = "tcp"  # type: ignore[attr-defined]  # the demo cluster's nodes
+    return predict
+
+
+def transport_of(row: Row) -> str:
+    """The transport a multi-node row is predicted with ("-" for one node)."""
+    return str(getattr(row.predict, "transport", "-"))
 
 
 EIGHT = tuple(range(8))
@@ -186,25 +200,47 @@ ROWS: tuple[Row, ...] = (
         232.54, "GB/s", _one_node("dgx-a100.txt", EIGHT), 0.15),
     Row("NVIDIA/nccl #527", "p4dn.24xlarge (8x A100 SXM4, NVSwitch), one node, 8 GPUs, 1 GiB",
         230.77, "GB/s", _one_node("dgx-a100.txt", EIGHT), 0.15),
+    # --- gdr: RDMA with GPUDirect (the NIC reads and writes GPU memory) ---------------------
     Row("NVIDIA/nccl-tests #175", "2 nodes x 8 A100, 4x 200 Gbit/s InfiniBand each",
-        86.0, "GB/s", _nodes("dgx-a100.txt", EIGHT, 2, 800.0, "rdma"), 0.15),
+        86.0, "GB/s", _nodes("dgx-a100.txt", EIGHT, 2, 800.0, "gdr"), 0.15,
+        "GPUDirect not stated; 0.86 of the line rate, more than host staging gets (#638)"),
     Row("NVIDIA/nccl #307", "DGX-1 nodes (8x V100), 4 EDR adapters each (400 Gbit/s), rings",
-        47.0, "GB/s", _nodes("dgx1-v100.txt", EIGHT, 2, 400.0, "rdma"), 0.15,
-        "a NCCL maintainer: 'I always get 47 GB/s on DGX-1 nodes' (node count not stated)"),
+        47.0, "GB/s", _nodes("dgx1-v100.txt", EIGHT, 2, 400.0, "gdr"), 0.15,
+        "a NCCL maintainer: 'I always get 47 GB/s on DGX-1 nodes' (node count not stated), "
+        "in a thread about GPUDirect RDMA reads"),
     Row("NVIDIA/nccl-tests #29", "4 nodes x 8 V100, one 100 Gbit/s InfiniBand card each",
-        12.2, "GB/s", _nodes("dgx1-v100.txt", EIGHT, 4, 100.0, "rdma"), 0.15,
-        "maintainer: 'as good as you can get'; intra-node links: DGX-1 fixture as stand-in"),
+        12.2, "GB/s", _nodes("dgx1-v100.txt", EIGHT, 4, 100.0, "gdr"), 0.15,
+        "maintainer: 'as good as you can get'; GPUDirect not stated; intra-node links: "
+        "DGX-1 fixture as stand-in"),
     Row("NVIDIA/nccl-tests #290", "H100 nodes, NDR 400 Gbit/s per NIC, rings",
-        47.0, "GB/s", _nodes("hopper-nv18.tsv", EIGHT, 2, 400.0, "rdma"), 0.15,
-        "maintainer: 'you should see 46-48GB/s per NIC'"),
+        47.0, "GB/s", _nodes("hopper-nv18.tsv", EIGHT, 2, 400.0, "gdr"), 0.15,
+        "maintainer: 'you should see 46-48GB/s per NIC' (#319: with connections tagged "
+        "GDRDMA)"),
+    Row("NVIDIA/nccl #778", "DGX A100, 8x HDR 200 Gbit/s InfiniBand per node, GPUDirect RDMA",
+        192.0, "GB/s", _nodes("dgx-a100.txt", EIGHT, 2, 1600.0, "gdr"), 0.15,
+        "maintainer, answering what GPUDirect (nvidia-peermem / DMA-BUF) brings: '~192GB/s'; "
+        "node count not stated (the ring figure does not depend on it)"),
+    Row("NVIDIA/nccl #1579", "2x GH200 (one GPU each), 4x 200 Gbit/s per node, GDR enabled",
+        96.07, "GB/s", _nodes("hopper-nv18.tsv", (0,), 2, 800.0, "gdr"), 0.15,
+        "Kubernetes pods with SR-IOV VFs, NCCL 2.24.3, NCCL_NET_GDR_LEVEL=SYS"),
+    # --- rdma: RDMA staged through host memory (no GPUDirect) ----------------------------
+    Row("NVIDIA/nccl #465", "4 nodes, one 100 Gbit/s InfiniBand card each, no nv_peer_mem",
+        6.0, "GB/s", _nodes("dgx1-v100.txt", (0,), 4, 100.0, "rdma"), 0.15,
+        "GPUs per node not stated (the network bounds it); the thread does not confirm the "
+        "cause; a maintainer: no GPUDirect where NIC and GPU share a PCIe switch 'should "
+        "~halve the performance' (#638)"),
+    Row("NVIDIA/nccl #1579", "same 2x GH200, GDR disabled (NCCL's default there)",
+        79.72, "GB/s", _nodes("hopper-nv18.tsv", (0,), 2, 800.0, "rdma"), 0.50,
+        "host staging over GH200's NVLink-C2C is cheap: the best case for rdma, the default "
+        "is the shared-switch case; hence +-50 %"),
     Row("NVIDIA/nccl #450", "4 nodes x 8 V100-32G, 100 Gbit/s TCP, NCCL sockets",
         5.0, "GB/s", _nodes("dgx1-v100.txt", EIGHT, 4, 100.0, "tcp"), 0.50,
         "measured 4-6 GB/s after tuning socket threads; TCP varies with tuning, hence +-50 %"),
     Row("seeds (ACK/Arena docs)", "VGG16, 4x V100: one node's NVLink quad vs 2 + 2 over TCP",
-        MODELS[0].measured_ratio, "x", lambda: predicted_ratio(MODELS[0]), 0.25,
+        MODELS[0].measured_ratio, "x", _seeds(MODELS[0]), 0.25,
         "throughput ratio; the TCP share (0.25) was set from the seeds' runs"),
     Row("seeds (ACK/Arena docs)", "ResNet50, same setup",
-        MODELS[1].measured_ratio, "x", lambda: predicted_ratio(MODELS[1]), 0.25,
+        MODELS[1].measured_ratio, "x", _seeds(MODELS[1]), 0.25,
         "throughput ratio; the TCP share (0.25) was set from the seeds' runs"),
 )
 
@@ -215,10 +251,11 @@ def main() -> None:
     args = parser.parse_args()
     aware, default = bus_bandwidths()
     if args.markdown:
-        print("| source | setup | measured | predicted | predicted / measured | tolerance |")
-        print("|---|---|---|---|---|---|")
+        print("| source | setup | transport | measured | predicted | predicted / measured | "
+              "tolerance |")
+        print("|---|---|---|---|---|---|---|")
         for r in ROWS:
-            print(f"| {r.source} | {r.setup} | {r.measured:.3g} {r.unit} | "
+            print(f"| {r.source} | {r.setup} | {transport_of(r)} | {r.measured:.3g} {r.unit} | "
                   f"{r.predicted:.3g} {r.unit} | {r.ratio:.2f} | +-{r.tolerance:.0%} |")
         print()
         print("| model | overlap | bus GB/s aware / default | predicted images/s aware / "

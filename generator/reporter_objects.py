@@ -2,7 +2,9 @@
 
 Why: the webhook places gangs by how each node's GPUs are wired; the reporter reads that
 from NVML on the node (``gputopo topology report --nvml``) and writes the
-``gputopo.io/topology`` annotation on its own Node. It runs only where the activation
+``gputopo.io/topology`` annotation on its own Node, with the network transport NCCL will
+find there, read from the pod's sysfs (RDMA devices, GPUDirect peer-memory module:
+docs/topology.md, "Network transport"). It runs only where the activation
 label ``ack.node.gpu.schedule=topology`` is set, needs nothing but patch on nodes, and
 requests no GPU: the NVIDIA container runtime exposes the driver library to it through
 ``NVIDIA_VISIBLE_DEVICES=all`` with the ``utility`` capability only.

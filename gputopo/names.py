@@ -24,12 +24,18 @@ NETWORK_GBPS_ANNOTATION = "gputopo.io/network-gbps"
 #: Gbit/s per node when a node says nothing: 25GbE, the TKE seed's CVM network and a common
 #: cloud default. Conservative on purpose: over-estimating the network hides bad placements.
 DEFAULT_NETWORK_GBPS = 25.0
-#: How a node's NCCL traffic crosses the network: "tcp" (NCCL's socket transport) or "rdma"
-#: (InfiniBand / RoCE verbs). Decides the share of the line rate the cost model expects
-#: (gputopo.topology.transport). Default: tcp, the conservative choice and what a cloud
-#: VPC without RDMA gives (the seeds ran NCCL over sockets).
+#: How a node's NCCL traffic crosses the network: "tcp" (NCCL's socket transport), "rdma"
+#: (InfiniBand / RoCE verbs, data staged through host memory) or "gdr" (RDMA with GPUDirect:
+#: the NIC reads and writes GPU memory; NCCL logs such connections as ``NET/IB/<n>/GDRDMA``).
+#: Decides the share of the line rate the cost model expects (gputopo.topology.transport).
+#: Default: tcp, the conservative choice and what a cloud VPC without RDMA gives (the seeds
+#: ran NCCL over sockets).
 NETWORK_TRANSPORT_ANNOTATION = "gputopo.io/network-transport"
-NETWORK_TRANSPORTS = ("tcp", "rdma")
+NETWORK_TRANSPORTS = ("tcp", "rdma", "gdr")
+#: What ``gputopo topology report`` last detected on the node (same values). Written beside
+#: the transport so that the reporter can tell a transport it set itself (equal to this)
+#: from one an operator set by hand (kept): docs/topology.md, "Network transport".
+NETWORK_TRANSPORT_DETECTED_ANNOTATION = "gputopo.io/network-transport-detected"
 DEFAULT_NETWORK_TRANSPORT = "tcp"
 #: Per-node override of the transport's default share of the line rate (0 < share <= 1),
 #: for a node whose achieved all-reduce rate was measured (nccl-tests across nodes).

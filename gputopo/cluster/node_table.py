@@ -4,7 +4,8 @@ opens first when asking "why did my job not fit?".
 Per node: the GPU kind (how its GPUs are wired: NVSwitch, NVLink, PCIe), GPUs used / free,
 the largest free *well-connected* block (the biggest k for which k free GPUs of the node
 are as well connected as any k GPUs of it can be, :func:`gputopo.placement.objective.
-free_blocks` — a free 4-block on a DGX-1 is an NVLink quad), rack and zone, the network,
+free_blocks` — a free 4-block on a DGX-1 is an NVLink quad), rack and zone, the network
+(line rate, transport, the node's own share if it states one),
 and the gangs holding GPUs there (from the pods' ``gpu-topology`` label, or their
 ``gputopo.io/placement`` record, and from reservation records). Pure: objects in, rows out.
 """
@@ -56,6 +57,14 @@ def gpu_kind(state: NodeState) -> str:
     return f"{n}x PCIe"
 
 
+def network_cell(state: NodeState) -> str:
+    """Line rate and transport (``100G/gdr``), and the node's own measured share of the
+    line rate when it states one (``100G/rdma@0.6``): what the cost model reads."""
+    own = state.network_efficiency
+    mine = f"@{own:g}" if own is not None else ""
+    return f"{state.network_gbps:g}G/{state.network_transport}{mine}"
+
+
 def largest_free_block(state: NodeState) -> int:
     """The biggest k with a free well-connected k-block; 1 if only loose GPUs are free."""
     free = state.free
@@ -105,7 +114,7 @@ def node_rows(states: Iterable[NodeState], gangs: Mapping[str, set[str]]) -> lis
         rows.append(NodeRow(
             name=s.name, kind=gpu_kind(s), gpus=len(s.topology.gpus), used=len(s.used),
             largest_block=largest_free_block(s), rack=s.rack or "-", zone=s.zone or "-",
-            network=f"{s.network_gbps:g}G", gangs=tuple(sorted(gangs.get(s.name, ()))),
+            network=network_cell(s), gangs=tuple(sorted(gangs.get(s.name, ()))),
         ))
     return rows
 

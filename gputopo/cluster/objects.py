@@ -179,8 +179,8 @@ def network_gbps(node: Mapping[str, Any]) -> float:
 
 
 def network_transport(node: Mapping[str, Any]) -> str:
-    """Node network transport ("tcp" or "rdma") from its annotation; the documented default
-    (tcp) when absent or not one of those (a typo must not make a node look faster)."""
+    """Node network transport ("tcp", "rdma" or "gdr") from its annotation; the documented
+    default (tcp) when absent or not one of those (a typo must not make a node look faster)."""
     raw = annotations(node).get(names.NETWORK_TRANSPORT_ANNOTATION)
     value = raw.strip().lower() if isinstance(raw, str) else None
     return value if value in names.NETWORK_TRANSPORTS else names.DEFAULT_NETWORK_TRANSPORT

@@ -15,13 +15,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from typing import Any
 
 from gputopo.errors import InputError
 from gputopo.operators import expand, is_training_job, with_identity
 from gputopo.placement.solver import solve
-from gputopo.placement.types import GangRequest, Placement
+from gputopo.placement.types import GangRequest, Placement, with_transport_shares
+from gputopo.topology.transport import (
+    TRANSPORT_EFFICIENCY,
+    TRANSPORT_ORDER,
+    TransportShares,
+    order_problem,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -43,8 +50,37 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("job", metavar="JOB", nargs="?",
                    help="a PyTorchJob / TFJob / MPIJob file instead of --replicas and "
                         "--gpus-per-replica ('-' for stdin)")
+    p.add_argument(
+        "--transport-share", action="append", default=[], metavar="TRANSPORT=SHARE",
+        help="the share of the line rate NCCL gets over TRANSPORT (tcp, rdma, gdr), as a "
+             "policy's placement.transportShare states it, e.g. rdma=0.8; repeatable; a "
+             "node's gputopo.io/network-efficiency still wins")
     p.add_argument("-o", "--output", choices=("text", "json"), default="text")
     p.set_defaults(func=_place)
+
+
+def transport_shares(items: list[str]) -> TransportShares:
+    """``--transport-share`` values → sorted (transport, share) pairs; InputError on a bad
+    one (unknown transport, share not in (0, 1], a faster transport below a slower one)."""
+    out: dict[str, float] = {}
+    for item in items:
+        transport, sep, raw = item.partition("=")
+        transport = transport.strip().lower()
+        try:
+            share = float(raw) if sep else math.nan
+        except ValueError:
+            share = math.nan
+        if transport not in TRANSPORT_EFFICIENCY:
+            raise InputError(f"--transport-share {item!r}: unknown transport (known: "
+                             f"{', '.join(TRANSPORT_ORDER)})")
+        if not 0 < share <= 1:
+            raise InputError(f"--transport-share {item!r}: needs TRANSPORT=SHARE with a "
+                             f"share greater than 0 and at most 1")
+        out[transport] = share
+    problem = order_problem(out)
+    if problem is not None:
+        raise InputError(f"--transport-share: {problem}")
+    return tuple(sorted(out.items()))
 
 
 def _count(raw: str) -> int:
@@ -116,8 +152,9 @@ def _place(args: argparse.Namespace) -> int:
         gang = GangRequest(replicas=args.replicas, gpus_per_replica=args.gpus_per_replica)
     from gputopo.cluster.demo import cluster_or_demo
 
+    shares = transport_shares(args.transport_share)
     snapshot = cluster_or_demo(args.cluster)
-    nodes = snapshot.node_states()
+    nodes = with_transport_shares(snapshot.node_states(), shares)
     for warning in snapshot.warnings:
         print(f"gputopo: warning: {snapshot.source}: {warning}", file=sys.stderr)
     try:

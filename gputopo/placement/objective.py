@@ -302,7 +302,7 @@ def score_by_name(
     span = span_of(touched)
     node_shares = [
         NodeShare(n.topology, tuple(sorted(shares[n.name])), n.network_gbps, n.network_transport,
-                  n.network_efficiency)
+                  n.network_efficiency, n.transport_share)
         for n in touched
     ]
     # One GPU does not communicate (module docstring, term 1).

@@ -1118,7 +1118,7 @@ def _placement(gang: GangRequest, best: _Candidate) -> Placement:
         shares = [
             NodeShare(
                 n.topology, tuple(sorted(best.shares[n.name])), n.network_gbps, n.network_transport,
-                n.network_efficiency
+                n.network_efficiency, n.transport_share
             )
             for n in touched
         ]

@@ -2,8 +2,9 @@
 
 Why these three: ``parse`` turns what a node prints into what the scheduler reads,
 ``explain`` answers "why is my job slow on these GPUs", and ``report`` is the small agent
-that publishes a GPU node's topology on its own Node object. The Kubernetes client is
-imported only when ``report`` really patches a Node.
+that publishes a GPU node's topology — and the network transport NCCL will find there
+(:mod:`gputopo.topology.transport_probe`) — on its own Node object. The Kubernetes client
+is imported only when ``report`` really patches a Node.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from gputopo.errors import InputError, TopologyError
 from gputopo.topology.cost import SPANS, best_ring_subset, explain, network_explanation
 from gputopo.topology.load import read_topology_file
 from gputopo.topology.model import Topology
+from gputopo.topology.transport_probe import MODES, probe, transport_annotations
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -67,7 +69,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--nvml-recorded", metavar="FILE", help="replay NVML answers recorded on a node (JSON)"
     )
     r.add_argument("--node", help="Node name (default: $NODE_NAME)")
-    r.add_argument("--dry-run", action="store_true", help="print the patch, do not send it")
+    r.add_argument(
+        "--transport", choices=MODES, default="auto",
+        help="gputopo.io/network-transport to publish: auto (default) detects it from sysfs "
+             "(RDMA devices with an active port; gdr when a GPUDirect peer-memory module is "
+             "loaded) and keeps a value an operator set by hand; tcp, rdma or gdr write that "
+             "value; off leaves the transport annotations alone")
+    r.add_argument("--sysfs", default="/sys", metavar="DIR",
+                   help="where sysfs is mounted (default /sys)")
+    r.add_argument("--kubeconfig", metavar="FILE",
+                   help="kubeconfig file (default: the in-cluster account, else $KUBECONFIG)")
+    r.add_argument("--dry-run", action="store_true",
+                   help="print the patch (as for a node without transport annotations), do "
+                        "not send it")
     r.set_defaults(func=_report)
 
 
@@ -172,13 +186,23 @@ def _report(args: argparse.Namespace) -> int:
         raise InputError("no node name: pass --node or set NODE_NAME (downward API)")
     topo = node_topology_from_args(args)
     patch = annotation_patch(topo)
+    found = probe(args.sysfs)
     if args.dry_run:
-        print(json.dumps({"node": node, "patch": patch}, indent=2))
+        extra, why = transport_annotations({}, found.transport, args.transport)
+        patch["metadata"]["annotations"].update(extra)
+        print(json.dumps({"node": node, "patch": patch,
+                          "transport": {"detected": found.transport, "why": found.why,
+                                        "action": why}}, indent=2))
         return 0
-    _patch_node(node, patch)
-    print(
-        f"patched node {node}: {names.TOPOLOGY_ANNOTATION} ({len(topo.gpus)} GPUs)", file=sys.stderr
-    )
+    # Two patches and no GET: the reporter's account may only patch nodes. The first
+    # answers with the Node as it is, which says whether its transport was set by hand.
+    api = _core_api(args.kubeconfig)
+    now = _patch_node(api, node, patch)
+    extra, why = transport_annotations(now, found.transport, args.transport)
+    if extra:
+        _patch_node(api, node, {"metadata": {"annotations": extra}})
+    print(f"patched node {node}: {names.TOPOLOGY_ANNOTATION} ({len(topo.gpus)} GPUs); "
+          f"{why}: {found.why}", file=sys.stderr)
     return 0
 
 
@@ -204,19 +228,38 @@ def annotation_patch(topo: Topology) -> dict[str, Any]:
     return {"metadata": {"annotations": {names.TOPOLOGY_ANNOTATION: topo.to_json()}}}
 
 
-def _patch_node(node: str, patch: dict[str, Any]) -> None:  # pragma: no cover - needs a cluster
+def _core_api(kubeconfig: str | None) -> Any:
+    """CoreV1Api on its own configuration (the in-cluster account, else the kubeconfig):
+    the client library's process-wide default is left alone."""
+    import yaml
     from kubernetes import client, config
-    from kubernetes.client.exceptions import ApiException
     from kubernetes.config.config_exception import ConfigException
 
+    cfg = client.Configuration()
     try:
-        config.load_incluster_config()
+        if kubeconfig is not None:
+            raise ConfigException("explicit kubeconfig")
+        config.load_incluster_config(client_configuration=cfg)
     except ConfigException:
         try:
-            config.load_kube_config()
-        except (ConfigException, OSError) as exc:
+            config.load_kube_config(config_file=kubeconfig or os.environ.get("KUBECONFIG"),
+                                    client_configuration=cfg)
+        except (ConfigException, OSError, TypeError, yaml.YAMLError) as exc:
             raise InputError(f"no in-cluster account and no kubeconfig: {exc}") from exc
+    return client.CoreV1Api(client.ApiClient(cfg))
+
+
+def _patch_node(api: Any, node: str, patch: dict[str, Any]) -> dict[str, str]:
+    """Strategic-merge ``patch`` into Node ``node``; its annotations after the patch."""
+    from kubernetes.client.exceptions import ApiException
+    from urllib3.exceptions import HTTPError
+
     try:
-        client.CoreV1Api().patch_node(node, patch)
+        resp = api.patch_node(node, patch, _preload_content=False, _request_timeout=30)
+        obj = json.loads(resp.data)
     except ApiException as exc:
         raise InputError(f"patch failed: {exc.status} {exc.reason}", obj=f"Node {node}") from exc
+    except (HTTPError, OSError, ValueError) as exc:
+        raise InputError(f"patch failed: {exc}", obj=f"Node {node}") from exc
+    ann = (obj.get("metadata") or {}).get("annotations") if isinstance(obj, dict) else None
+    return {str(k): str(v) for k, v in ann.items()} if isinstance(ann, dict) else {}

@@ -45,7 +45,7 @@ Assumptions (also in docs/topology.md):
    its parts: ``min(min_i B_i, N)``, with ``B_i`` the bus bandwidth of node i's share
    (shares of one GPU do not limit) and ``N`` the slowest node's *effective* network in
    GB/s: line rate x transport efficiency (gputopo.topology.transport: tcp 0.25, rdma
-   0.94) / 8 x the span factor. NCCL's trees on exactly 2 nodes can beat this (up to 2x
+   0.50, gdr 0.94) / 8 x the span factor. NCCL's trees on exactly 2 nodes can beat this (up to 2x
    the network, #209); the model keeps the ring figure, the conservative one.
 5. Span factors for the network (:data:`SPAN_FACTOR`): same rack 1.0 (a non-blocking
    top-of-rack switch), same zone 0.5 (2:1 oversubscribed spine), cluster-wide 0.25
@@ -80,7 +80,11 @@ from gputopo.topology.bandwidth import (
     nvlink_count,
 )
 from gputopo.topology.model import Topology
-from gputopo.topology.transport import TRANSPORT_EFFICIENCY, effective_network_gbps
+from gputopo.topology.transport import (
+    TRANSPORT_EFFICIENCY,
+    effective_network_gbps,
+    known_transport,
+)
 
 #: Network bandwidth multiplier by the widest locality a gang spans (assumption 5).
 SPAN_FACTOR: dict[str, float] = {"node": 1.0, "rack": 1.0, "zone": 0.5, "cluster": 0.25}
@@ -579,7 +583,7 @@ def best_ring_subset(
 @dataclass(frozen=True)
 class NodeShare:
     """The GPUs a gang gets on one node, with that node's network line rate in Gbit/s and
-    its transport ("tcp" or "rdma", gputopo.topology.transport).
+    its transport ("tcp", "rdma" or "gdr", gputopo.topology.transport).
 
     A gang has at most one share per node: two replicas on one node are one share.
     """
@@ -589,11 +593,13 @@ class NodeShare:
     network_gbps: float
     transport: str = DEFAULT_NETWORK_TRANSPORT
     efficiency: float | None = None  # the node's measured share (network-efficiency)
+    share: float | None = None  # the admitting policy's share for the transport
 
     @property
     def effective_gbps(self) -> float:
         """What the all-reduce gets of the line rate (Gbit/s)."""
-        return effective_network_gbps(self.network_gbps, self.transport, self.efficiency)
+        return effective_network_gbps(self.network_gbps, self.transport, self.efficiency,
+                                      self.share)
 
 
 def multi_node_bus_bandwidth(worst_share_gbps: float, effective_gbps: float, span: str) -> float:
@@ -634,8 +640,7 @@ def gang_bus_bandwidth(shares: Sequence[NodeShare], *, span: str) -> float:
 
 def network_explanation(line_gbps: float, transport: str, span: str = "rack") -> dict[str, Any]:
     """The effective inter-node rate the model uses for one node's network, and why."""
-    eff = TRANSPORT_EFFICIENCY.get(transport)
-    used = transport if eff is not None else DEFAULT_NETWORK_TRANSPORT
+    used = known_transport(transport)
     effective = effective_network_gbps(line_gbps, used)
     return {
         "lineGbps": line_gbps,

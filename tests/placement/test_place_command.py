@@ -178,7 +178,8 @@ T, E = names.NETWORK_TRANSPORT_ANNOTATION, names.NETWORK_EFFICIENCY_ANNOTATION
 
 @pytest.mark.parametrize(
     ("annotations", "share"),
-    [({T: "rdma"}, 0.94), ({T: "RDMA"}, 0.94), ({T: "tcp"}, 0.25), ({}, 0.25),
+    [({T: "gdr"}, 0.94), ({T: "GDR"}, 0.94), ({T: "rdma"}, 0.5), ({T: "RDMA"}, 0.5),
+     ({T: "tcp"}, 0.25), ({}, 0.25),
      ({T: "infiniband-ish"}, 0.25),
      ({E: "0.6"}, 0.6), ({E: " 1 "}, 1.0), ({T: "rdma", E: "0.5"}, 0.5), ({E: "0"}, 0.25),
      ({E: "1.5"}, 0.25), ({E: "fast"}, 0.25)],
@@ -186,8 +187,8 @@ T, E = names.NETWORK_TRANSPORT_ANNOTATION, names.NETWORK_EFFICIENCY_ANNOTATION
 def test_network_annotations_decide_the_share_of_the_line_rate(
     tmp_path, capsys, annotations, share
 ):
-    """gputopo.io/network-transport is read where network-gbps is: rdma gets 0.94 of the
-    line rate, tcp and anything unknown or absent the conservative 0.25.
+    """gputopo.io/network-transport is read where network-gbps is: gdr gets 0.94 of the
+    line rate, rdma 0.5, tcp and anything unknown or absent the conservative 0.25.
     gputopo.io/network-efficiency, a node's measured share, replaces the transport's
     default; anything not in (0, 1] is ignored."""
     seven = "0,1,2,3,4,5,6"  # one GPU free per node: the gang must span both
@@ -199,3 +200,40 @@ def test_network_annotations_decide_the_share_of_the_line_rate(
     path.write_text(yaml.safe_dump_all(docs), encoding="utf-8")
     doc = run_json(capsys, "--cluster", str(path), "--replicas", "2", "--gpus-per-replica", "1")
     assert doc["busBandwidthGBps"] == pytest.approx(100 * share / 8, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("annotations", "flags", "share"),
+    [({T: "rdma"}, ["rdma=0.8"], 0.8), ({T: "rdma"}, ["gdr=0.99"], 0.5),
+     ({T: "gdr"}, ["gdr=0.99", "rdma=0.7"], 0.99), ({}, ["tcp=0.4"], 0.4),
+     ({T: "bogus"}, ["tcp=0.4"], 0.4), ({T: "rdma", E: "0.3"}, ["rdma=0.8"], 0.3)],
+)
+def test_transport_share_flag_is_a_policy_s_share(tmp_path, capsys, annotations, flags,
+                                                   share):
+    """``--transport-share`` is what a policy's placement.transportShare says: it replaces
+    the default for the nodes' transport; a node's own network-efficiency still wins."""
+    seven = "0,1,2,3,4,5,6"
+    path = write_cluster(tmp_path / "cluster.yaml", bound={"dgx1-a": seven, "dgx1-b": seven})
+    docs = list(yaml.safe_load_all(path.read_text()))
+    for doc in docs[:2]:
+        doc["metadata"]["annotations"][names.NETWORK_GBPS_ANNOTATION] = "100"
+        doc["metadata"]["annotations"].update(annotations)
+    path.write_text(yaml.safe_dump_all(docs), encoding="utf-8")
+    argv = [arg for f in flags for arg in ("--transport-share", f)]
+    doc = run_json(capsys, "--cluster", str(path), "--replicas", "2", "--gpus-per-replica", "1",
+                   *argv)
+    assert doc["busBandwidthGBps"] == pytest.approx(100 * share / 8, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("flag", "says"),
+    [("rdma=1.5", "at most 1"), ("rdma=0", "greater than 0"), ("rdma", "TRANSPORT=SHARE"),
+     ("ethernet=0.5", "unknown transport"), ("gdr=0.3", "gdr (0.3) below rdma (0.5)"),
+     ("tcp=0.7", "rdma (0.5) below tcp (0.7)")],
+)
+def test_bad_transport_share_exits_2_with_one_line(tmp_path, capsys, flag, says):
+    path = write_cluster(tmp_path / "cluster.yaml")
+    code = main(["place", "--cluster", str(path), "--replicas", "1", "--gpus-per-replica", "1",
+                 "--transport-share", flag])
+    err = capsys.readouterr().err
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err

@@ -240,14 +240,26 @@ def test_when_the_network_limits_fewer_nodes_win() -> None:
     assert p.bus_bandwidth_gbps == pytest.approx(25.0 * 0.25 / 8)
 
 
-def test_an_rdma_node_pair_beats_a_tcp_pair() -> None:
-    """The transport decides between otherwise equal nodes: the rdma ones carry 3.8x more."""
+@pytest.mark.parametrize(("transport", "share"), [("rdma", 0.5), ("gdr", 0.94)])
+def test_an_rdma_node_pair_beats_a_tcp_pair(transport: str, share: float) -> None:
+    """The transport decides between otherwise equal nodes: host-staged rdma carries 2x
+    what tcp does, GPUDirect (gdr) 3.8x."""
     busy = tuple(range(1, 8))
     tcp = [node(f"a{i}", dgx1_v100(), busy, network_gbps=100.0) for i in range(2)]
     rdma = [
-        NodeState(f"b{i}", dgx1_v100(), frozenset(busy), "zone-a", "rack-1", 100.0, "rdma")
+        NodeState(f"b{i}", dgx1_v100(), frozenset(busy), "zone-a", "rack-1", 100.0, transport)
         for i in range(2)
     ]
     p = solve([*tcp, *rdma], GangRequest(2, 1))
     assert {s.node for s in p.slots} == {"b0", "b1"}
-    assert p.bus_bandwidth_gbps == pytest.approx(100 * 0.94 / 8)
+    assert p.bus_bandwidth_gbps == pytest.approx(100 * share / 8)
+
+
+def test_gdr_beats_host_staged_rdma_on_the_same_line_rate() -> None:
+    busy = tuple(range(1, 8))
+    staged = [NodeState(f"a{i}", dgx1_v100(), frozenset(busy), "zone-a", "rack-1", 100.0,
+                        "rdma") for i in range(2)]
+    direct = [NodeState(f"b{i}", dgx1_v100(), frozenset(busy), "zone-a", "rack-1", 100.0,
+                        "gdr") for i in range(2)]
+    p = solve([*staged, *direct], GangRequest(2, 1))
+    assert {s.node for s in p.slots} == {"b0", "b1"}

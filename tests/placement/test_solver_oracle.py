@@ -62,9 +62,10 @@ def clusters(draw: st.DrawFn, *, spread: bool = False) -> tuple[list[NodeState],
         zone = draw(st.sampled_from([None, "z1", "z2"]))
         rack = draw(st.sampled_from([None, "r1", "r2"]))
         # up to 3.2 Tbit/s, where the network rivals PCIe and the intra-node term matters
-        # (94 tcp and 25 rdma are the same effective network: they must be interchangeable)
-        net = draw(st.sampled_from([25.0, 94.0, 100.0, 800.0, 3200.0]))
-        transport = draw(st.sampled_from(["tcp", "rdma"]))
+        # (94 tcp, 47 rdma and 25 gdr are the same effective network: they must be
+        # interchangeable)
+        net = draw(st.sampled_from([25.0, 47.0, 94.0, 100.0, 800.0, 3200.0]))
+        transport = draw(st.sampled_from(["tcp", "rdma", "gdr"]))
         nodes.append(NodeState(f"n{i}", topo, frozenset(used), zone, rack, net, transport))
     if spread:
         g = draw(st.integers(1, 2))

@@ -1,12 +1,13 @@
 """The placement step's remembered bookkeeping never goes stale.
 
 The reserver remembers, per pod constraints, the nodes a pod fits and those nodes with
-reserved GPUs marked used; the in-memory store publishes its held GPUs per node with a log
+reserved GPUs marked used, and per policy transport-share table each node's copy under it;
+the in-memory store publishes its held GPUs per node with a log
 of what changed and keeps a lower bound on the next expiry. Each test changes one thing
 the memos depend on (a reservation made, released, expired or moved; a node object
-replaced; the change log overrun) and checks that the very next gang sees it, against the
-plain computation (:func:`nodes_for` + :func:`exclude_held` over ``held_gpus()``) or by
-where the solver puts the next gang.
+replaced; the change log overrun; the admitting policy's transport shares) and checks
+that the very next gang sees it, against the plain computation (:func:`nodes_for` +
+:func:`exclude_held` over ``held_gpus()``) or by where the solver puts the next gang.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from gputopo.cluster.reservations import GangKey, InMemoryReservationStore, Repl
 from gputopo.placement.solver import solve
 from gputopo.placement.types import GangRequest, NodeState, Placement, ReplicaSlot
 from gputopo.topology.load import read_topology_file
+from gputopo.topology.transport import TransportShares
 from webhook.placement.reserve import GangReserver, Unplaced, exclude_held, nodes_for
 
 TOPOLOGIES = Path(__file__).resolve().parents[1] / "fixtures" / "topologies"
@@ -62,22 +64,28 @@ def key(i: int) -> GangKey:
     return GangKey("ns", "PyTorchJob", f"job-{i}", f"uid-{i}")
 
 
-def plain(reader: Reader, store: InMemoryReservationStore, p: dict[str, Any]
-          ) -> list[tuple[Any, ...]]:
+def plain(reader: Reader, store: InMemoryReservationStore, p: dict[str, Any],
+          shares: TransportShares | None = None) -> list[tuple[Any, ...]]:
     """What the reserver must hand the solver, computed from scratch."""
-    fit, _ = nodes_for(reader, p)
+    fit, _ = nodes_for(reader, p, shares)
     return [facts_of(n) for n in exclude_held(fit, store.held_gpus())]
 
 
 def facts_of(n: NodeState) -> tuple[Any, ...]:
     return (n.name, n.used, n.topology is DGX, n.zone, n.rack, n.network_gbps,
-            n.network_transport, n.facts, n.host_ports)
+            n.network_transport, n.facts, n.host_ports, n.network_efficiency,
+            n.transport_share, n.effective_gbps)
 
 
-def remembered(reserver: GangReserver, reader: Reader, p: dict[str, Any]
-               ) -> list[tuple[Any, ...]]:
-    _, free, _ = reserver.fit_and_free(reader, p)
+def remembered(reserver: GangReserver, reader: Reader, p: dict[str, Any],
+               shares: TransportShares | None = None) -> list[tuple[Any, ...]]:
+    _, free, _ = reserver.fit_and_free(reader, p, shares)
     return [facts_of(n) for n in free]
+
+
+#: Transport-share tables of the policies the tests admit under (placement.transportShare).
+SHARES: tuple[TransportShares | None, ...] = (
+    None, (("rdma", 0.8),), (("gdr", 0.99), ("rdma", 0.6), ("tcp", 0.4)))
 
 
 def place(gpus: dict[str, tuple[int, ...]]) -> Placement:
@@ -89,7 +97,9 @@ def test_every_store_change_is_seen_by_the_next_gang_like_a_fresh_computation() 
     rng = random.Random(14)
     clock = [1000.0]
     store = InMemoryReservationStore(ttl_seconds=50, clock=lambda: clock[0])
-    reader = Reader([node(f"n{i}", pool="ab"[i % 2]) for i in range(12)])
+    transports = ("tcp", "rdma", "gdr")
+    reader = Reader([node(f"n{i}", pool="ab"[i % 2], network_transport=transports[i % 3])
+                     for i in range(12)])
     reserver = GangReserver(store)
     pods = [pod(), pod("a"), pod("b")]
     live: list[int] = []
@@ -121,9 +131,11 @@ def test_every_store_change_is_seen_by_the_next_gang_like_a_fresh_computation() 
         elif op < 0.95:  # a pod binds, or a node is relabelled: new node objects
             i = rng.randrange(12)
             reader.nodes[i] = node(f"n{i}", pool=rng.choice("ab"),
-                                   used=frozenset(rng.sample(range(8), rng.randrange(3))))
+                                   used=frozenset(rng.sample(range(8), rng.randrange(3))),
+                                   network_transport=rng.choice(transports))
         p = rng.choice(pods)
-        assert remembered(reserver, reader, p) == plain(reader, store, p), step
+        shares = rng.choice(SHARES)  # gangs of policies with different transport shares
+        assert remembered(reserver, reader, p, shares) == plain(reader, store, p, shares), step
         assert store.held_snapshot().gpus == {
             n: frozenset(g) for n, g in store.held_gpus().items()}
 
@@ -217,7 +229,22 @@ def test_expiry_bound_follows_a_ttl_restarted_earlier() -> None:
     assert store.held_gpus() == {}
 
 
-@pytest.mark.parametrize("change", ["network", "rack", "zone"])
+def test_a_policy_s_transport_shares_are_remembered_apart() -> None:
+    """Two policies with different transport shares admit gangs on the same nodes: each
+    sees the nodes' networks as it rates them, whichever asked first."""
+    store = InMemoryReservationStore()
+    reader = Reader([node("n0", network_transport="rdma", network_gbps=100.0),
+                     node("n1", network_transport="gdr", network_gbps=100.0)])
+    reserver = GangReserver(store)
+    for shares, want in ((None, [50.0, 94.0]), ((("rdma", 0.9),), [90.0, 94.0]),
+                         (None, [50.0, 94.0]), ((("gdr", 1.0), ("rdma", 0.7)), [70.0, 100.0])):
+        fit, _ = reserver.nodes_for(reader, pod(), shares)
+        assert [n.effective_gbps for n in fit] == pytest.approx(want), shares
+        _, free, _ = reserver.fit_and_free(reader, pod(), shares)
+        assert [n.effective_gbps for n in free] == pytest.approx(want), shares
+
+
+@pytest.mark.parametrize("change", ["network", "rack", "zone", "share"])
 def test_ideal_bandwidth_follows_a_node_whose_network_or_place_changed(change) -> None:
     """The good-placement bar (GOOD_SHARE) compares against the gang's ideal bandwidth on
     the same nodes; a node's network, rack or zone changes it even when its topology
@@ -230,12 +257,12 @@ def test_ideal_bandwidth_follows_a_node_whose_network_or_place_changed(change) -
         return [node("n0", **kw), node("n1", **kw)]
 
     slow = {"network": {"network_gbps": 10.0}, "rack": {"rack": "r1"},
-            "zone": {"zone": "z1"}}[change]
+            "zone": {"zone": "z1"}, "share": {"transport_share": 0.1}}[change]
     fast = {"network": {"network_gbps": 400.0}, "rack": {"rack": "r2"},
-            "zone": {"zone": "z2"}}[change]
+            "zone": {"zone": "z2"}, "share": {"transport_share": 1.0}}[change]
     a, b = nodes(**slow), nodes(**fast)
     assert reserver.ideal_bandwidth(a, gang) == solve(a, gang).bus_bandwidth_gbps
     assert reserver.ideal_bandwidth(b, gang) == solve(b, gang).bus_bandwidth_gbps
     assert reserver.ideal_bandwidth(a, gang) == solve(a, gang).bus_bandwidth_gbps
-    if change == "network":
+    if change in ("network", "share"):
         assert solve(a, gang).bus_bandwidth_gbps != solve(b, gang).bus_bandwidth_gbps

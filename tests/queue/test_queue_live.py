@@ -290,3 +290,30 @@ def test_a_waiting_pytorchjob_gets_the_pod_network_and_starts_co_located(kube):
         assert {"name": "NCCL_HOSTID", "valueFrom": {"fieldRef": {
             "apiVersion": "v1", "fieldPath": "spec.nodeName"}}} in c["env"]
     assert_node_ports_free({pinned_node(pods[0]): pods})
+
+
+def test_the_queue_rates_networks_with_the_admitting_policy_s_transport_share(kube, tmp_path):
+    """A policy with ``placement.transportShare`` gates a gang: its pods' records carry the
+    shares, and the queue (which has no policy at hand) places the gang with them: the
+    2 + 2 placement over the demo's 25 Gbit/s TCP network is predicted at 25 x 0.5 / 8,
+    not at the default 25 x 0.25 / 8."""
+    from gputopo.yamlio import dump, load_documents
+    from webhook.assembly import default_policies_dir
+
+    (doc,) = load_documents(default_policies_dir() / "ack-gpu-topology.yaml")
+    doc["spec"]["placement"]["transportShare"] = {"tcp": 0.5}
+    (tmp_path / "policies").mkdir()
+    (tmp_path / "policies" / "policy.yaml").write_text(dump(doc))
+    busy_cluster(kube)  # free: A:6,7 and B:6,7 — feasible, but not good
+    with live_admitter(kube, policies=tmp_path / "policies", can_wait=True) as (admitter, view):
+        assert wait_for(lambda: sum(len(n.used) for n in view.node_states()) == 12)
+        _, admitted = waiting_gang(kube, admitter)
+        assert all(record(p)["gang"]["transportShare"] == {"tcp": 0.5} for p in admitted)
+        assert waiting_gangs(admitted)[0].transport_share == (("tcp", 0.5),)
+        queue = _queue(view, kube, clock=lambda: time.time() + 3601)  # maxWaitSeconds 3600
+        result = queue.run_once()
+    assert len(result.fallen_back) == 1
+    pods = pods_of(kube, "waiter")
+    assert {pinned_node(p) for p in pods} == {NODE_A, NODE_B}
+    for pod in pods:
+        assert record(pod)["busBandwidthGBps"] == pytest.approx(25 * 0.5 / 8, abs=1e-3)

@@ -146,3 +146,16 @@ def test_report_without_node_name_exits_2(
         capsys, "topology", "report", "--nvidia-smi", str(FIXTURES / "dgx1-v100.txt"), "--dry-run"
     )
     assert code == 2 and "NODE_NAME" in err
+
+
+@pytest.mark.parametrize(("transport", "share"), [("tcp", 0.25), ("rdma", 0.5), ("gdr", 0.94)])
+def test_explain_uses_the_transport_s_share(
+    capsys: pytest.CaptureFixture[str], transport: str, share: float
+) -> None:
+    code, out, _ = run(capsys, "topology", "explain", "--topology",
+                       str(FIXTURES / "dgx1-v100.txt"), "--gpus", "0,1", "--network-gbps",
+                       "100", "--transport", transport, "-o", "json")
+    assert code == 0
+    net = json.loads(out)["network"]
+    assert net["transport"] == transport and net["transportEfficiency"] == share
+    assert net["effectiveGbps"] == pytest.approx(100 * share)

@@ -146,15 +146,23 @@ def test_one_gpu_per_node_is_the_effective_network(dgx1: Topology) -> None:
     shares = [NodeShare(dgx1, (0,), 100.0) for _ in range(4)]  # tcp by default
     assert gang_bus_bandwidth(shares, span="rack") == pytest.approx(100.0 * 0.25 / 8)
     rdma = [NodeShare(dgx1, (0,), 100.0, "rdma") for _ in range(4)]
-    assert gang_bus_bandwidth(rdma, span="rack") == pytest.approx(100.0 * 0.94 / 8)
+    assert gang_bus_bandwidth(rdma, span="rack") == pytest.approx(100.0 * 0.50 / 8)
+    gdr = [NodeShare(dgx1, (0,), 100.0, "gdr") for _ in range(4)]
+    assert gang_bus_bandwidth(gdr, span="rack") == pytest.approx(100.0 * 0.94 / 8)
     # the slowest node decides, transport included
-    assert gang_bus_bandwidth([*rdma[:3], shares[0]], span="rack") == pytest.approx(3.125)
+    assert gang_bus_bandwidth([*gdr[:3], shares[0]], span="rack") == pytest.approx(3.125)
+    assert gang_bus_bandwidth([*gdr[:3], rdma[0]], span="rack") == pytest.approx(6.25)
+    # a node's own share beats the policy's, which beats the default
+    policy = [NodeShare(dgx1, (0,), 100.0, "rdma", None, 0.8) for _ in range(2)]
+    assert gang_bus_bandwidth(policy, span="rack") == pytest.approx(100.0 * 0.8 / 8)
+    own = [NodeShare(dgx1, (0,), 100.0, "rdma", 0.3, 0.8) for _ in range(2)]
+    assert gang_bus_bandwidth(own, span="rack") == pytest.approx(100.0 * 0.3 / 8)
     unknown = [NodeShare(dgx1, (0,), 100.0, "carrier-pigeon") for _ in range(2)]
     assert gang_bus_bandwidth(unknown, span="rack") == pytest.approx(100.0 * 0.25 / 8)
 
 
 def test_the_worst_share_limits_a_fast_network(dgx1: Topology) -> None:
-    shares = [NodeShare(dgx1, (0, 1, 2, 5), 800.0, "rdma"), NodeShare(dgx1, (0, 1), 800.0, "rdma")]
+    shares = [NodeShare(dgx1, (0, 1, 2, 5), 800.0, "gdr"), NodeShare(dgx1, (0, 1), 800.0, "gdr")]
     assert gang_bus_bandwidth(shares, span="rack") == pytest.approx(
         ring_bus_bandwidth(dgx1, (0, 1, 2, 5))
     )

@@ -30,7 +30,14 @@ from gputopo.cluster.reservations import (
 )
 from gputopo.cluster.source import ClusterReader
 from gputopo.placement.solver import GroupedNodes, solve
-from gputopo.placement.types import GangRequest, NodeState, Placement
+from gputopo.placement.types import (
+    GangRequest,
+    NodeState,
+    Placement,
+    SharesMemo,
+    with_transport_shares,
+)
+from gputopo.topology.transport import TransportShares
 from webhook.placement import network
 
 log = logging.getLogger(__name__)
@@ -90,7 +97,8 @@ def exclude_held(nodes: Sequence[NodeState], held: Mapping[str, set[int]] | Mapp
                 name=n.name, topology=n.topology, used=n.used | frozenset(extra), zone=n.zone,
                 rack=n.rack, network_gbps=n.network_gbps,
                 network_transport=n.network_transport, facts=n.facts,
-                host_ports=n.host_ports, network_efficiency=n.network_efficiency))
+                host_ports=n.host_ports, network_efficiency=n.network_efficiency,
+                transport_share=n.transport_share))
         fresh[n.name] = hit
         out.append(hit[2])
     if memo is not None:
@@ -104,10 +112,13 @@ def default_solver() -> Solver:
     return solve
 
 
-def nodes_for(cluster: ClusterReader, pod: Mapping[str, Any]) -> tuple[list[NodeState], int]:
+def nodes_for(cluster: ClusterReader, pod: Mapping[str, Any],
+              shares: TransportShares | None = None) -> tuple[list[NodeState], int]:
     """The topology nodes ``pod`` could be scheduled on at all (its nodeSelector, required
     node affinity and tolerations), and how many were ruled out. A node whose object the
-    cluster view does not hold is kept: nothing is known against it.
+    cluster view does not hold is kept: nothing is known against it. ``shares``: the
+    admitting policy's transport shares (``placement.transportShare``), applied to the
+    nodes returned.
 
     Why the facts on each NodeState: this runs over every node of the cluster for each new
     gang, inside its admission; looking each Node object up and re-reading its labels and
@@ -115,7 +126,7 @@ def nodes_for(cluster: ClusterReader, pod: Mapping[str, Any]) -> tuple[list[Node
     """
     nodes = cluster.node_states()
     fit, _ = _fit(cluster, nodes, _constraints(pod))
-    return fit, len(nodes) - len(fit)
+    return with_transport_shares(fit, shares), len(nodes) - len(fit)
 
 
 def _constraints(pod: Mapping[str, Any]) -> PodConstraints:
@@ -231,6 +242,8 @@ class GangReserver:
         # store's held-GPU revision on every use, so a change anywhere is seen at once.
         self._fits: dict[str, _Fit] = {}
         self._frees: dict[str, _Free] = {}
+        # per policy share table: each node's copy under it, reused while the node stays
+        self._shared: dict[TransportShares, SharesMemo] = {}
         # ideal bandwidth per node-set signature (which holds the nodes, so their
         # topologies' ids stay unique) and per gang; the last nodes asked about, for a
         # signature without rebuilding it
@@ -243,40 +256,52 @@ class GangReserver:
             self._solver = default_solver()
         return self._solver
 
-    def free_nodes(self, cluster: ClusterReader, pod: Mapping[str, Any]
-                   ) -> tuple[list[NodeState], int]:
+    def free_nodes(self, cluster: ClusterReader, pod: Mapping[str, Any],
+                   shares: TransportShares | None = None) -> tuple[list[NodeState], int]:
         """The nodes ``pod`` fits with reserved GPUs marked used, and how many its own
         constraints left out (what :meth:`reserve` solves on)."""
-        _, free, excluded, _ = self._fit_and_free(cluster, pod)
+        _, free, excluded, _ = self._fit_and_free(cluster, pod, shares)
         return list(free), excluded
 
-    def nodes_for(self, cluster: ClusterReader, pod: Mapping[str, Any]
-                  ) -> tuple[list[NodeState], int]:
-        """:func:`nodes_for`, remembered per pod constraints while the node objects stay."""
-        fit, excluded, _ = self._fit_entry(cluster, pod)
+    def nodes_for(self, cluster: ClusterReader, pod: Mapping[str, Any],
+                  shares: TransportShares | None = None) -> tuple[list[NodeState], int]:
+        """:func:`nodes_for`, remembered per pod constraints and transport shares while the
+        node objects stay."""
+        fit, excluded, _ = self._fit_entry(cluster, pod, shares)
         return list(fit.fit), excluded
 
-    def fit_and_free(self, cluster: ClusterReader, pod: Mapping[str, Any]
+    def fit_and_free(self, cluster: ClusterReader, pod: Mapping[str, Any],
+                     shares: TransportShares | None = None
                      ) -> tuple[list[NodeState], Sequence[NodeState], int]:
         """``pod``'s fitting nodes (:func:`nodes_for`), the same nodes with reserved GPUs
         marked used, and how many nodes its constraints left out. Both lists may be
         remembered for the next gang: read them, never modify them."""
-        entry, free, excluded, _ = self._fit_and_free(cluster, pod)
+        entry, free, excluded, _ = self._fit_and_free(cluster, pod, shares)
         return entry.fit, free, excluded
 
-    def _fit_entry(self, cluster: ClusterReader, pod: Mapping[str, Any]
-                   ) -> tuple[_Fit, int, str]:
-        """The remembered fit of ``pod``'s constraints on the reader's nodes now, its
-        count of left-out nodes and the constraints' memo key."""
+    def _fit_entry(self, cluster: ClusterReader, pod: Mapping[str, Any],
+                   shares: TransportShares | None = None) -> tuple[_Fit, int, str]:
+        """The remembered fit of ``pod``'s constraints on the reader's nodes now, as a
+        policy with transport ``shares`` sees them, its count of left-out nodes and the
+        memo key (constraints and shares)."""
         nodes = cluster.node_states()
         constraints = _constraints(pod)
         # repr tells 1, 1.0 and True apart and every value of a parsed pod is JSON: equal
-        # texts are equal constraints (a different key order merely misses the memo)
-        key = repr((constraints.selector, constraints.terms, constraints.tolerations))
+        # texts are equal constraints (a different key order merely misses the memo); the
+        # shares are part of the key: the nodes' effective networks depend on them
+        key = repr((constraints.selector, constraints.terms, constraints.tolerations,
+                    shares or ()))
         hit = self._fits.get(key)
         if hit is not None and same_nodes(hit.source, nodes):
             return hit, hit.excluded, key
         fit, own = _fit(cluster, nodes, constraints)
+        if shares:
+            memo = self._shared.get(shares)
+            if memo is None:
+                if len(self._shared) >= FIT_MEMO_SIZE:
+                    self._shared.clear()
+                memo = self._shared[shares] = {}
+            fit = with_transport_shares(fit, shares, memo)
         entry = _Fit(source=list(nodes), fit=fit, excluded=len(nodes) - len(fit),
                      where={n.name: i for i, n in enumerate(fit)})
         if own:  # answers read from Node objects may change without the node states
@@ -286,7 +311,8 @@ class GangReserver:
             self._fits[key] = entry
         return entry, entry.excluded, key
 
-    def _fit_and_free(self, cluster: ClusterReader, pod: Mapping[str, Any]
+    def _fit_and_free(self, cluster: ClusterReader, pod: Mapping[str, Any],
+                      shares: TransportShares | None = None
                       ) -> tuple[_Fit, Sequence[NodeState], int, Mapping[str, Any]]:
         """``pod``'s fitting nodes, the same with reserved GPUs marked used (position for
         position, never to be modified: they may be remembered), how many nodes its
@@ -295,7 +321,7 @@ class GangReserver:
         A store that publishes held GPUs by revision (``held_snapshot``) says which nodes
         changed since the last gang: only those are redone, instead of a pass over every
         node and every held GPU of the cluster for each new gang."""
-        entry, excluded, key = self._fit_entry(cluster, pod)
+        entry, excluded, key = self._fit_entry(cluster, pod, shares)
         snapshot = getattr(self.store, "held_snapshot", None)
         if snapshot is None:
             gpus = self.store.held_gpus()
@@ -328,12 +354,13 @@ class GangReserver:
         gang shape and node set: the same for every gang of that shape).
 
         The node set is everything the solver reads of a node but its used GPUs (name,
-        topology, zone, rack, network); the same node objects as last time skip building
-        that signature (a pointer walk instead of a 1,000-entry tuple and its hash)."""
+        topology, zone, rack, effective network: line rate, transport, the node's and the
+        policy's share); the same node objects as last time skip building that signature
+        (a pointer walk instead of a 1,000-entry tuple and its hash)."""
         last = self._ideal_last
         if last is None or not same_nodes(last[0], nodes):
             sig = tuple((n.name, id(n.topology), n.zone, n.rack, n.network_gbps,
-                         n.network_transport) for n in nodes)
+                         n.network_transport, n.effective_gbps) for n in nodes)
             found = self._ideal.get(sig)
             if found is None:
                 if len(self._ideal) >= FIT_MEMO_SIZE:
@@ -347,7 +374,8 @@ class GangReserver:
             empty = [NodeState(name=n.name, topology=n.topology, zone=n.zone, rack=n.rack,
                                network_gbps=n.network_gbps,
                                network_transport=n.network_transport, facts=n.facts,
-                               network_efficiency=n.network_efficiency)
+                               network_efficiency=n.network_efficiency,
+                               transport_share=n.transport_share)
                      for n in nodes]
             best = self.solver(empty, gang)
             hit = best.bus_bandwidth_gbps if best.feasible else 0.0
@@ -369,7 +397,7 @@ class GangReserver:
     def reserve(
         self, *, cluster: ClusterReader, pod: Mapping[str, Any], key: GangKey,
         gang: GangRequest, good_share: float | None = None,
-        net: network.GangNetwork | None = None,
+        net: network.GangNetwork | None = None, shares: TransportShares | None = None,
     ) -> tuple[GangReservation, bool] | Unplaced:
         """Solve the whole gang and reserve it; re-solve on conflict, a bounded number of
         times. Returns the reservation and whether THIS call made it (False: a concurrent
@@ -391,6 +419,10 @@ class GangReserver:
         left out, the plan is decided from the solver's slots (ports derived from GPUs) and
         stored with the reservation; a node whose port range is used up is left out and the
         gang re-solved.
+
+        ``shares``: the admitting policy's transport shares (``placement.transportShare``):
+        the solve, the predicted bandwidth and the "good" bar all see the nodes' networks
+        as that policy rates them.
         """
         last = ""
         try:  # abandoned gangs free their GPUs before we look for free ones
@@ -399,7 +431,7 @@ class GangReserver:
             log.warning("placement: expiring reservations failed (next gang retries): %s", exc)
         no_ports: dict[str, str] = {}  # nodes whose port range is used up → why
         for attempt in range(1, self.max_attempts + 1):
-            entry, free, excluded, held = self._fit_and_free(cluster, pod)
+            entry, free, excluded, held = self._fit_and_free(cluster, pod, shares)
             bound, free = usable_pair(entry.fit, free, net, no_ports)
             placement = self.solver(free, gang)
             if not placement.feasible:

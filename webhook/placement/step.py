@@ -163,8 +163,9 @@ def replica_ordinal(specs: object, gpu_types: Mapping[str, int], replica_type: s
 
 
 def nodes_for_pod(ctx: AdmissionContext) -> tuple[list[NodeState], int]:
-    """:func:`webhook.placement.reserve.nodes_for` for the admitted pod."""
-    return nodes_for(ctx.cluster, ctx.pod)
+    """:func:`webhook.placement.reserve.nodes_for` for the admitted pod, as its policy
+    rates the nodes' networks."""
+    return nodes_for(ctx.cluster, ctx.pod, placement_settings(ctx.policy).transport_share)
 
 
 _ruled_out = ruled_out
@@ -329,7 +330,8 @@ class PlacementStep:
         one = GangRequest(1, gang.gpus_per_replica)
         others = [s for s in res.slots if s.replica != slot.replica]
         for _ in range(self.max_attempts):
-            fit, free, excluded = self.reserver.fit_and_free(ctx.cluster, ctx.pod)
+            fit, free, excluded = self.reserver.fit_and_free(
+                ctx.cluster, ctx.pod, placement_settings(ctx.policy).transport_share)
             choice = None
             for scope in repair_scopes(free, others, gang.per_node):
                 placement = self.solver(scope, one)
@@ -362,7 +364,8 @@ class PlacementStep:
         the placement queue); the admitted pod's constraints decide for the gang."""
         return self.reserver.reserve(cluster=ctx.cluster, pod=ctx.pod, key=key, gang=gang,
                                      good_share=GOOD_SHARE if self._may_wait(ctx) else None,
-                                     net=net)
+                                     net=net,
+                                     shares=placement_settings(ctx.policy).transport_share)
 
     def _may_wait(self, ctx: AdmissionContext) -> bool:
         """The gang may wait for a good placement (``whenFull: wait`` and a queue runs)."""
@@ -376,7 +379,8 @@ class PlacementStep:
         try:
             res = self.store.get(key)
             if res is None:
-                fit, nodes, excluded = self.reserver.fit_and_free(ctx.cluster, ctx.pod)
+                fit, nodes, excluded = self.reserver.fit_and_free(
+                    ctx.cluster, ctx.pod, placement_settings(ctx.policy).transport_share)
                 fit, nodes = usable_pair(fit, nodes, net)
                 placement = self.solver(nodes, gang)
                 if not placement.feasible:
@@ -547,7 +551,8 @@ def waiting_record(key: GangKey, gang: GangRequest, settings: PlacementSettings,
                    fixed_ports: frozenset[tuple[str, int]] = frozenset()) -> dict[str, Any]:
     """What the placement record of a gated pod adds: everything the queue needs to place
     the gang later without the policy or the job at hand (the job is looked up all the same
-    before the gang is placed, so a deleted job's pods are never placed)."""
+    before the gang is placed, so a deleted job's pods are never placed) — the policy's
+    transport shares too, so that the queue rates nodes as admission did."""
     return {
         "waiting": True,
         "since": time.time(),
@@ -557,7 +562,9 @@ def waiting_record(key: GangKey, gang: GangRequest, settings: PlacementSettings,
                  "gpusPerReplica": gang.gpus_per_replica,
                  "maxReplicasPerNode": gang.max_replicas_per_node,
                  **({"fixedPorts": sorted([p, n] for p, n in fixed_ports)}
-                    if fixed_ports else {})},
+                    if fixed_ports else {}),
+                 **({"transportShare": dict(settings.transport_share)}
+                    if settings.transport_share else {})},
         **({"network": plan.to_json()} if plan is not None else {}),
     }
 

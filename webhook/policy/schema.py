@@ -12,6 +12,7 @@ from fractions import Fraction
 from typing import Any, Literal
 
 from gputopo import names
+from gputopo.topology.transport import TransportShares
 
 API_VERSION = "gputopo.io/v1alpha1"
 KIND = "TopologyPolicy"
@@ -118,6 +119,11 @@ class PlacementSettings:
     #: plugin returns them from Allocate; the kubelet puts the spec's env after the plugin's,
     #: so the webhook must then write none: docs/device-plugin.md)
     gpu_env: GpuEnvSource = "pod"
+    #: ``transportShare``: the share of a node's line rate NCCL gets, by the node's
+    #: transport, replacing the built-in defaults (gputopo.topology.transport) for gangs
+    #: this policy admits; a node's own ``gputopo.io/network-efficiency`` still wins.
+    #: Sorted (transport, share) pairs; empty: the defaults.
+    transport_share: TransportShares = ()
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gputopo.errors import PolicyError
+from gputopo.topology.transport import (
+    TRANSPORT_EFFICIENCY,
+    TRANSPORT_ORDER,
+    TransportShares,
+    order_problem,
+)
 from webhook.policy import schema as s
 from webhook.quantity import parse_quantity
 
@@ -271,7 +277,7 @@ def _placement(raw: Any, err: _Errors) -> s.PlacementSettings:
     path = "spec.placement"
     p = _mapping(raw, path, err)
     _keys(p, ("enabled", "whenFull", "maxWaitSeconds", "podGroup", "onUnplaceable",
-              "network", "hostPorts", "gpuEnv"), path, err)
+              "network", "hostPorts", "gpuEnv", "transportShare"), path, err)
     when_full = _choice(p.get("whenFull"), f"{path}.whenFull", err, ("wait", "admit", "deny"),
                         None)
     old = _choice(p.get("onUnplaceable"), f"{path}.onUnplaceable", err, ("admit", "deny"),
@@ -298,7 +304,31 @@ def _placement(raw: Any, err: _Errors) -> s.PlacementSettings:
                         "auto"),
         host_ports=_port_range(p.get("hostPorts"), f"{path}.hostPorts", err),
         gpu_env=_choice(p.get("gpuEnv"), f"{path}.gpuEnv", err, ("pod", "plugin"), "pod"),
+        transport_share=_transport_share(p.get("transportShare"), f"{path}.transportShare",
+                                         err),
     )
+
+
+def _transport_share(raw: Any, path: str, err: _Errors) -> TransportShares:
+    """``{tcp: 0.3, rdma: 0.6, gdr: 0.95}``: known transports only, each share in (0, 1],
+    and together with the defaults for the transports left out never ranking a faster
+    transport below a slower one (gdr >= rdma >= tcp): a GPUDirect node must not look
+    slower than a host-staged one."""
+    table = _mapping(raw, path, err)
+    out: dict[str, float] = {}
+    for key, value in table.items():
+        if key not in TRANSPORT_EFFICIENCY:
+            err.add(f"{path}.{key}", f"unknown transport (known: {', '.join(TRANSPORT_ORDER)})")
+        elif isinstance(value, bool) or not isinstance(value, int | float) or not (
+                0 < value <= 1):
+            err.add(f"{path}.{key}", f"must be a number greater than 0 and at most 1 (a "
+                    f"share of the line rate); got {value!r}")
+        else:
+            out[str(key)] = float(value)
+    problem = order_problem(out)
+    if problem is not None:
+        err.add(path, problem)
+    return tuple(sorted(out.items()))
 
 
 def _port_range(raw: Any, path: str, err: _Errors) -> tuple[int, int]:

@@ -2,9 +2,9 @@
 
 Why from the pods alone: every gated pod carries its placement record (written at
 admission, :func:`webhook.placement.step.waiting_record`): the gang key, the gang's demand,
-when it started waiting and its policy's ``maxWaitSeconds``. So the queue needs neither the
-policies nor the job to rebuild its state: a new leader, or ``gputopo queue`` reading a
-cluster file, sees exactly what the last one saw.
+when it started waiting, its policy's ``maxWaitSeconds`` and transport shares. So the queue
+needs neither the policies nor the job to rebuild its state: a new leader, or ``gputopo
+queue`` reading a cluster file, sees exactly what the last one saw.
 
 Order: arrival (the earliest ``since`` of the gang's pods), then the gang key, so the order
 is total and the same in every process. :func:`serve_order` says which gangs a pass may
@@ -23,6 +23,7 @@ from typing import Any
 from gputopo import names
 from gputopo.cluster.reservations import GangKey, ReplicaKey
 from gputopo.placement.types import GangRequest
+from gputopo.topology.transport import TRANSPORT_EFFICIENCY, TransportShares
 
 #: A gang that has waited this long blocks backfill behind it (docs/queue.md).
 DEFAULT_STARVATION_SECONDS = 600.0
@@ -49,6 +50,9 @@ class WaitingGang:
     since: float
     max_wait_seconds: float
     pods: list[WaitingPod] = field(default_factory=list)
+    #: the admitting policy's ``placement.transportShare``, from the record: the queue
+    #: rates the nodes' networks as admission did
+    transport_share: TransportShares = ()
 
     def waited(self, now: float) -> float:
         return max(0.0, now - self.since)
@@ -111,7 +115,8 @@ def waiting_gangs(pods: Iterable[Mapping[str, Any]]) -> list[WaitingGang]:
                         replica, since, dict(pod), rec)
         gang = gangs.get(key)
         if gang is None:
-            gang = gangs[key] = WaitingGang(key, request, since, max_wait)
+            gang = gangs[key] = WaitingGang(key, request, since, max_wait,
+                                            transport_share=transport_shares(g))
         gang.since = min(gang.since, since)
         gang.max_wait_seconds = min(gang.max_wait_seconds, max_wait) or max_wait
         gang.pods.append(wp)
@@ -120,6 +125,18 @@ def waiting_gangs(pods: Iterable[Mapping[str, Any]]) -> list[WaitingGang]:
     for g in out:
         g.pods.sort(key=lambda p: p.replica)
     return out
+
+
+def transport_shares(gang: Mapping[str, Any]) -> TransportShares:
+    """The ``transportShare`` a waiting record's gang carries (known transports, shares in
+    (0, 1]; anything else is left out: the defaults apply to it)."""
+    raw = gang.get("transportShare")
+    if not isinstance(raw, Mapping):
+        return ()
+    return tuple(sorted(
+        (str(t), float(v)) for t, v in raw.items()
+        if t in TRANSPORT_EFFICIENCY and isinstance(v, int | float)
+        and not isinstance(v, bool) and 0 < v <= 1))
 
 
 def starving(gang: WaitingGang, now: float, starvation_seconds: float) -> bool:

@@ -137,7 +137,8 @@ class PlacementQueue:
             if res is None:
                 made = self.reserver.reserve(cluster=self.cluster, pod=gang.pods[0].pod,
                                              key=key, gang=gang.request, good_share=good_share,
-                                             net=settled_network(gang.pods[0].record))
+                                             net=settled_network(gang.pods[0].record),
+                                             shares=gang.transport_share)
                 if isinstance(made, Unplaced):
                     return made.reason
                 res = made[0]

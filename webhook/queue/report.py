@@ -31,10 +31,10 @@ class Row:
 def why_not_now(gang: WaitingGang, cluster: ClusterReader, reserver: GangReserver) -> str:
     """Why ``gang`` is not placed now, in a sentence (no side effects)."""
     pod = gang.pods[0].pod
-    free, excluded = reserver.free_nodes(cluster, pod)
+    free, excluded = reserver.free_nodes(cluster, pod, gang.transport_share)
     placement = reserver.solver(free, gang.request)
     if placement.feasible:
-        fit, _ = nodes_for(cluster, pod)
+        fit, _ = nodes_for(cluster, pod, gang.transport_share)
         poor = reserver.not_good(placement, fit, gang.request, GOOD_SHARE)
         return poor.reason if poor is not None else "fits now (placed at the next pass)"
     per_node = sorted((len(n.free) for n in free), reverse=True)

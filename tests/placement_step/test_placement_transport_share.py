@@ -1,0 +1,120 @@
+"""A policy's ``placement.transportShare`` through real admission (``gputopo mutate`` with a
+real YAML policy and cluster file): it changes which nodes a gang spanning nodes gets and the
+bandwidth its placement record predicts; a node's own ``gputopo.io/network-efficiency``
+still wins over it; a bad table is refused with one line naming the field."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+from placement_checks import pinned_node, record
+from placement_jobs import gang, mpijob
+
+from gputopo import names
+from gputopo.cli import main
+from gputopo.cluster.demo import demo_cluster_path
+from gputopo.yamlio import dump, dump_documents, load_documents
+from webhook.assembly import default_policies_dir
+
+#: Two pairs of DGX-1 nodes with one GPU free each: NCCL over sockets on 250 Gbit/s
+#: (default share 0.25: 62.5 Gbit/s) and host-staged RDMA on 100 Gbit/s (0.5: 50 Gbit/s).
+TCP_NODES = ("tcp-a", "tcp-b")
+RDMA_NODES = ("rdma-a", "rdma-b")
+
+
+def cluster(tmp_path: Path, *, rdma_annotations: dict[str, str] | None = None) -> Path:
+    docs = load_documents(demo_cluster_path())
+    template = next(d for d in docs if d["kind"] == "Node")
+    out: list[dict[str, Any]] = [d for d in docs if d["kind"] == "Namespace"]
+    for name in (*TCP_NODES, *RDMA_NODES):
+        node = copy.deepcopy(template)
+        node["metadata"]["name"] = name
+        node["metadata"]["labels"]["kubernetes.io/hostname"] = name
+        ann = node["metadata"]["annotations"]
+        if name in TCP_NODES:
+            ann.update({names.NETWORK_GBPS_ANNOTATION: "250",
+                        names.NETWORK_TRANSPORT_ANNOTATION: "tcp"})
+        else:
+            ann.update({names.NETWORK_GBPS_ANNOTATION: "100",
+                        names.NETWORK_TRANSPORT_ANNOTATION: "rdma", **(rdma_annotations or {})})
+        out.append(node)
+        out.append({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": f"busy-{name}", "namespace": "default",
+                                 "annotations": {names.GPU_GROUP_ANNOTATION: "0,1,2,3,4,5,6"}},
+                    "spec": {"nodeName": name, "containers": [{"name": "c", "image": "x"}]},
+                    "status": {"phase": "Running"}})
+    path = tmp_path / "cluster.yaml"
+    path.write_text(dump_documents(out))
+    return path
+
+
+def policies(tmp_path: Path, share: Any = None) -> Path:
+    """The shipped ACK policy, with ``placement.transportShare: share`` when given."""
+    (doc,) = load_documents(default_policies_dir() / "ack-gpu-topology.yaml")
+    if share is not None:
+        doc["spec"]["placement"]["transportShare"] = share
+    out = tmp_path / "policies"
+    out.mkdir(exist_ok=True)
+    (out / "policy.yaml").write_text(dump(doc))
+    return out
+
+
+def placed(mutate: Any, tmp_path: Path, share: Any = None, **kw: Any
+           ) -> tuple[set[str], float]:
+    result = mutate(gang(mpijob("net", workers=2)), "--policies",
+                    str(policies(tmp_path, share)), cluster=cluster(tmp_path, **kw))
+    assert result.rc == 0, result.stderr
+    workers = [result.pods[f"net-worker-{i}"] for i in range(2)]
+    recs = [record(w) for w in workers]
+    assert all(r["placed"] for r in recs), recs
+    assert len({r["busBandwidthGBps"] for r in recs}) == 1
+    return {pinned_node(w) for w in workers}, recs[0]["busBandwidthGBps"]
+
+
+def test_without_an_override_the_faster_default_network_wins(mutate, tmp_path):
+    nodes, bandwidth = placed(mutate, tmp_path)
+    assert nodes == set(TCP_NODES)
+    assert bandwidth == pytest.approx(250 * 0.25 / 8, abs=1e-3)
+
+
+def test_the_policy_s_rdma_share_moves_the_gang_and_its_predicted_bandwidth(mutate, tmp_path):
+    nodes, bandwidth = placed(mutate, tmp_path, {"rdma": 0.9, "gdr": 0.95})
+    assert nodes == set(RDMA_NODES)
+    assert bandwidth == pytest.approx(100 * 0.9 / 8, abs=1e-3)
+
+
+def test_the_policy_s_tcp_share_applies_to_tcp_nodes(mutate, tmp_path):
+    nodes, bandwidth = placed(mutate, tmp_path, {"tcp": 0.4, "rdma": 0.9, "gdr": 0.95})
+    assert nodes == set(TCP_NODES)  # 250 x 0.4 = 100 beats 100 x 0.9 = 90
+    assert bandwidth == pytest.approx(250 * 0.4 / 8, abs=1e-3)
+
+
+def test_a_node_s_measured_share_beats_the_policy_s(mutate, tmp_path):
+    nodes, bandwidth = placed(mutate, tmp_path, {"rdma": 0.9, "gdr": 0.95},
+                              rdma_annotations={names.NETWORK_EFFICIENCY_ANNOTATION: "0.55"})
+    assert nodes == set(TCP_NODES)  # 100 x 0.55 = 55 < 62.5
+    assert bandwidth == pytest.approx(250 * 0.25 / 8, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("share", "says"),
+    [({"rdma": 1.5}, "spec.placement.transportShare.rdma: must be a number greater than 0"),
+     ({"rdma": 0}, "spec.placement.transportShare.rdma: must be a number greater than 0"),
+     ({"rdma": True}, "spec.placement.transportShare.rdma: must be a number"),
+     ({"rdma": "0.5"}, "spec.placement.transportShare.rdma: must be a number"),
+     ({"infiniband": 0.9}, "spec.placement.transportShare.infiniband: unknown transport"),
+     ({"gdr": 0.3}, "spec.placement.transportShare: gdr (0.3) below rdma (0.5)"),
+     ([0.5], "spec.placement.transportShare: must be a mapping")],
+)
+def test_a_bad_share_table_is_refused_with_one_line(tmp_path, capsys, share, says):
+    path = tmp_path / "job.yaml"
+    path.write_text(dump_documents(gang(mpijob("net", workers=2))))
+    code = main(["mutate", "--cluster", str(demo_cluster_path()), "--policies",
+                 str(policies(tmp_path, share)), str(path)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = [line for line in err.splitlines() if "transportShare" in line]
+    assert len(lines) == 1 and says in lines[0], err
