@@ -288,6 +288,14 @@ class _Group:
 
     def __post_init__(self) -> None:
         self._canon: tuple[str, tuple[int, ...], float] | None = None
+        self._first: str | None = None
+
+    def first(self) -> str:
+        """The smallest node name (the one-node search's tie-break; a GroupedNodes keeps
+        groups across solves, so it is looked for once)."""
+        if self._first is None:
+            self._first = min(map(_NAME, self.nodes))
+        return self._first
 
     def canon(self) -> tuple[str, tuple[int, ...], float]:
         """The classes' sort key and memo signature: (topology JSON, used, network)."""
@@ -344,7 +352,7 @@ def solve(nodes: Sequence[NodeState], gang: GangRequest) -> Placement:
     """
     _check_input(nodes, gang)
     solver = _Search(nodes, gang)
-    reason = _infeasible_reason(solver.groups, gang, len(nodes))
+    reason = _infeasible_reason(solver.groups, solver.tally, gang, len(nodes))
     if reason:
         return Placement(feasible=False, reason=reason)
     best = solver.single_node()
@@ -378,7 +386,8 @@ def _check_names(nodes: Sequence[NodeState]) -> None:
         seen.add(name)
 
 
-def _infeasible_reason(groups: list[_Group], gang: GangRequest, node_count: int) -> str:
+def _infeasible_reason(groups: list[_Group], tally: _Tally, gang: GangRequest,
+                       node_count: int) -> str:
     g, r, total = gang.gpus_per_replica, gang.replicas, gang.total_gpus
     shape = f"{r} x {g} GPU{'s' if g > 1 else ''}"
     if not groups:
@@ -390,17 +399,12 @@ def _infeasible_reason(groups: list[_Group], gang: GangRequest, node_count: int)
         )
     plural = "s" if node_count > 1 else ""
     per_node = gang.per_node
-    # One loop over the groups for every figure the reasons below need.
-    cluster_gpus = largest = most_free = fits = free = 0
-    for grp in groups:
-        kind, count = grp.kind, len(grp.nodes)
-        cluster_gpus += kind.size * count
-        free += kind.free * count
-        fits += min(kind.free // g, per_node) * count
-        if kind.size > largest:
-            largest = kind.size
-        if kind.free > most_free:
-            most_free = kind.free
+    # Every figure from the tally: a handful of distinct GPU counts, not every group.
+    cluster_gpus = sum(size * count for size, count in tally.sizes.items())
+    free = sum(f * count for f, count in tally.frees.items())
+    fits = sum(min(f // g, per_node) * count for f, count in tally.frees.items())
+    largest = max(tally.sizes)
+    most_free = max(tally.frees)
     if total > cluster_gpus:
         return (
             f"the gang needs {total} GPUs ({shape}) but the whole cluster has only "
@@ -550,21 +554,74 @@ def _group_nodes(nodes: Iterable[NodeState]) -> list[_Group]:
     return groups
 
 
+_Tied = dict[object, tuple[_Group, _Option]]  # the groups tied for the best one-node key
+
+
+def _best_single(items: Iterable[tuple[object, _Group]], n: int) -> tuple[tuple | None, _Tied]:
+    """The best one-node key for ``n`` GPUs over the groups (by any keys) and the groups
+    that reach it, each with its best share."""
+    best_key: tuple | None = None
+    tied: _Tied = {}
+    for at, grp in items:
+        kind = grp.kind
+        if kind.free < n:
+            continue
+        key, opt = kind.rated.get(n) or kind.one_node(n)
+        if best_key is None or key > best_key:
+            best_key, tied = key, {at: (grp, opt)}
+        elif key == best_key:
+            tied[at] = (grp, opt)
+    return best_key, tied
+
+
+@dataclass(frozen=True)
+class _Tally:
+    """Nodes per GPU count, per free-GPU count and per effective network: all that the
+    feasibility reasons and the multi-node search's first bound read of the groups."""
+
+    sizes: dict[int, int]
+    frees: dict[int, int]
+    nets: dict[float, int]
+
+    @classmethod
+    def of(cls, groups: Iterable[_Group]) -> _Tally:
+        tally = cls({}, {}, {})
+        for grp in groups:
+            tally.add(grp.kind, grp.network_gbps, len(grp.nodes))
+        return tally
+
+    def copy(self) -> _Tally:
+        return _Tally(dict(self.sizes), dict(self.frees), dict(self.nets))
+
+    def add(self, kind: _Kind, net: float, count: int) -> None:
+        """Count ``count`` nodes of ``kind`` on network ``net`` in (or out, if negative)."""
+        for table, value in ((self.sizes, kind.size), (self.frees, kind.free),
+                             (self.nets, net)):
+            left = table.get(value, 0) + count  # type: ignore[attr-defined]
+            if left:
+                table[value] = left  # type: ignore[index]
+            else:
+                del table[value]  # type: ignore[attr-defined]
+
+
 class GroupedNodes(Sequence[NodeState]):
     """A list of nodes with the solver's grouping pass done, kept up to date node by node.
 
     Why: the webhook solves the whole cluster for every new gang, and between two gangs
     only the few nodes a reservation touched change. The pass that groups 1,000 nodes was
-    half of a one-node solve (docs/benchmarks.md, "Solver grouping kept across gangs");
-    :meth:`replaced` redoes it for the changed nodes only, and :func:`solve` given a
-    GroupedNodes starts from its groups. Answers are the same as for the plain list (the
-    search never depends on the order of groups or of their nodes;
+    half of a one-node solve, and the loops over a few hundred groups that follow it (the
+    feasibility reasons, the best one-node share) most of the rest (docs/benchmarks.md,
+    "Solver state kept across gangs"). :meth:`replaced` redoes the groups of the changed
+    nodes only and carries the tallies and the best one-node key per gang size over;
+    :func:`solve` given a GroupedNodes starts from them. Answers are the same as for the
+    plain list (the search never depends on the order of groups or of their nodes;
     tests/placement/test_grouped_nodes.py).
 
     Read-only: a change is a new GroupedNodes (:meth:`replaced`); the old one stays valid.
     """
 
-    __slots__ = ("_buckets", "_groups", "_list", "_nodes", "_tops", "_twins", "_where")
+    __slots__ = ("_buckets", "_groups", "_list", "_nodes", "_single", "_tally", "_tops",
+                 "_twins", "_where")
 
     def __init__(self, nodes: Iterable[NodeState]) -> None:
         self._nodes = list(nodes)
@@ -580,7 +637,11 @@ class GroupedNodes(Sequence[NodeState]):
             else:
                 members[node.name] = node
         self._buckets = buckets
-        self._groups: dict[_BucketKey, _Group] = {}
+        kinds_by_id: dict[int, dict[frozenset[int], _Kind]] = {}
+        self._groups = {key: _group(key, list(members.values()), kinds_by_id)
+                        for key, members in buckets.items()}
+        self._tally = _Tally.of(self._groups.values())
+        self._single: dict[int, tuple[tuple | None, _Tied]] = {}
         self._list: list[_Group] | None = None
         # the topologies of the last twin check, by id (held, so no id is reused meanwhile)
         self._tops: dict[int, Topology] = {}
@@ -604,56 +665,91 @@ class GroupedNodes(Sequence[NodeState]):
     def replaced(self, nodes: Iterable[NodeState]) -> GroupedNodes:
         """A copy with each of ``nodes`` in the place of the node of its name (which must
         be here): the groups of untouched nodes are shared, not rebuilt."""
+        final: dict[str, NodeState] = {}
+        for node in nodes:
+            if node.name not in self._where:
+                raise ValueError(f"node {node.name!r} is not one of these nodes")
+            final[node.name] = node
         new = object.__new__(GroupedNodes)
         new._nodes = list(self._nodes)
         new._where = self._where  # same names at the same places
         new._buckets = dict(self._buckets)
         new._groups = dict(self._groups)
+        new._tally = self._tally.copy()
         new._list = None
         new._tops, new._twins = self._tops, self._twins
-        copied: set[_BucketKey] = set()
-        for node in nodes:
-            at = self._where.get(node.name)
-            if at is None:
-                raise ValueError(f"node {node.name!r} is not one of these nodes")
-            old = new._nodes[at]
+        touched: set[_BucketKey] = set()
+        for name, node in final.items():
+            at = self._where[name]
+            old = self._nodes[at]
             if old is node:
                 continue
             new._nodes[at] = node
             for key, add in ((_bucket_key(old), False), (_bucket_key(node), True)):
                 members = new._buckets.get(key)
-                if key not in copied:
-                    members = dict(members) if members is not None else {}
-                    copied.add(key)
-                    new._buckets[key] = members
-                    new._groups.pop(key, None)
+                if key not in touched:
+                    touched.add(key)
+                    members = new._buckets[key] = dict(members) if members is not None else {}
+                    grp = new._groups.pop(key, None)
+                    if grp is not None:  # counted again below, with its new members
+                        new._tally.add(grp.kind, grp.network_gbps, -len(grp.nodes))
                 assert members is not None
                 if add:
-                    members[node.name] = node
+                    members[name] = node
                 else:
-                    del members[node.name]
-        for key in copied:
-            if not new._buckets[key]:
+                    del members[name]
+        kinds_by_id: dict[int, dict[frozenset[int], _Kind]] = {}
+        for key in touched:
+            members = new._buckets[key]
+            if not members:
                 del new._buckets[key]
+                continue
+            grp = new._groups[key] = _group(key, list(members.values()), kinds_by_id)
+            new._tally.add(grp.kind, grp.network_gbps, len(grp.nodes))
+        if any(key[0] not in self._tops for key in touched):
+            new._tops = {}  # a topology object not seen yet: look for twins again
+        # The best one-node key per gang size: the tie dicts are shared between copies
+        # (never modified once made), so an untouched one costs nothing.
+        new._single = {}
+        for n, (best, tied) in self._single.items():
+            kept = tied
+            if any(key in tied for key in touched):  # touched: a few keys; tied: hundreds
+                kept = dict(tied)
+                for key in touched:
+                    kept.pop(key, None)
+            if not kept and tied:
+                continue  # every group at the best changed: worked out again when asked
+            top, fresh = _best_single(((key, new._groups[key]) for key in touched
+                                       if key in new._groups), n)
+            if top is not None and (best is None or top > best):
+                new._single[n] = (top, fresh)
+            elif top is not None and top == best:
+                new._single[n] = (best, {**kept, **fresh})
+            else:
+                new._single[n] = (best, kept)
         return new
 
     def groups(self) -> list[_Group]:
         """The solver's groups of these nodes (built once per bucket, shared by copies)."""
         if self._list is None:
-            kinds_by_id: dict[int, dict[frozenset[int], _Kind]] = {}
-            out = []
-            for key, members in self._buckets.items():
-                grp = self._groups.get(key)
-                if grp is None:
-                    grp = self._groups[key] = _group(key, list(members.values()), kinds_by_id)
-                out.append(grp)
-            if {key[0] for key in self._buckets} != self._tops.keys():
+            out = list(self._groups.values())
+            if self._groups and not self._tops:
                 # which topologies are equal but not the same object: merged below
-                tops = {key[0]: next(iter(m.values())).topology
-                        for key, m in self._buckets.items()}
+                tops = {key[0]: grp.kind.topology for key, grp in self._groups.items()}
                 self._tops, self._twins = tops, len(set(tops.values())) < len(tops)
             self._list = _merge_twins(out) if self._twins else out
         return self._list
+
+    def tally(self) -> _Tally:
+        """Nodes per GPU count, free-GPU count and network (read, never modify)."""
+        return self._tally
+
+    def best_single(self, n: int) -> tuple[tuple | None, list[tuple[_Group, _Option]]]:
+        """The best one-node key for ``n`` GPUs and the groups that reach it."""
+        got = self._single.get(n)
+        if got is None:
+            got = self._single[n] = _best_single(self._groups.items(), n)
+        return got[0], list(got[1].values())
 
 
 class _Search:
@@ -663,8 +759,11 @@ class _Search:
         # The only loop over every node of a one-node gang, unless the caller kept the
         # grouping (GroupedNodes). The groups are read, never changed: a GroupedNodes
         # shares them with later solves.
-        self.groups: list[_Group] = (nodes.groups() if isinstance(nodes, GroupedNodes)
+        self.grouped = nodes if isinstance(nodes, GroupedNodes) else None
+        self.groups: list[_Group] = (self.grouped.groups() if self.grouped is not None
                                      else _group_nodes(nodes))
+        self.tally = (self.grouped.tally() if self.grouped is not None
+                      else _Tally.of(self.groups))
         self.gang = gang
         self.g = gang.gpus_per_replica
         self.r = gang.replicas
@@ -687,22 +786,14 @@ class _Search:
         """
         if self.per_node < self.r:
             return None  # the gang may not share one node
-        n = self.n
-        best_key: tuple | None = None
-        tied: list[tuple[_Group, _Option]] = []
-        for grp in self.groups:
-            kind = grp.kind
-            if kind.free < n:
-                continue
-            key, opt = kind.rated.get(n) or kind.one_node(n)
-            if best_key is None or key > best_key:
-                best_key, tied = key, [(grp, opt)]
-            elif key == best_key:
-                tied.append((grp, opt))
+        if self.grouped is not None:
+            _, tied = self.grouped.best_single(self.n)
+        else:
+            tied = list(_best_single(enumerate(self.groups), self.n)[1].values())
         if not tied:
             return None
         # Names are unique, so the smallest name alone breaks the tie (name, GPUs).
-        name, grp, opt = min((min(map(_NAME, grp.nodes)), grp, opt) for grp, opt in tied)
+        name, grp, opt = min((grp.first(), grp, opt) for grp, opt in tied)
         node = next(n for n in grp.nodes if n.name == name)
         return self._candidate({name: opt.gpus}, {name: node})
 
@@ -711,8 +802,8 @@ class _Search:
         """Best placement over several nodes if it beats ``best``; else ``best``."""
         if best is not None:
             # Cheapest bound first: the whole cluster at rack speed, no intra-node cost.
-            jmax = max(min(self.per_node, grp.kind.free // self.g) for grp in self.groups)
-            net = max(grp.network_gbps for grp in self.groups)
+            jmax = min(self.per_node, max(self.tally.frees) // self.g)
+            net = max(self.tally.nets)
             m_lb = max(2, math.ceil(self.r / jmax))
             if round(_f(self.n, m_lb, -math.inf, net, 1.0), ROUND) < best.score.bus_bandwidth:
                 return best
