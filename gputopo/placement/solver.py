@@ -55,7 +55,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import overload
 
 from gputopo.errors import InputError
@@ -216,7 +216,7 @@ class _Kind:
 
     def share_bounds(self, g: int, jmax: int) -> tuple[float, int]:
         """(best slowest pair, best encoded blocks delta) of any share of 1..``jmax``
-        replicas of ``g`` GPUs on such a node: what :meth:`_Search._cannot_win` bounds a
+        replicas of ``g`` GPUs on such a node: what :meth:`_Search._bound` bounds a
         scope's score with. The Pareto options keep both maxima."""
         got = self._bounds.get((g, jmax))
         if got is None:
@@ -476,6 +476,8 @@ def _grid(r: int) -> tuple[int, int]:
     return width, sum(row << (m * width) for m in range(r + 1))
 
 
+#: (bus bandwidth, -nodes, slowest pair, locality, encoded blocks, packing): Score's order
+_Bound = tuple[float, int, float, int, int, int]
 _Opts = list[dict[int, tuple[_Option, ...]]]  # per class: replicas on a node -> options
 _Plan = list[tuple[int, int, _Option]]  # per chosen node: (class position, replicas, share)
 
@@ -807,17 +809,29 @@ class _Search:
             m_lb = max(2, math.ceil(self.r / jmax))
             if round(_f(self.n, m_lb, -math.inf, net, 1.0), ROUND) < best.score.bus_bandwidth:
                 return best
+        # Scopes best bound first; the bound covers the whole objective (``_bound``), so
+        # once one is below the best found, so is every later one. A scope whose bound only
+        # equals the best can still win the tie-break by node names, unless its first name
+        # comes after the best's first.
         rated = []
         for span, classes in self._scopes():
-            ub = self._upper_bound(classes, span)
-            if ub is not None:
-                rated.append((-ub, SPAN_RANK[span], span, classes))
-        rated.sort(key=lambda t: (t[0], t[1]))
-        for neg_ub, _, span, classes in rated:
-            if best is not None and -neg_ub < best.score.bus_bandwidth:
-                break
-            if best is not None and self._cannot_win(classes, -neg_ub, best):
-                continue
+            bound = self._bound(classes, span)
+            if bound is not None:
+                rated.append((bound, -SPAN_RANK[span], span, classes))
+        rated.sort(key=itemgetter(0, 1), reverse=True)
+        for bound, _, span, classes in rated:
+            if best is not None:
+                top = best.score
+                if bound[0] < top.bus_bandwidth:
+                    break
+                if self.prune_by_score:
+                    have = (top.bus_bandwidth, top.nodes, top.bottleneck_pair, top.locality,
+                            _encode(top.blocks), top.packing)
+                    if bound < have:
+                        break
+                    if bound == have and min(n.name for c in classes if self._cap(c)
+                                             for n in c.nodes) > best.tie[0][0]:
+                        continue
             cand = self._scope(span, classes, None if best is None else best.score.bus_bandwidth)
             if cand is not None and cand.better_than(best):
                 best = cand
@@ -879,57 +893,44 @@ class _Search:
             scopes.append(("cluster", _classes((grp, grp.nodes) for grp in eligible)))
         return scopes
 
-    def _upper_bound(self, classes: list[_Class], span: str) -> float | None:
-        cap = [min(self.per_node, c.free_mask.bit_count() // self.g) for c in classes]
-        if sum(min(len(c.nodes), self.r) * j for c, j in zip(classes, cap, strict=True)) < self.r:
-            return None
-        jmax = max(cap)
-        m_lb = max(2, math.ceil(self.r / jmax))
-        net = max(c.network_gbps for c in classes)
-        return round(_f(self.n, m_lb, -math.inf, net, SPAN_FACTOR[span]), ROUND)
+    #: Skip scopes by the bound of the whole objective (off: by bandwidth only, the full
+    #: search tests/placement/test_scope_pruning.py compares against).
+    prune_by_score = True
 
-    def _cannot_win(self, classes: list[_Class], ub: float, found: _Candidate) -> bool:
-        """True when no placement in a scope can beat ``found``: an upper bound of the
-        whole objective, term by term, is below its score, or equal to it while every node
-        of the scope has a name after the first node of ``found`` (the tie-break).
+    def _cap(self, c: _Class) -> int:
+        """Replicas one node of ``c`` can hold."""
+        return min(self.per_node, c.free_mask.bit_count() // self.g)
 
-        Why: when the network bounds every multi-node placement (a TCP cluster), every
-        rack ties on bandwidth (``ub``, the scope's bound), and a gang that fits on no
-        single node searched all of them, ~0.15 ms each, to compare the later terms (a
-        2 x 4 gang on a busy 1,000-node cluster: ~20 ms). The bound of each term, given
-        the terms before it tie: the fewest nodes the scope can use (``m``: only a plan
-        of exactly ``m`` nodes ties on the nodes term), the best pair of any share, a
-        rack's locality, the ``m`` best blocks deltas of distinct nodes, no empty node
-        opened; then the smallest name of a node with room.
+    def _bound(self, classes: list[_Class], span: str) -> _Bound | None:
+        """An upper bound of the objective of any placement in a scope, term by term as
+        :class:`Score` compares (blocks encoded), or None when the scope cannot hold the
+        gang.
+
+        Why the whole objective and not the bandwidth alone: when the network bounds every
+        multi-node placement (a TCP cluster) every rack ties on bandwidth, and a gang that
+        fits on no single node searched all of them, ~0.15 ms each, to compare the later
+        terms (a 2 x 4 gang on a busy 1,000-node cluster: ~20 ms). Each term's bound holds
+        given the terms before it tie: the fewest nodes the scope can use (``m``: only a
+        plan of exactly ``m`` nodes ties on the nodes term), the best pair of any share
+        (the Pareto options keep it), a rack's locality (the narrowest span of two nodes),
+        the ``m`` best blocks deltas of distinct nodes, no empty node opened.
         """
-        best = found.score
-        if ub > best.bus_bandwidth:
-            return False
-        g, per_node = self.g, self.per_node
-        caps = [min(per_node, c.free_mask.bit_count() // g) for c in classes]
+        caps = [self._cap(c) for c in classes]
+        if sum(min(len(c.nodes), self.r) * j for c, j in zip(classes, caps, strict=True)) < self.r:
+            return None
         jmax = max(caps)
-        if jmax <= 0:
-            return True
         m = max(2, math.ceil(self.r / jmax))
-        if -m != best.nodes:
-            return -m < best.nodes
-        bounds = [c.kind.share_bounds(g, j) for c, j in zip(classes, caps, strict=True) if j]
-        pair = max(b[0] for b in bounds)
-        if pair != best.bottleneck_pair:
-            return pair < best.bottleneck_pair
-        locality = -SPAN_RANK["rack"]  # the narrowest span of two nodes or more
-        if locality != best.locality:
-            return locality < best.locality
-        healths = sorted((b[1] for (c, j), b in zip(
-            ((c, j) for c, j in zip(classes, caps, strict=True) if j), bounds, strict=True)
-            for _ in range(min(len(c.nodes), m))), reverse=True)
-        blocks = sum(healths[:m])
-        if blocks != _encode(best.blocks):
-            return blocks < _encode(best.blocks)
-        if best.packing < 0:
-            return False  # a plan opening no empty node would win
-        first = min(n.name for c, j in zip(classes, caps, strict=True) if j for n in c.nodes)
-        return first > found.tie[0][0]
+        net = max(c.network_gbps for c in classes)
+        bw = round(_f(self.n, m, -math.inf, net, SPAN_FACTOR[span]), ROUND)
+        pair = -math.inf
+        healths: list[int] = []
+        for c, j in zip(classes, caps, strict=True):
+            if j:
+                p, h = c.kind.share_bounds(self.g, j)
+                pair = max(pair, p)
+                healths.extend([h] * min(len(c.nodes), m))
+        healths.sort(reverse=True)
+        return (bw, -m, pair, -SPAN_RANK["rack"], sum(healths[:m]), 0)
 
     def _scope(self, span: str, classes: list[_Class], floor: float | None) -> _Candidate | None:
         sig = (span, tuple((c.canon, min(len(c.nodes), self.r)) for c in classes))

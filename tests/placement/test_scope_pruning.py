@@ -1,9 +1,10 @@
 """Skipping scopes that cannot win changes no answer, tie-break included.
 
-Why: ``_Search._cannot_win`` skips a rack, zone or cluster scope when an upper bound of the
-whole objective (and then the first node name, for ties) shows it cannot beat the best
-placement found so far. Its purpose is the case where it fires most: a TCP network bounds
-every multi-node placement, so many racks tie on bandwidth and differ only in later terms.
+Why: the multi-node search visits scopes best bound first and stops (or skips one) when an
+upper bound of the whole objective (``_Search._bound``; then the first node name, for
+ties) shows it cannot beat the best placement found so far. It fires most where a TCP
+network bounds every multi-node placement, so many racks tie on bandwidth and differ only
+in later terms.
 The brute-force oracle (test_solver_oracle.py) checks scores on 1-4 nodes, too few scopes
 and no names; here clusters of 6-18 small nodes over several racks and zones are solved
 with the bound and with the full search (the bound turned off), and the placements must be
@@ -59,6 +60,18 @@ def test_the_bound_skips_only_scopes_that_cannot_win(
     nodes, gang = case
     fast = solve(nodes, gang)
     with pytest.MonkeyPatch.context() as mp:  # the full search: every scope looked at
-        mp.setattr(solver._Search, "_cannot_win", lambda *_: False)
+        mp.setattr(solver._Search, "prune_by_score", False)
         full = solve(nodes, gang)
     assert fast == full
+
+
+def test_a_later_rack_with_smaller_names_still_wins_the_tie() -> None:
+    """Two racks alike in everything but names: the bounds tie, the rack searched first
+    (r1) holds the larger names, and the answer is the other rack's nodes."""
+    topo = fixture_topology(sorted(FIXTURE_FILES)[0])
+    size = len(topo.indices)
+    nodes = [NodeState(name=name, topology=topo, used=frozenset(topo.indices[: size - 2]),
+                       zone="z1", rack=rack)
+             for name, rack in (("n5", "r1"), ("n6", "r1"), ("n1", "r2"), ("n2", "r2"))]
+    placement = solve(nodes, GangRequest(2, 2, max_replicas_per_node=1))
+    assert sorted(s.node for s in placement.slots) == ["n1", "n2"]
