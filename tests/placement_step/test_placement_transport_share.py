@@ -99,6 +99,24 @@ def test_a_node_s_measured_share_beats_the_policy_s(mutate, tmp_path):
     assert bandwidth == pytest.approx(250 * 0.25 / 8, abs=1e-3)
 
 
+@pytest.mark.parametrize(("share", "nodes"), [(None, TCP_NODES),
+                                               ({"rdma": 0.9, "gdr": 0.95}, RDMA_NODES)])
+def test_an_audit_policy_previews_the_nodes_enforce_would_take(mutate, tmp_path, share,
+                                                                nodes):
+    """Audit mode (and so a dry run) solves on the same view of the networks as enforce:
+    its "would pin" warnings name the nodes enforce mode takes with the same table."""
+    pol = policies(tmp_path, share)
+    text = (pol / "policy.yaml").read_text()
+    assert "mode: enforce" in text
+    (pol / "policy.yaml").write_text(text.replace("mode: enforce", "mode: audit"))
+    result = mutate(gang(mpijob("net", workers=2)), "--policies", str(pol),
+                    cluster=cluster(tmp_path))
+    assert result.rc == 0, result.stderr
+    pinned = {line.split(" to node ")[1].split(",")[0]
+              for line in result.stderr.splitlines() if "placement (audit): would pin" in line}
+    assert pinned == set(nodes), result.stderr
+
+
 @pytest.mark.parametrize(
     ("share", "says"),
     [({"rdma": 1.5}, "spec.placement.transportShare.rdma: must be a number greater than 0"),
