@@ -19,8 +19,9 @@ over the host's TCP/IP stack.
 
 Writing (:func:`transport_annotations`): the reporter sets
 ``gputopo.io/network-transport-detected`` to what it found and, in ``auto`` mode, sets
-``gputopo.io/network-transport`` only when the node has none or still carries the value
-the reporter detected last time; a different value was set by an operator and is kept.
+``gputopo.io/network-transport`` only when the node has none, still carries the value
+the reporter detected last time, or carries one placement cannot read (not tcp, rdma or gdr:
+read as tcp); a different valid value was set by an operator and is kept.
 ``--transport tcp|rdma|gdr`` writes that value whatever the node says; ``off`` writes
 nothing about the transport.
 """
@@ -129,6 +130,13 @@ def transport_annotations(current: Mapping[str, str], detected: str | None, mode
     elif now is None or now == current.get(names.NETWORK_TRANSPORT_DETECTED_ANNOTATION):
         want[names.NETWORK_TRANSPORT_ANNOTATION] = detected
         why = f"transport {detected} (detected)"
+    elif now.strip().lower() not in names.NETWORK_TRANSPORTS:
+        # placement reads such a value as tcp: keeping it would protect nothing the
+        # operator meant and hide what was found
+        want[names.NETWORK_TRANSPORT_ANNOTATION] = detected
+        why = (f"transport {detected} (detected; replaced {now!r}, which is not one of "
+               f"{', '.join(names.NETWORK_TRANSPORTS)} and read as "
+               f"{names.DEFAULT_NETWORK_TRANSPORT})")
     else:
         why = (f"transport {now!r} kept: set by hand (detected {detected}; "
                f"--transport {detected} would replace it)")

@@ -100,6 +100,10 @@ def test_a_sysfs_root_that_is_not_one_exits_2_with_one_line(tmp_path, capsys, wh
         ({T: "gdr", D: "gdr"}, "gdr", "auto", {}),  # nothing changed: nothing written
         ({T: "rdma"}, "gdr", "tcp", {T: "tcp", D: "gdr"}),  # forced
         ({T: "rdma"}, "gdr", "off", {}),
+        ({T: "RDMA"}, "gdr", "auto", {D: "gdr"}),  # read as rdma: a valid hand-set value
+        # placement reads a value it does not know as tcp: nothing to keep
+        ({T: "roce"}, "gdr", "auto", {T: "gdr", D: "gdr"}),
+        ({T: "", D: "rdma"}, "rdma", "auto", {T: "rdma"}),
     ],
 )
 def test_transport_annotations_keep_a_hand_set_value(current, detected, mode, writes) -> None:
@@ -142,18 +146,22 @@ def test_the_reporter_publishes_and_keeps_transports_on_the_node(tmp_path, capsy
         kube.apply(_node("fresh"))
         kube.apply(_node("by-hand", {T: "rdma"}))
         kube.apply(_node("upgraded", {T: "rdma", D: "rdma"}))
+        kube.apply(_node("typo", {T: "roce"}))  # placement reads it as tcp
 
         said = _report(capsys, config, "fresh", gdr_tree)
         assert "transport gdr (detected)" in said and "nvidia_peermem" in said
         said = _report(capsys, config, "by-hand", gdr_tree)
         assert "'rdma' kept: set by hand" in said
         _report(capsys, config, "upgraded", gdr_tree)  # peermem loaded since the last report
+        said = _report(capsys, config, "typo", gdr_tree)
+        assert "replaced 'roce', which is not one of tcp, rdma, gdr and read as tcp" in said
 
         nodes = {n["metadata"]["name"]: n for n in kube.objects("v1", "Node")}
         ann = {name: n["metadata"]["annotations"] for name, n in nodes.items()}
         assert (ann["fresh"][T], ann["fresh"][D]) == ("gdr", "gdr")
         assert (ann["by-hand"][T], ann["by-hand"][D]) == ("rdma", "gdr")
         assert (ann["upgraded"][T], ann["upgraded"][D]) == ("gdr", "gdr")
+        assert (ann["typo"][T], ann["typo"][D]) == ("gdr", "gdr")
         assert all(names.TOPOLOGY_ANNOTATION in a for a in ann.values())
         # what placement then reads of the node: GPUDirect's share of the line rate
         fresh = node_state(nodes["fresh"])
