@@ -64,8 +64,13 @@ def policies(tmp_path: Path, share: Any = None) -> Path:
 
 def placed(mutate: Any, tmp_path: Path, share: Any = None, **kw: Any
            ) -> tuple[set[str], float]:
-    result = mutate(gang(mpijob("net", workers=2)), "--policies",
-                    str(policies(tmp_path, share)), cluster=cluster(tmp_path, **kw))
+    return placed_with(mutate, tmp_path, policies(tmp_path, share), **kw)
+
+
+def placed_with(mutate: Any, tmp_path: Path, policy_dir: Path, **kw: Any
+                ) -> tuple[set[str], float]:
+    result = mutate(gang(mpijob("net", workers=2)), "--policies", str(policy_dir),
+                    cluster=cluster(tmp_path, **kw))
     assert result.rc == 0, result.stderr
     workers = [result.pods[f"net-worker-{i}"] for i in range(2)]
     recs = [record(w) for w in workers]
@@ -76,6 +81,22 @@ def placed(mutate: Any, tmp_path: Path, share: Any = None, **kw: Any
 
 def test_without_an_override_the_faster_default_network_wins(mutate, tmp_path):
     nodes, bandwidth = placed(mutate, tmp_path)
+    assert nodes == set(TCP_NODES)
+    assert bandwidth == pytest.approx(250 * 0.25 / 8, abs=1e-3)
+
+
+@pytest.mark.parametrize("empty", [{}, "null"])
+def test_a_null_or_empty_table_is_no_table(mutate, tmp_path, empty):
+    """docs/policies.md: ``transportShare: null`` or ``{}`` is the same as leaving it out."""
+    if empty == "null":
+        pol = policies(tmp_path)
+        (doc,) = load_documents(pol / "policy.yaml")
+        doc["spec"]["placement"]["transportShare"] = None
+        (pol / "policy.yaml").write_text(dump(doc))
+        assert "transportShare: null" in (pol / "policy.yaml").read_text()
+        nodes, bandwidth = placed_with(mutate, tmp_path, pol)
+    else:
+        nodes, bandwidth = placed(mutate, tmp_path, empty)
     assert nodes == set(TCP_NODES)
     assert bandwidth == pytest.approx(250 * 0.25 / 8, abs=1e-3)
 
