@@ -157,3 +157,19 @@ def test_a_bad_share_table_is_refused_with_one_line(tmp_path, capsys, share, say
     assert code == 2, err
     lines = [line for line in err.splitlines() if "transportShare" in line]
     assert len(lines) == 1 and says in lines[0], err
+
+
+def test_mutate_says_when_a_node_s_transport_is_read_as_tcp(mutate, tmp_path):
+    """A misspelt transport reads as tcp (never faster); ``gputopo mutate`` says so once
+    per node on stderr instead of leaving the operator to wonder why the policy's rdma
+    share changed nothing."""
+    result = mutate(gang(mpijob("net", workers=2)), "--policies",
+                    str(policies(tmp_path, {"rdma": 0.9, "gdr": 0.95})),
+                    cluster=cluster(tmp_path, rdma_annotations={
+                        names.NETWORK_TRANSPORT_ANNOTATION: "roce"}))
+    assert result.rc == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if "network-transport" in line]
+    assert said == [f"gputopo: warning: {tmp_path / 'cluster.yaml'}: node {n}: "
+                    f"gputopo.io/network-transport 'roce' is not one of tcp, rdma, gdr: "
+                    f"read as tcp" for n in RDMA_NODES], result.stderr
+    assert {pinned_node(result.pods[f"net-worker-{i}"]) for i in range(2)} == set(TCP_NODES)
