@@ -86,6 +86,9 @@ def _mutate(args: argparse.Namespace) -> int:
     cluster = cluster_or_demo(args.cluster)
     for obj in others:
         cluster.add(obj)
+    cluster.node_states()  # what placement will read (and remember): say what it left out
+    for warning in cluster.warnings:
+        print(f"gputopo: warning: {cluster.source}: {warning}", file=sys.stderr)
     for ns in add_missing_namespaces(cluster, pods, ns_labels):
         if ns_labels is None:
             print(f"gputopo: namespace {ns} is not in the inputs: treated as opted in "

@@ -56,7 +56,8 @@ def rated(nodes: Sequence[NodeState], gang: GangRequest, slots: list[ReplicaSlot
         bus = gang_bus_bandwidth(
             [
                 NodeShare(
-                    n.topology, tuple(sorted(shares[n.name])), n.network_gbps, n.network_transport
+                    n.topology, tuple(sorted(shares[n.name])), n.network_gbps, n.network_transport,
+                    n.network_efficiency, n.transport_share
                 )
                 for n in touched
             ],

@@ -197,6 +197,34 @@ def network_efficiency(node: Mapping[str, Any]) -> float | None:
     return value if value is not None and 0 < value <= 1 else None
 
 
+def network_annotation_problems(node: Mapping[str, Any]) -> list[str]:
+    """Why a network annotation of ``node`` is not used as written (a misspelt transport
+    reads as tcp, a share out of (0, 1] or a line rate that is no positive number is
+    ignored), one sentence each; empty when all are used. For the commands that read a
+    cluster to say so: the value placement uses is still the documented default."""
+    ann = annotations(node)
+    out: list[str] = []
+    raw = ann.get(names.NETWORK_TRANSPORT_ANNOTATION)
+    if raw is not None and network_transport(node) != str(raw).strip().lower():
+        out.append(f"{names.NETWORK_TRANSPORT_ANNOTATION} {raw!r} is not one of "
+                   f"{', '.join(names.NETWORK_TRANSPORTS)}: read as "
+                   f"{names.DEFAULT_NETWORK_TRANSPORT}")
+    raw = ann.get(names.NETWORK_EFFICIENCY_ANNOTATION)
+    if raw is not None and network_efficiency(node) is None:
+        out.append(f"{names.NETWORK_EFFICIENCY_ANNOTATION} {raw!r} is not a share greater "
+                   f"than 0 and at most 1: ignored (the transport's share applies)")
+    raw = ann.get(names.NETWORK_GBPS_ANNOTATION)
+    if raw is not None:
+        try:
+            ok = 0 < float(raw) < math.inf
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            out.append(f"{names.NETWORK_GBPS_ANNOTATION} {raw!r} is not a positive number of "
+                       f"Gbit/s: read as {names.DEFAULT_NETWORK_GBPS:g}")
+    return out
+
+
 def allocatable_gpus(node: Mapping[str, Any]) -> int | None:
     """GPUs the device plugin advertises (``aliyun.com/gpu`` after rename, else
     ``nvidia.com/gpu``), or None when the node says nothing (cluster files may omit status)."""

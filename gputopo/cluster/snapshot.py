@@ -131,6 +131,9 @@ class ClusterSnapshot:
                                              ports.get(name, ())))
             except TopologyError as exc:
                 self.warnings.append(f"node {name}: left out of placement: {exc.reason}")
+                continue
+            self.warnings.extend(f"node {name}: {problem}"
+                                 for problem in ob.network_annotation_problems(node))
         self._states = states
         return list(states)
 

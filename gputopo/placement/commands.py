@@ -64,6 +64,9 @@ def transport_shares(items: list[str]) -> TransportShares:
     one (unknown transport, share not in (0, 1], a faster transport below a slower one)."""
     out: dict[str, float] = {}
     for item in items:
+        if "," in item:
+            raise InputError(f"--transport-share {item!r}: one TRANSPORT=SHARE per flag; "
+                             f"repeat --transport-share for each transport")
         transport, sep, raw = item.partition("=")
         transport = transport.strip().lower()
         try:
@@ -76,6 +79,9 @@ def transport_shares(items: list[str]) -> TransportShares:
         if not 0 < share <= 1:
             raise InputError(f"--transport-share {item!r}: needs TRANSPORT=SHARE with a "
                              f"share greater than 0 and at most 1")
+        if transport in out and out[transport] != share:
+            raise InputError(f"--transport-share {item!r}: {transport} is already given "
+                             f"{out[transport]:g}")
         out[transport] = share
     problem = order_problem(out)
     if problem is not None:

@@ -20,7 +20,7 @@ from gputopo.errors import InputError, TopologyError
 from gputopo.topology.cost import SPANS, best_ring_subset, explain, network_explanation
 from gputopo.topology.load import read_topology_file
 from gputopo.topology.model import Topology
-from gputopo.topology.transport_probe import MODES, probe, transport_annotations
+from gputopo.topology.transport_probe import MODES, Probe, probe, transport_annotations
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -186,24 +186,38 @@ def _report(args: argparse.Namespace) -> int:
         raise InputError("no node name: pass --node or set NODE_NAME (downward API)")
     topo = node_topology_from_args(args)
     patch = annotation_patch(topo)
-    found = probe(args.sysfs)
+    found = _probe(args)
+    # with --transport off nothing is detected and nothing about the transport is written
+    detected = found.transport if found is not None else None
+    found_why = found.why if found is not None else "sysfs not read"
     if args.dry_run:
-        extra, why = transport_annotations({}, found.transport, args.transport)
+        extra, why = transport_annotations({}, detected, args.transport)
         patch["metadata"]["annotations"].update(extra)
         print(json.dumps({"node": node, "patch": patch,
-                          "transport": {"detected": found.transport, "why": found.why,
+                          "transport": {"detected": detected, "why": found_why,
                                         "action": why}}, indent=2))
         return 0
     # Two patches and no GET: the reporter's account may only patch nodes. The first
     # answers with the Node as it is, which says whether its transport was set by hand.
     api = _core_api(args.kubeconfig)
     now = _patch_node(api, node, patch)
-    extra, why = transport_annotations(now, found.transport, args.transport)
+    extra, why = transport_annotations(now, detected, args.transport)
     if extra:
         _patch_node(api, node, {"metadata": {"annotations": extra}})
     print(f"patched node {node}: {names.TOPOLOGY_ANNOTATION} ({len(topo.gpus)} GPUs); "
-          f"{why}: {found.why}", file=sys.stderr)
+          f"{why}: {found_why}", file=sys.stderr)
     return 0
+
+
+def _probe(args: argparse.Namespace) -> Probe | None:
+    """What ``--sysfs`` says about the transport; None with ``--transport off`` (sysfs is
+    not read: nothing about the transport is written)."""
+    if args.transport == "off":
+        return None
+    try:
+        return probe(args.sysfs)
+    except InputError as exc:
+        raise InputError(exc.reason, obj=f"--sysfs {args.sysfs}") from exc
 
 
 def node_topology_from_args(args: argparse.Namespace) -> Topology:

@@ -25,7 +25,7 @@ measured and which are read across is said there):
   ``gdr``: a GPUDirect node must not look slower than a host-staged one.
 - ``tcp``: 0.25. Calibrated on the seeds: 2 x 8 V100 nodes on a 25 Gbit/s VPC network,
   NCCL over sockets (``NCCL_SOCKET_IFNAME=eth0``), whose runs imply an inter-node all-reduce
-  bus bandwidth of 0.79-0.88 GB/s, i.e. 0.25-0.28 of 3.125 GB/s. Cross-check: 4 x 8 V100
+  bus bandwidth of 0.81-0.90 GB/s, i.e. 0.26-0.29 of 3.125 GB/s. Cross-check: 4 x 8 V100
   on 100 Gbit/s TCP reached 4-6 GB/s, 0.32-0.48 (NVIDIA/nccl #450); hand-tuned socket
   counts reach more (NVIDIA/nccl #209), which a node can state (below).
 

@@ -19,8 +19,9 @@ over the host's TCP/IP stack.
 
 Writing (:func:`transport_annotations`): the reporter sets
 ``gputopo.io/network-transport-detected`` to what it found and, in ``auto`` mode, sets
-``gputopo.io/network-transport`` only when the node has none or still carries the value
-the reporter detected last time; a different value was set by an operator and is kept.
+``gputopo.io/network-transport`` only when the node has none, still carries the value
+the reporter detected last time, or carries one placement cannot read (not tcp, rdma or gdr:
+read as tcp); a different valid value was set by an operator and is kept.
 ``--transport tcp|rdma|gdr`` writes that value whatever the node says; ``off`` writes
 nothing about the transport.
 """
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gputopo import names
+from gputopo.errors import InputError
 
 #: Kernel modules (``/sys/module/<name>``) and the peer-memory client entry whose presence
 #: means a NIC can read and write GPU memory.
@@ -70,14 +72,25 @@ def _read(path: Path) -> str:
 
 
 def probe(sysfs: str | Path = "/sys") -> Probe:
-    """The transport NCCL will find under ``sysfs`` (module docstring)."""
+    """The transport NCCL will find under ``sysfs`` (module docstring). InputError when
+    ``sysfs`` is not a sysfs root or its RDMA device list cannot be read: guessing "no
+    RDMA" there would publish tcp on a node that has RDMA."""
     root = Path(sysfs)
+    if not (root / "class").is_dir():
+        # every sysfs has class/: a wrong root (a typo, the host's / mounted instead of its
+        # /sys) would otherwise read as "no RDMA" and publish tcp on an RDMA node
+        raise InputError("not a sysfs mount (no class/ in it), so the network transport "
+                         "cannot be told; give the directory sysfs is mounted on",
+                         file=str(root))
     devices: list[str] = []
     skipped: list[str] = []
     try:
         hcas = sorted((root / "class" / "infiniband").iterdir())
-    except OSError:
-        hcas = []
+    except (FileNotFoundError, NotADirectoryError):
+        hcas = []  # no RDMA driver loaded: no RDMA device
+    except OSError as exc:
+        raise InputError(f"cannot read class/infiniband: {exc.strerror}",
+                         file=str(root)) from exc
     for hca in hcas:
         if not (hca / "device").exists():  # no PCI device: rxe / siw over TCP/IP
             skipped.append(hca.name)
@@ -97,15 +110,18 @@ def probe(sysfs: str | Path = "/sys") -> Probe:
                  peer.rsplit("/", 1)[-1] if peer else None, tuple(skipped))
 
 
-def transport_annotations(current: Mapping[str, str], detected: str, mode: str
+def transport_annotations(current: Mapping[str, str], detected: str | None, mode: str
                           ) -> tuple[dict[str, str], str]:
     """The annotations the reporter writes about the transport, given the node's
-    ``current`` annotations, what it ``detected`` and its ``--transport`` ``mode``; and a
-    sentence saying what it did. Only changed values are returned."""
+    ``current`` annotations, what it ``detected`` (None: not probed, only with ``off``)
+    and its ``--transport`` ``mode``; and a sentence saying what it did. Only changed
+    values are returned."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
     if mode == "off":
         return {}, "transport annotations left alone (--transport off)"
+    if detected is None:
+        raise ValueError(f"--transport {mode} needs what was detected")
     want = {names.NETWORK_TRANSPORT_DETECTED_ANNOTATION: detected}
     now = current.get(names.NETWORK_TRANSPORT_ANNOTATION)
     if mode != "auto":
@@ -114,6 +130,13 @@ def transport_annotations(current: Mapping[str, str], detected: str, mode: str
     elif now is None or now == current.get(names.NETWORK_TRANSPORT_DETECTED_ANNOTATION):
         want[names.NETWORK_TRANSPORT_ANNOTATION] = detected
         why = f"transport {detected} (detected)"
+    elif now.strip().lower() not in names.NETWORK_TRANSPORTS:
+        # placement reads such a value as tcp: keeping it would protect nothing the
+        # operator meant and hide what was found
+        want[names.NETWORK_TRANSPORT_ANNOTATION] = detected
+        why = (f"transport {detected} (detected; replaced {now!r}, which is not one of "
+               f"{', '.join(names.NETWORK_TRANSPORTS)} and read as "
+               f"{names.DEFAULT_NETWORK_TRANSPORT})")
     else:
         why = (f"transport {now!r} kept: set by hand (detected {detected}; "
                f"--transport {detected} would replace it)")

@@ -84,3 +84,40 @@ def test_nodes_live_without_a_cluster_is_one_line(tmp_path, capsys, monkeypatch)
     assert main(["nodes", "--live", "--kubeconfig", str(cfg)]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("gputopo: error: --live:")
+
+
+def test_nodes_shows_the_network_placement_reads_and_says_what_it_ignored(tmp_path, capsys):
+    """NETWORK is line rate / transport (@ the node's own share): what the cost model reads.
+    A misspelt transport, a share out of (0, 1] or a line rate that is no number is read as
+    the default, which the table alone cannot tell from a deliberate value: stderr says so,
+    one line per annotation, naming the node (docs/topology.md, "Network transport")."""
+    demo = [d for d in yaml.safe_load_all(demo_cluster_path().read_text()) if d]
+    template = next(d for d in demo if d["kind"] == "Node")
+    cases = {
+        "gdr": ({"gputopo.io/network-gbps": "100", "gputopo.io/network-transport": "gdr"},
+                "100G/gdr"),
+        "own-share": ({"gputopo.io/network-gbps": "100", "gputopo.io/network-transport": "RDMA",
+                       "gputopo.io/network-efficiency": "0.6"}, "100G/rdma@0.6"),
+        "typos": ({"gputopo.io/network-gbps": "100Gb", "gputopo.io/network-transport": "roce",
+                   "gputopo.io/network-efficiency": "60%"}, "25G/tcp"),
+    }
+    nodes = []
+    for name, (ann, _) in cases.items():
+        node = json.loads(json.dumps(template))
+        node["metadata"]["name"] = name
+        node["metadata"]["annotations"].update(ann)
+        nodes.append(node)
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump_all(nodes))
+    assert main(["nodes", "--cluster", str(cluster)]) == 0
+    out, err = capsys.readouterr()
+    rows = _rows(out)
+    assert {name: rows[name][8] for name in cases} == {n: c[1] for n, c in cases.items()}
+    said = [line for line in err.splitlines() if "warning" in line]
+    assert said == [
+        f"gputopo: warning: {cluster}: node typos: gputopo.io/network-transport 'roce' is not "
+        f"one of tcp, rdma, gdr: read as tcp",
+        f"gputopo: warning: {cluster}: node typos: gputopo.io/network-efficiency '60%' is not "
+        f"a share greater than 0 and at most 1: ignored (the transport's share applies)",
+        f"gputopo: warning: {cluster}: node typos: gputopo.io/network-gbps '100Gb' is not a "
+        f"positive number of Gbit/s: read as 25"], err

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import combinations
 
+import pytest
 from solver_helpers import dgx1_v100, dgx_a100, node
 
 from bench import placement as bench
 from bench.baselines import BASELINES
 from bench.baselines.besteffort import allocate, partitions
-from gputopo.placement.types import GangRequest
+from gputopo.placement.types import GangRequest, with_transport_shares
 
 
 def test_besteffort_matches_upstream_partition_counts_and_choices():
@@ -28,6 +30,20 @@ def test_default_scheduler_spreads_the_seeds_job_over_both_nodes():
     p = BASELINES["default-scheduler"](nodes, GangRequest(4, 1))
     assert {s.node for s in p.slots} == {"a", "b"}
     assert p.bus_bandwidth_gbps < 10
+
+
+@pytest.mark.parametrize(("efficiency", "shares", "gbps"),
+                         [(0.6, (), 0.6 * 25), (None, (("rdma", 0.8),), 0.8 * 25)])
+def test_baselines_rate_networks_as_the_solver_does(efficiency, shares, gbps):
+    """A node's own network-efficiency and a policy's transport share count for the
+    baselines' predicted bandwidth too (they used to fall back to the transport's default,
+    so a comparison on such a cluster was not like for like)."""
+    nodes = with_transport_shares(
+        [replace(node(n, dgx1_v100()), network_transport="rdma", network_efficiency=efficiency)
+         for n in ("a", "b")], shares)
+    p = BASELINES["default-scheduler"](nodes, GangRequest(4, 1))
+    assert {s.node for s in p.slots} == {"a", "b"}
+    assert p.bus_bandwidth_gbps == pytest.approx(gbps / 8)
 
 
 def test_replay_runs_on_a_four_node_cluster():

@@ -237,3 +237,20 @@ def test_bad_transport_share_exits_2_with_one_line(tmp_path, capsys, flag, says)
                  "--transport-share", flag])
     err = capsys.readouterr().err
     assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [(["rdma=0.8,gdr=0.9"], "one TRANSPORT=SHARE per flag; repeat --transport-share"),
+     (["rdma=0.8", "rdma=0.6"], "'rdma=0.6': rdma is already given 0.8")],
+)
+def test_transport_share_lists_and_repeats_are_refused_not_misread(tmp_path, capsys, flags,
+                                                                   says):
+    """A comma list was refused with a message about the share; the same transport twice
+    silently took the last value."""
+    path = write_cluster(tmp_path / "cluster.yaml")
+    argv = [arg for f in flags for arg in ("--transport-share", f)]
+    code = main(["place", "--cluster", str(path), "--replicas", "1", "--gpus-per-replica", "1",
+                 *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and says in err and len(err.strip().splitlines()) == 1, err

@@ -64,8 +64,13 @@ def policies(tmp_path: Path, share: Any = None) -> Path:
 
 def placed(mutate: Any, tmp_path: Path, share: Any = None, **kw: Any
            ) -> tuple[set[str], float]:
-    result = mutate(gang(mpijob("net", workers=2)), "--policies",
-                    str(policies(tmp_path, share)), cluster=cluster(tmp_path, **kw))
+    return placed_with(mutate, tmp_path, policies(tmp_path, share), **kw)
+
+
+def placed_with(mutate: Any, tmp_path: Path, policy_dir: Path, **kw: Any
+                ) -> tuple[set[str], float]:
+    result = mutate(gang(mpijob("net", workers=2)), "--policies", str(policy_dir),
+                    cluster=cluster(tmp_path, **kw))
     assert result.rc == 0, result.stderr
     workers = [result.pods[f"net-worker-{i}"] for i in range(2)]
     recs = [record(w) for w in workers]
@@ -76,6 +81,22 @@ def placed(mutate: Any, tmp_path: Path, share: Any = None, **kw: Any
 
 def test_without_an_override_the_faster_default_network_wins(mutate, tmp_path):
     nodes, bandwidth = placed(mutate, tmp_path)
+    assert nodes == set(TCP_NODES)
+    assert bandwidth == pytest.approx(250 * 0.25 / 8, abs=1e-3)
+
+
+@pytest.mark.parametrize("empty", [{}, "null"])
+def test_a_null_or_empty_table_is_no_table(mutate, tmp_path, empty):
+    """docs/policies.md: ``transportShare: null`` or ``{}`` is the same as leaving it out."""
+    if empty == "null":
+        pol = policies(tmp_path)
+        (doc,) = load_documents(pol / "policy.yaml")
+        doc["spec"]["placement"]["transportShare"] = None
+        (pol / "policy.yaml").write_text(dump(doc))
+        assert "transportShare: null" in (pol / "policy.yaml").read_text()
+        nodes, bandwidth = placed_with(mutate, tmp_path, pol)
+    else:
+        nodes, bandwidth = placed(mutate, tmp_path, empty)
     assert nodes == set(TCP_NODES)
     assert bandwidth == pytest.approx(250 * 0.25 / 8, abs=1e-3)
 
@@ -99,6 +120,24 @@ def test_a_node_s_measured_share_beats_the_policy_s(mutate, tmp_path):
     assert bandwidth == pytest.approx(250 * 0.25 / 8, abs=1e-3)
 
 
+@pytest.mark.parametrize(("share", "nodes"), [(None, TCP_NODES),
+                                               ({"rdma": 0.9, "gdr": 0.95}, RDMA_NODES)])
+def test_an_audit_policy_previews_the_nodes_enforce_would_take(mutate, tmp_path, share,
+                                                                nodes):
+    """Audit mode (and so a dry run) solves on the same view of the networks as enforce:
+    its "would pin" warnings name the nodes enforce mode takes with the same table."""
+    pol = policies(tmp_path, share)
+    text = (pol / "policy.yaml").read_text()
+    assert "mode: enforce" in text
+    (pol / "policy.yaml").write_text(text.replace("mode: enforce", "mode: audit"))
+    result = mutate(gang(mpijob("net", workers=2)), "--policies", str(pol),
+                    cluster=cluster(tmp_path))
+    assert result.rc == 0, result.stderr
+    pinned = {line.split(" to node ")[1].split(",")[0]
+              for line in result.stderr.splitlines() if "placement (audit): would pin" in line}
+    assert pinned == set(nodes), result.stderr
+
+
 @pytest.mark.parametrize(
     ("share", "says"),
     [({"rdma": 1.5}, "spec.placement.transportShare.rdma: must be a number greater than 0"),
@@ -118,3 +157,19 @@ def test_a_bad_share_table_is_refused_with_one_line(tmp_path, capsys, share, say
     assert code == 2, err
     lines = [line for line in err.splitlines() if "transportShare" in line]
     assert len(lines) == 1 and says in lines[0], err
+
+
+def test_mutate_says_when_a_node_s_transport_is_read_as_tcp(mutate, tmp_path):
+    """A misspelt transport reads as tcp (never faster); ``gputopo mutate`` says so once
+    per node on stderr instead of leaving the operator to wonder why the policy's rdma
+    share changed nothing."""
+    result = mutate(gang(mpijob("net", workers=2)), "--policies",
+                    str(policies(tmp_path, {"rdma": 0.9, "gdr": 0.95})),
+                    cluster=cluster(tmp_path, rdma_annotations={
+                        names.NETWORK_TRANSPORT_ANNOTATION: "roce"}))
+    assert result.rc == 0, result.stderr
+    said = [line for line in result.stderr.splitlines() if "network-transport" in line]
+    assert said == [f"gputopo: warning: {tmp_path / 'cluster.yaml'}: node {n}: "
+                    f"gputopo.io/network-transport 'roce' is not one of tcp, rdma, gdr: "
+                    f"read as tcp" for n in RDMA_NODES], result.stderr
+    assert {pinned_node(result.pods[f"net-worker-{i}"]) for i in range(2)} == set(TCP_NODES)

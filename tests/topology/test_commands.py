@@ -114,6 +114,8 @@ def test_report_dry_run_from_recorded_nvml(capsys: pytest.CaptureFixture[str]) -
         "--node",
         "gpu-node-1",
         "--dry-run",
+        "--transport",  # the topology only: the host's sysfs is no business of this test
+        "off",
     )
     assert code == 0
     doc = json.loads(out)
@@ -133,6 +135,8 @@ def test_report_dry_run_from_nvidia_smi_uses_node_name_env(
         "--nvidia-smi",
         str(FIXTURES / "hopper-nv18.tsv"),
         "--dry-run",
+        "--transport",
+        "off",
     )
     assert code == 0
     assert json.loads(out)["node"] == "from-env"

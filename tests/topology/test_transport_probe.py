@@ -60,14 +60,34 @@ def module(root: Path, path: str) -> None:
          "soft-roce", "one-active", "peermem-only"],
 )
 def test_probe_reads_the_transport_from_sysfs(tmp_path, build, transport) -> None:
+    (tmp_path / "class").mkdir()  # every sysfs has class/; infiniband/ only with RDMA
     build(tmp_path)
     found = probe(tmp_path)
     assert found.transport == transport, found
     assert found.why
 
 
-def test_an_unreadable_sysfs_is_no_rdma(tmp_path) -> None:
-    assert probe(tmp_path / "missing").transport == "tcp"
+@pytest.mark.parametrize("where", ["missing", "a-file", "host-root"])
+def test_a_sysfs_root_that_is_not_one_exits_2_with_one_line(tmp_path, capsys, where) -> None:
+    """A wrong --sysfs (a typo, the host's / mounted instead of its /sys) used to read as
+    "no RDMA device" and publish tcp on whatever node it ran on."""
+    root = tmp_path / where
+    if where == "a-file":
+        root.write_text("")
+    elif where == "host-root":  # /host holding sys/class/infiniband/...
+        hca(root / "sys", "mlx5_0")
+    code = main(["topology", "report", "--nvidia-smi", str(FIXTURE), "--node", "n",
+                 "--sysfs", str(root), "--dry-run"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.out == "", captured
+    assert captured.err.strip().splitlines() == [
+        f"gputopo: error: --sysfs {root}: not a sysfs mount (no class/ in it), so the "
+        f"network transport cannot be told; give the directory sysfs is mounted on"]
+    # --transport off reads no sysfs, so it does not need one
+    assert main(["topology", "report", "--nvidia-smi", str(FIXTURE), "--node", "n",
+                 "--sysfs", str(root), "--dry-run", "--transport", "off"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["patch"]["metadata"]["annotations"]) == {names.TOPOLOGY_ANNOTATION}
 
 
 @pytest.mark.parametrize(
@@ -80,6 +100,10 @@ def test_an_unreadable_sysfs_is_no_rdma(tmp_path) -> None:
         ({T: "gdr", D: "gdr"}, "gdr", "auto", {}),  # nothing changed: nothing written
         ({T: "rdma"}, "gdr", "tcp", {T: "tcp", D: "gdr"}),  # forced
         ({T: "rdma"}, "gdr", "off", {}),
+        ({T: "RDMA"}, "gdr", "auto", {D: "gdr"}),  # read as rdma: a valid hand-set value
+        # placement reads a value it does not know as tcp: nothing to keep
+        ({T: "roce"}, "gdr", "auto", {T: "gdr", D: "gdr"}),
+        ({T: "", D: "rdma"}, "rdma", "auto", {T: "rdma"}),
     ],
 )
 def test_transport_annotations_keep_a_hand_set_value(current, detected, mode, writes) -> None:
@@ -122,18 +146,22 @@ def test_the_reporter_publishes_and_keeps_transports_on_the_node(tmp_path, capsy
         kube.apply(_node("fresh"))
         kube.apply(_node("by-hand", {T: "rdma"}))
         kube.apply(_node("upgraded", {T: "rdma", D: "rdma"}))
+        kube.apply(_node("typo", {T: "roce"}))  # placement reads it as tcp
 
         said = _report(capsys, config, "fresh", gdr_tree)
         assert "transport gdr (detected)" in said and "nvidia_peermem" in said
         said = _report(capsys, config, "by-hand", gdr_tree)
         assert "'rdma' kept: set by hand" in said
         _report(capsys, config, "upgraded", gdr_tree)  # peermem loaded since the last report
+        said = _report(capsys, config, "typo", gdr_tree)
+        assert "replaced 'roce', which is not one of tcp, rdma, gdr and read as tcp" in said
 
         nodes = {n["metadata"]["name"]: n for n in kube.objects("v1", "Node")}
         ann = {name: n["metadata"]["annotations"] for name, n in nodes.items()}
         assert (ann["fresh"][T], ann["fresh"][D]) == ("gdr", "gdr")
         assert (ann["by-hand"][T], ann["by-hand"][D]) == ("rdma", "gdr")
         assert (ann["upgraded"][T], ann["upgraded"][D]) == ("gdr", "gdr")
+        assert (ann["typo"][T], ann["typo"][D]) == ("gdr", "gdr")
         assert all(names.TOPOLOGY_ANNOTATION in a for a in ann.values())
         # what placement then reads of the node: GPUDirect's share of the line rate
         fresh = node_state(nodes["fresh"])
@@ -157,6 +185,7 @@ def test_the_reporter_publishes_and_keeps_transports_on_the_node(tmp_path, capsy
 def test_a_node_that_is_not_there_exits_2_with_one_line(tmp_path, capsys) -> None:
     with running_double() as kube:
         config = _kubeconfig(tmp_path / "kubeconfig", kube.url)
+        (tmp_path / "class").mkdir()
         code = main(["topology", "report", "--nvidia-smi", str(FIXTURE), "--node", "ghost",
                      "--sysfs", str(tmp_path), "--kubeconfig", str(config)])
     err = capsys.readouterr().err

@@ -23,7 +23,7 @@ from typing import Any
 from gputopo import names
 from gputopo.cluster.reservations import GangKey, ReplicaKey
 from gputopo.placement.types import GangRequest
-from gputopo.topology.transport import TRANSPORT_EFFICIENCY, TransportShares
+from gputopo.topology.transport import TRANSPORT_EFFICIENCY, TransportShares, order_problem
 
 #: A gang that has waited this long blocks backfill behind it (docs/queue.md).
 DEFAULT_STARVATION_SECONDS = 600.0
@@ -115,8 +115,7 @@ def waiting_gangs(pods: Iterable[Mapping[str, Any]]) -> list[WaitingGang]:
                         replica, since, dict(pod), rec)
         gang = gangs.get(key)
         if gang is None:
-            gang = gangs[key] = WaitingGang(key, request, since, max_wait,
-                                            transport_share=transport_shares(g))
+            gang = gangs[key] = WaitingGang(key, request, since, max_wait)
         gang.since = min(gang.since, since)
         gang.max_wait_seconds = min(gang.max_wait_seconds, max_wait) or max_wait
         gang.pods.append(wp)
@@ -124,19 +123,29 @@ def waiting_gangs(pods: Iterable[Mapping[str, Any]]) -> list[WaitingGang]:
                                                 g.key.uid))
     for g in out:
         g.pods.sort(key=lambda p: p.replica)
+        # the newest record's table (the policy in force at the gang's latest admission),
+        # whatever order the pods came in: during a webhook upgrade one pod's record may
+        # lack the key and another carry it, and every reader must see the same gang
+        newest = max(g.pods, key=lambda p: (p.since, p.replica))
+        g.transport_share = transport_shares(newest.record["gang"])
     return out
 
 
 def transport_shares(gang: Mapping[str, Any]) -> TransportShares:
     """The ``transportShare`` a waiting record's gang carries (known transports, shares in
-    (0, 1]; anything else is left out: the defaults apply to it)."""
+    (0, 1]; anything else is left out: the defaults apply to it). Absent (a record of a
+    webhook older than the key): none. A table that would rank a faster transport below a
+    slower one (gdr >= rdma >= tcp, what policy validation holds) did not come from a valid
+    policy, e.g. an annotation edited by hand: the defaults apply to every transport."""
     raw = gang.get("transportShare")
     if not isinstance(raw, Mapping):
         return ()
-    return tuple(sorted(
-        (str(t), float(v)) for t, v in raw.items()
-        if t in TRANSPORT_EFFICIENCY and isinstance(v, int | float)
-        and not isinstance(v, bool) and 0 < v <= 1))
+    table = {str(t): float(v) for t, v in raw.items()
+             if t in TRANSPORT_EFFICIENCY and isinstance(v, int | float)
+             and not isinstance(v, bool) and 0 < v <= 1}
+    if order_problem(table) is not None:
+        return ()
+    return tuple(sorted(table.items()))
 
 
 def starving(gang: WaitingGang, now: float, starvation_seconds: float) -> bool:
