@@ -135,7 +135,14 @@ class ClusterSnapshot:
             self.warnings.extend(f"node {name}: {problem}"
                                  for problem in ob.network_annotation_problems(node))
         self._states = states
+        self._by_name = {n.name: n for n in states}
         return list(states)
+
+    def node_state(self, name: str) -> NodeState | None:
+        """One node of :meth:`node_states` by name (a dict lookup: see ClusterView)."""
+        if self._states is None:
+            self.node_states()
+        return self._by_name.get(name)
 
 
 def check_object(doc: object, *, file: str, position: int) -> None:

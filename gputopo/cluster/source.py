@@ -34,3 +34,13 @@ class ClusterReader(Protocol):
     def node_states(self) -> list[NodeState]:
         """Activated nodes with their topology and GPUs in use, for the solver."""
         ...
+
+
+def node_state_named(cluster: ClusterReader, name: str) -> NodeState | None:
+    """One node of ``cluster.node_states()`` by name: the reader's own index when it keeps
+    one (``node_state(name)``: the snapshot and the live view do), else a pass over all."""
+    look = getattr(cluster, "node_state", None)
+    if look is not None:
+        found: NodeState | None = look(name)
+        return found
+    return next((n for n in cluster.node_states() if n.name == name), None)

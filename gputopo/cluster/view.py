@@ -335,6 +335,7 @@ class ClusterView:
         self.reconcile_interval_seconds = reconcile_interval_seconds
         self.job_grace_seconds = job_grace_seconds
         self._clock = clock
+        self._by_name: dict[str, NodeState] = {}
         self._lock = threading.RLock()
         self._stopping = threading.Event()
         self._synced = threading.Event()
@@ -708,7 +709,16 @@ class ClusterView:
                     self._final[name] = final
                 out.append(final)
             self._states = out
+            self._by_name = {n.name: n for n in out}
             return list(out)
+
+    def node_state(self, name: str) -> NodeState | None:
+        """One node of :meth:`node_states` by name (a dict lookup, not a pass over every
+        node: the placement step checks a slot's node for every pod it admits)."""
+        with self._lock:
+            if self._states is None:
+                self.node_states()
+            return self._by_name.get(name)
 
     def _build(self, name: str, node: dict[str, Any], report: dict[str, Any] | None
                ) -> NodeState | None:

@@ -54,8 +54,11 @@ def test_list_then_watch_follows_node_add_modify_delete(kube, view) -> None:
     assert wait_for(lambda: view.node_states()[1].rack == "r2")
     kube.apply(node("off", topology=TOPO, activated=True))  # opted in later
     assert wait_for(lambda: names_of(view) == ["a", "b", "off"])
+    assert view.node_state("b") is not None and view.node_state("b").rack == "r2"
     kube.remove(node("a"))
     assert wait_for(lambda: names_of(view) == ["b", "off"])
+    assert view.node_state("a") is None  # the lookup by name follows the list
+    assert view.node_state("off") is view.node_states()[1]
     assert view.stats()["nodes"]["lists"] == 1  # all of it through one watch
 
 

@@ -20,6 +20,9 @@ def test_demo_cluster_is_two_activated_dgx1_nodes() -> None:
     assert [s.name for s in states] == ["cn-shanghai.192.168.16.172",
                                         "cn-shanghai.192.168.16.173"]
     assert all(len(s.free) == 8 and s.rack == "rack-1" for s in states)
+    fresh = demo_snapshot()  # asked by name before the list: built on demand
+    assert fresh.node_state("cn-shanghai.192.168.16.173") == states[1]
+    assert fresh.node_state("nope") is None
 
 
 def test_file_cluster_rules_match_the_view(tmp_path: Path) -> None:

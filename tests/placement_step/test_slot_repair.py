@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gputopo.cluster.node_fit import NodeFacts
+from gputopo.cluster.source import node_state_named
 from gputopo.placement.types import NodeState, ReplicaSlot
 from gputopo.topology.load import read_topology_file
 from webhook.placement.slot_repair import repair_scopes, slot_node_problem
@@ -36,13 +37,28 @@ def test_the_per_node_cap_keeps_full_nodes_out_of_every_scope() -> None:
     assert scopes == [["b"], ["b", "c"], ["b", "c", "d", "e"]]
 
 
+def _named(nodes: list[NodeState], name: str) -> NodeState | None:
+    return node_state_named(_List(nodes), name)
+
+
+class _List:
+    """A reader that keeps no index by name: node_state_named falls back to a pass."""
+
+    def __init__(self, nodes: list[NodeState]) -> None:
+        self.nodes = nodes
+
+    def node_states(self) -> list[NodeState]:
+        return list(self.nodes)
+
+
 def test_the_slot_node_problem_names_a_missing_or_refusing_node() -> None:
     slot = ReplicaSlot(0, "a", (0,))
-    assert slot_node_problem(NODES, {}, slot) == ""
-    assert "gone" in slot_node_problem(NODES[1:], {}, slot)
+    assert slot_node_problem(_named(NODES, "a"), {}, slot) == ""
+    assert "gone" in slot_node_problem(_named(NODES[1:], "a"), {}, slot)
     cordoned = [_node("a", "z1", "r1", spec={"unschedulable": True})]
-    assert "no longer admits" in slot_node_problem(cordoned, {}, slot)
+    assert "no longer admits" in slot_node_problem(_named(cordoned, "a"), {}, slot)
     tolerated = {"tolerations": [{"key": "node.kubernetes.io/unschedulable",
                                   "operator": "Exists"}]}
-    assert slot_node_problem(cordoned, tolerated, slot) == ""
-    assert "no longer admits" in slot_node_problem(NODES, {"nodeSelector": {"pool": "x"}}, slot)
+    assert slot_node_problem(_named(cordoned, "a"), tolerated, slot) == ""
+    assert "no longer admits" in slot_node_problem(_named(NODES, "a"),
+                                                   {"nodeSelector": {"pool": "x"}}, slot)

@@ -19,16 +19,16 @@ from gputopo.cluster.node_fit import PodConstraints
 from gputopo.placement.types import NodeState, ReplicaSlot
 
 
-def slot_node_problem(nodes: Sequence[NodeState], pod_spec: Mapping[str, Any],
+def slot_node_problem(state: NodeState | None, pod_spec: Mapping[str, Any],
                       slot: ReplicaSlot) -> str:
-    """Why the slot's node can no longer take this pod ("" when it still can).
+    """Why the slot's node (``state``, as the cluster reader has it) can no longer take this
+    pod ("" when it still can).
 
-    Absent from ``nodes``: deleted, deactivated, or its GPU data unusable (the view leaves
-    such nodes out). Present: the pod's own nodeSelector, required affinity and tolerations
+    None: deleted, deactivated, or its GPU data unusable (the view leaves such nodes out).
+    Present: the pod's own nodeSelector, required affinity and tolerations
     against it — a cordon or a new taint since the gang was placed, or a replica type
     whose constraints differ from those of the pod that placed the gang.
     """
-    state = next((n for n in nodes if n.name == slot.node), None)
     if state is None:
         return f"node {slot.node} is gone from the topology nodes of the cluster"
     if state.facts is not None and not PodConstraints.of(pod_spec).admits(state.facts):

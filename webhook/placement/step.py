@@ -50,6 +50,7 @@ from gputopo.cluster.reservations import (
     ReservationUnavailable,
     pick_slot,
 )
+from gputopo.cluster.source import node_state_named
 from gputopo.placement.types import GangRequest, NodeState, ReplicaSlot
 from webhook import metrics
 from webhook.jobs import pod_gpus
@@ -310,7 +311,7 @@ class PlacementStep:
                     lasting=True)
             res, slot = got
             spec = ctx.pod.get("spec") if isinstance(ctx.pod.get("spec"), dict) else {}
-            problem = slot_node_problem(ctx.cluster.node_states(), spec, slot)
+            problem = slot_node_problem(node_state_named(ctx.cluster, slot.node), spec, slot)
             if problem:
                 moved = self._move(ctx, key, res, slot, gang, problem)
                 if isinstance(moved, Unplaced):
