@@ -52,6 +52,7 @@ class Topology:
     generation: str | None = None
     _position: dict[int, int] = field(init=False, repr=False, compare=False, hash=False)
     _hash: int = field(init=False, repr=False, compare=False, hash=False)
+    _indices: tuple[int, ...] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         n = len(self.gpus)
@@ -75,6 +76,7 @@ class Topology:
         ):
             raise TopologyError(f"bandwidthGBps must be a {n}x{n} matrix for {n} GPUs")
         object.__setattr__(self, "_position", position)
+        object.__setattr__(self, "_indices", tuple(g.index for g in self.gpus))
         # Hashed once: the cost model caches on (topology, GPU set) in the solver's hot loop.
         object.__setattr__(
             self, "_hash", hash((self.gpus, self.links, self.measured, self.generation))
@@ -86,8 +88,9 @@ class Topology:
     # --- queries ------------------------------------------------------------------------
     @property
     def indices(self) -> tuple[int, ...]:
-        """Driver indices of the GPUs, in order."""
-        return tuple(g.index for g in self.gpus)
+        """Driver indices of the GPUs, in order (made once: the solver and the objective
+        read them for every share they rate)."""
+        return self._indices
 
     def link(self, i: int, j: int) -> str:
         """Legend code between GPUs with driver indices ``i`` and ``j``."""
