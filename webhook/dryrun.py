@@ -30,6 +30,7 @@ from gputopo.errors import InputError
 from gputopo.operators import expand, is_training_job, with_identity
 from gputopo.yamlio import load_documents
 from webhook.pipeline import Admitter
+from webhook.podshape import check_pod
 from webhook.review import API_VERSION, KIND
 
 
@@ -278,6 +279,12 @@ def admit_all(admitter: Admitter, cluster: ClusterSnapshot,
     """Admit each pod in order; the admitted pod joins the cluster view for the next one."""
     results: list[Outcome] = []
     for i, item in enumerate(pods):
+        # An input file is checked whole: the server checks a pod's shape only once it
+        # will read it (a job's pod), but a file's malformed pod is the user's mistake
+        problem = check_pod(item.pod)
+        if problem is not None:
+            raise InputError(f"{problem[1]} (at {problem[0] or 'the pod'})", file=item.file,
+                             obj=item.label)
         status, body = admitter.handle_body(review_body(item.pod, f"dry-run-{i + 1}"))
         if status != 200:
             raise InputError(str(body.get("error", body)), file=item.file, obj=item.label)

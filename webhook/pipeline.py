@@ -24,13 +24,20 @@ from typing import Any
 
 from gputopo.cluster.source import ClusterReader, WouldBlock
 from webhook import metrics
-from webhook.jobs import JobNotFound, resolve_job
+from webhook.jobs import JobNotFound, controller_ref, is_job_owner, resolve_job
 from webhook.mutations import apply_policy
 from webhook.patch import copy_document, make_patch
 from webhook.policy.match import matches, namespace_opted_in
 from webhook.policy.schema import Policy
 from webhook.policy.store import PolicyStore
-from webhook.review import AdmissionRequest, BadReview, Decision, build_response, parse_review
+from webhook.review import (
+    AdmissionRequest,
+    BadReview,
+    Decision,
+    build_response,
+    check_pod_shape,
+    parse_review,
+)
 from webhook.steps import AdmissionContext, JobInfo, Step
 
 __all__ = ["Admitter", "make_patch"]
@@ -86,7 +93,12 @@ class Admitter:
 
     def handle_request(self, request: AdmissionRequest) -> tuple[int, dict[str, Any]]:
         """HTTP status and JSON body for one parsed request."""
-        return self._answer(request, self.admit(request))
+        try:
+            decision = self.admit(request)
+        except BadReview as exc:  # the pod of a job in scope is not one we can read
+            _child(metrics.REQUESTS, "bad_request").inc()
+            return 400, {"error": exc.line()}
+        return self._answer(request, decision)
 
     def answer_at_once(self, body: bytes) -> tuple[int, dict[str, Any]] | AdmissionRequest:
         """The answer, when it can be given without waiting and without side effects — bad
@@ -114,6 +126,9 @@ class Admitter:
             scope = self._scope(request, memory_only())
         except WouldBlock:
             return request
+        except BadReview as exc:
+            _child(metrics.REQUESTS, "bad_request").inc()
+            return 400, {"error": exc.line()}
         if not isinstance(scope, Decision):
             return request  # in scope: mutations and steps run on the admitter thread
         return self._answer(request, scope)
@@ -151,6 +166,10 @@ class Admitter:
         policies = self.store.policies()
         if not policies:
             return Decision(outcome="skipped")
+        ref = controller_ref(pod)
+        if ref is None or not is_job_owner(ref):
+            return Decision(outcome="skipped")  # not a job's pod: nothing here reads it
+        check_pod_shape(request)  # BadReview: HTTP 400 (a pod we will read must be sound)
         gpu_resources = frozenset().union(*(p.gpu_resources for p in policies))
         try:
             job = resolve_job(pod, ns_name, cluster, gpu_resources)

@@ -97,3 +97,23 @@ def test_every_kubernetes_quantity_suffix_is_accepted(admitter, cpu):
     status, answer = admitter.handle_body(body(review(pod)))
     assert status == 200, answer
     assert answer["response"]["allowed"] is True
+
+
+def test_a_pod_let_through_untouched_is_not_read_so_not_refused(make_admitter):
+    """The pod's shape is checked once the pipeline will read it (a job's pod in an
+    opted-in namespace, above: 400); a plain pod, or a job's pod of a namespace that did
+    not opt in, is allowed untouched whatever its body holds."""
+    job = pytorch_job(ns="team")
+    other = pytorch_job(ns="other")
+    admitter = make_admitter([namespace("team"), namespace("other", opted_in=False), job,
+                              other])
+    plain = operator_pod(job, "worker", 0)
+    plain["metadata"].pop("ownerReferences")
+    outside = operator_pod(other, "worker", 0)
+    for pod in (plain, outside):
+        pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "lots"
+        status, answer = admitter.handle_body(body(review(pod)))
+        assert status == 200
+        assert answer["response"]["allowed"] is True and "patch" not in answer["response"]
+    status, answer = admitter.handle_body(body(review(operator_pod(job, "worker", 1))))
+    assert status == 200 and "patch" in answer["response"]  # the sound job pod is mutated
