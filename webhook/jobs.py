@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from gputopo import names
@@ -118,17 +119,27 @@ def container_gpus(container: Mapping[str, Any], gpu_resources: Iterable[str]) -
     limits = res.get("limits") if isinstance(res.get("limits"), Mapping) else {}
     requests = res.get("requests") if isinstance(res.get("requests"), Mapping) else {}
     total = 0
-    for name in set(gpu_resources):
+    for name in gpu_resources if isinstance(gpu_resources, (set, frozenset)) else set(
+            gpu_resources):
         raw = limits.get(name, requests.get(name))
-        if raw is None:
-            continue
-        try:
-            value = parse_quantity(raw)
-        except ValueError:
-            continue
-        if value > 0:
-            total += math.ceil(value)
+        if raw is not None:
+            try:
+                total += _whole_gpus(raw)
+            except TypeError:  # unhashable: never a quantity
+                continue
     return total
+
+
+@lru_cache(maxsize=1024, typed=True)  # typed: 1, 1.0 and True are different answers
+def _whole_gpus(raw: object) -> int:
+    """GPUs a limit or request value stands for: a positive quantity rounded up, else 0.
+    Remembered: a pod's review asks this of each GPU container several times, and the
+    exact Fraction arithmetic behind it cost more than the lookup."""
+    try:
+        value = parse_quantity(raw)
+    except ValueError:
+        return 0
+    return math.ceil(value) if value > 0 else 0
 
 
 def pod_gpus(spec: Mapping[str, Any], gpu_resources: Iterable[str]) -> int:

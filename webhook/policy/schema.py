@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import cached_property
 from typing import Any, Literal
 
 from gputopo import names
@@ -136,9 +137,10 @@ class Policy:
     mutations: Mutations = field(default_factory=Mutations)
     placement: PlacementSettings = field(default_factory=PlacementSettings)
 
-    @property
+    @cached_property
     def gpu_resources(self) -> frozenset[str]:
-        """Resource names that mean "a GPU" for this policy (before and after renaming)."""
+        """Resource names that mean "a GPU" for this policy (before and after renaming);
+        made once per policy (read several times per review)."""
         return frozenset(
             {names.SOURCE_GPU_RESOURCE, names.TOPOLOGY_GPU_RESOURCE,
              *self.mutations.rename_resources, *self.mutations.rename_resources.values()}
