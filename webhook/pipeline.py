@@ -20,6 +20,7 @@ Safe defaults, all documented in docs/policies.md:
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any
 
 from gputopo.cluster.source import ClusterReader, WouldBlock
@@ -63,6 +64,20 @@ def _labels(obj: dict[str, Any] | None) -> dict[str, str]:
     return labels if isinstance(labels, dict) else {}
 
 
+_Scope = tuple[dict[str, Any], "dict[str, Any] | None", JobInfo, "list[Policy]"]
+
+
+@dataclass(frozen=True)
+class InScope:
+    """A request :meth:`Admitter.answer_at_once` found in scope, with what deciding that
+    read (the pod, its namespace, its job, the matching policies): the admitter thread
+    goes on from there instead of reading them again (~a quarter of the event loop's
+    share of an in-scope review, docs/benchmarks.md)."""
+
+    request: AdmissionRequest
+    scope: _Scope
+
+
 class Admitter:
     """Decides one AdmissionReview at a time; safe to call from several threads."""
 
@@ -91,8 +106,11 @@ class Admitter:
             return 400, {"error": exc.line()}
         return self.handle_request(request)
 
-    def handle_request(self, request: AdmissionRequest) -> tuple[int, dict[str, Any]]:
-        """HTTP status and JSON body for one parsed request."""
+    def handle_request(self, request: AdmissionRequest | InScope) -> tuple[int, dict[str, Any]]:
+        """HTTP status and JSON body for one parsed request (or one :meth:`answer_at_once`
+        found in scope: what it read is not read again)."""
+        if isinstance(request, InScope):
+            return self._answer(request.request, self._mutate(request.request, *request.scope))
         try:
             decision = self.admit(request)
         except BadReview as exc:  # the pod of a job in scope is not one we can read
@@ -100,11 +118,14 @@ class Admitter:
             return 400, {"error": exc.line()}
         return self._answer(request, decision)
 
-    def answer_at_once(self, body: bytes) -> tuple[int, dict[str, Any]] | AdmissionRequest:
+    def answer_at_once(self, body: bytes
+                       ) -> tuple[int, dict[str, Any]] | AdmissionRequest | InScope:
         """The answer, when it can be given without waiting and without side effects — bad
         input, anything but a Pod CREATE, a pod out of scope by what the cluster view holds
         in memory — else the parsed request, for :meth:`handle_request` on the admitter
-        thread. The same decisions as :meth:`handle_body`, by the same code.
+        thread (with what was read to find it in scope, when that could be read here: the
+        job and the matching policies are then not looked up twice). The same decisions as
+        :meth:`handle_body`, by the same code.
 
         Why: the server's event loop calls this, so out-of-scope reviews (every pod of a
         namespace that did not opt in, when the webhook's namespaceSelector is not in
@@ -130,7 +151,7 @@ class Admitter:
             _child(metrics.REQUESTS, "bad_request").inc()
             return 400, {"error": exc.line()}
         if not isinstance(scope, Decision):
-            return request  # in scope: mutations and steps run on the admitter thread
+            return InScope(request, scope)  # mutations and steps: on the admitter thread
         return self._answer(request, scope)
 
     def _answer(self, request: AdmissionRequest, decision: Decision

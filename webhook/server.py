@@ -86,8 +86,9 @@ class Admitter(Protocol):
     """What the server needs of the admission pipeline (``webhook.pipeline.Admitter``).
 
     Optional, used when present: ``answer_at_once(body)`` returns the answer when it is
-    ready without waiting (out of scope, bad input) or a parsed request, which the server
-    then passes to ``handle_request(request)`` on the admitter thread.
+    ready without waiting (out of scope, bad input) or a parsed request (with what was
+    read to find it in scope), which the server then passes to ``handle_request(request)``
+    on the admitter thread.
     """
 
     @property

@@ -19,13 +19,14 @@ from gputopo.yamlio import load_documents
 from tests.webhook.conftest import POLICIES, SEED_CASES, body, namespace, review
 from tests.webhook.test_hypothesis import JOB, ChaosStep, junk, pods
 from webhook.assembly import build_admitter
+from webhook.pipeline import InScope
 from webhook.review import AdmissionRequest
 
 
 def both_ways(admitter: Any, raw: bytes) -> tuple[Any, Any, bool]:
     """(answer via answer_at_once [+ handle_request], answer via handle_body, at once?)"""
     quick = admitter.answer_at_once(raw)
-    at_once = not isinstance(quick, AdmissionRequest)
+    at_once = not isinstance(quick, AdmissionRequest | InScope)
     via_quick = quick if at_once else admitter.handle_request(quick)
     return via_quick, admitter.handle_body(raw), at_once
 
