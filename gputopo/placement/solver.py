@@ -587,10 +587,15 @@ class _Tally:
 
     @classmethod
     def of(cls, groups: Iterable[_Group]) -> _Tally:
-        tally = cls({}, {}, {})
-        for grp in groups:
-            tally.add(grp.kind, grp.network_gbps, len(grp.nodes))
-        return tally
+        sizes: dict[int, int] = {}
+        frees: dict[int, int] = {}
+        nets: dict[float, int] = {}
+        for grp in groups:  # one pass, every solve of a plain list: kept plain
+            kind, count, net = grp.kind, len(grp.nodes), grp.network_gbps
+            sizes[kind.size] = sizes.get(kind.size, 0) + count
+            frees[kind.free] = frees.get(kind.free, 0) + count
+            nets[net] = nets.get(net, 0) + count
+        return cls(sizes, frees, nets)
 
     def copy(self) -> _Tally:
         return _Tally(dict(self.sizes), dict(self.frees), dict(self.nets))
