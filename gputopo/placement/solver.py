@@ -7,11 +7,13 @@ assignments. Nodes with the same topology, used GPUs and network are interchange
 search runs over node *classes* and over how many replicas go to each class, never over
 individual nodes; per (topology, free GPUs, k) the Pareto-best k-GPU subsets are cached.
 
-Every solve walks the nodes once, grouping them by (topology, used GPUs, network); a busy
-cluster of thousands of nodes has a few hundred such groups, and the feasibility reasons,
-the one-node search and the scopes' classes all work on groups (the webhook solves the whole
-cluster for every new gang, so per-node work is the admission latency). Only a multi-node
-search that gets past its first bound walks the nodes again, once, to split groups by rack.
+Every solve of a plain list walks the nodes once, grouping them by (topology, used GPUs,
+network); a busy cluster of thousands of nodes has a few hundred such groups, and the
+feasibility reasons, the one-node search and the scopes' classes all work on groups. The
+webhook solves the whole cluster for every new gang, so it keeps the grouping between
+solves (:class:`GroupedNodes`: only the nodes a reservation changed are regrouped, and the
+tallies and the best one-node share carry over). Only a multi-node search that gets past
+its first bound walks the nodes again, once, to split groups by rack.
 
 The search, for ``R`` replicas of ``G`` GPUs (``n = R*G``):
 
@@ -36,8 +38,9 @@ The search, for ``R`` replicas of ``G`` GPUs (``n = R*G``):
    b. among those, the highest slowest-pair threshold that stays feasible;
    c. among those, a DP over classes that maximises the blocks kept and then packing.
 
-   Scopes are visited best upper bound first and skipped once they cannot win; scopes with
-   the same multiset of classes share one search, and one score per real span.
+   Scopes are visited best upper bound first — a bound of the whole objective, term by
+   term (``_Search._bound``) — and the search stops at the first that cannot win; scopes
+   with the same multiset of classes share one search, and one score per real span.
 3. The best candidate by the objective (rated with :func:`objective.score` itself), ties by
    node names and GPU indices.
 
