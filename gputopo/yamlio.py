@@ -23,11 +23,40 @@ import yaml
 from gputopo.errors import InputError
 
 try:  # the C implementation is ~10x faster; fall back silently where libyaml is missing
-    _Loader: type = yaml.CSafeLoader
+    _BaseLoader: type = yaml.CSafeLoader
     _Dumper: type = yaml.CSafeDumper
 except AttributeError:  # pragma: no cover - depends on how PyYAML was built
-    _Loader = yaml.SafeLoader
+    _BaseLoader = yaml.SafeLoader
     _Dumper = yaml.SafeDumper
+
+
+class _Loader(_BaseLoader):  # type: ignore[valid-type,misc]
+    """The safe loader, refusing a key that appears twice in one mapping.
+
+    Why: PyYAML keeps the last of two equal keys without a word, so a policy with
+    ``transportShare: {tcp: 0.3, tcp: 0.4}`` or a pod with two ``resources:`` blocks would
+    be read as something its author did not see; kubectl refuses such files too
+    (sigs.k8s.io/yaml decodes strictly: "mapping key already defined"). Keys brought in by
+    a ``<<`` merge may be overridden, as YAML intends.
+    """
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        if isinstance(node, yaml.MappingNode):
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    duplicate = key in seen
+                except TypeError:  # unhashable: the base constructor says so
+                    break
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark,
+                        f"found duplicate key {key!r}", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
 
 
 #: ``width`` for output a user reads or pipes on: long values (the placement record's

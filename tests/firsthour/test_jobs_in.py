@@ -205,3 +205,34 @@ def test_dash_means_stdin_for_cluster_files_and_stdout_for_one_output_file(monke
     assert main(["generate", "manifests", "-o", "-"]) == 2
     assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
         "writes several files: give a directory, not -")
+
+
+def test_a_key_written_twice_is_refused_with_its_line(tmp_path, capsys):
+    """PyYAML would keep the last of two equal keys without a word; kubectl refuses such a
+    file, and so does every gputopo command (one line naming the file, line and key)."""
+    pod = tmp_path / "pod.yaml"
+    pod.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: team}\n"
+                   "spec:\n  containers:\n  - name: c\n    image: x\n    image: y\n",
+                   encoding="utf-8")
+    assert main(["mutate", str(pod)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"gputopo: error: {pod}: line 8: not valid YAML: found duplicate key 'image'"]
+    pol = tmp_path / "pol"
+    pol.mkdir()
+    shipped = Path(__file__).resolve().parents[2] / "policies"
+    first = sorted(shipped.glob("*.yaml"))[0]
+    text = first.read_text(encoding="utf-8")
+    (pol / first.name).write_text(
+        text.replace("\nspec:\n", "\nspec:\n  priority: 1\n  priority: 2\n", 1),
+        encoding="utf-8")
+    good = tmp_path / "good.yaml"
+    good.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: team}\n"
+                    "spec:\n  containers:\n  - {name: c, image: x}\n", encoding="utf-8")
+    assert main(["mutate", "--policies", str(pol), str(good)]) == 2
+    assert "found duplicate key 'priority'" in capsys.readouterr().err
+    # a merge key's values may be overridden, as YAML intends
+    merged = tmp_path / "merged.yaml"
+    merged.write_text("apiVersion: v1\nkind: Pod\nmetadata:\n  labels: &l {a: '1'}\n"
+                      "  annotations: {<<: *l, a: '2'}\n  name: p\n  namespace: team\n"
+                      "spec:\n  containers:\n  - {name: c, image: x}\n", encoding="utf-8")
+    assert main(["mutate", str(merged)]) == 0
