@@ -20,6 +20,7 @@ from gputopo.cluster.view import ClusterView, connect
 from gputopo.placement.types import Placement, ReplicaSlot
 from gputopo.topology.ack_report import report_configmap
 from gputopo.topology.model import Topology
+from tests.k8s_double.client import write_kubeconfig
 
 TOPO = dgx1_annotation()
 
@@ -232,11 +233,7 @@ def test_connect_with_a_kubeconfig_watches_that_cluster(kube, monkeypatch, tmp_p
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     kube.apply(node("a", topology=TOPO))
     cfg = tmp_path / "config"
-    cfg.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "double",
-        "clusters": [{"name": "double", "cluster": {"server": kube.url}}],
-        "users": [{"name": "u", "user": {"token": "test-double-token"}}],
-        "contexts": [{"name": "double", "context": {"cluster": "double", "user": "u"}}]}))
+    write_kubeconfig(cfg, kube.url)
     view = connect(str(cfg), watch_timeout_seconds=2)
     assert view is not None
     try:

@@ -18,19 +18,13 @@ from plugin_kit import RESOURCE, bind, gpu_pod
 from gputopo import names
 from gputopo.deviceplugin.v1beta1 import api_pb2 as api
 from gputopo.deviceplugin.v1beta1 import api_pb2_grpc as rpc
+from tests.k8s_double.client import write_kubeconfig
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDED = ROOT / "tests" / "topology" / "data" / "dgx1-v100-nvml.json"
 
 
-def _kubeconfig(path: Path, url: str) -> Path:
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "double",
-        "clusters": [{"name": "double", "cluster": {"server": url}}],
-        "users": [{"name": "u", "user": {}}],
-        "contexts": [{"name": "double", "context": {"cluster": "double", "user": "u"}}],
-    }))
-    return path
+_kubeconfig = write_kubeconfig
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ API) does not record.
 
 from __future__ import annotations
 
-import json
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -29,6 +28,7 @@ from gputopo.cluster.demo import demo_cluster_path
 from gputopo.cluster.k8s_reservations import KubernetesReservationStore
 from gputopo.cluster.view import ClusterView, connect
 from gputopo.yamlio import load_documents
+from tests.k8s_double.client import write_kubeconfig
 from webhook.assembly import build_admitter
 from webhook.placement.step import placement_step_for
 
@@ -62,12 +62,7 @@ class LiveWebhook:
 
 def kubeconfig(kube: KubeApiDouble, path: Path) -> Path:
     """A kubeconfig file pointing at the double, as ``gputopo serve`` would find one."""
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "double",
-        "clusters": [{"name": "double", "cluster": {"server": kube.url}}],
-        "users": [{"name": "u", "user": {"token": "test-double-token"}}],
-        "contexts": [{"name": "double", "context": {"cluster": "double", "user": "u"}}]}))
-    return path
+    return write_kubeconfig(path, kube.url)
 
 
 @contextmanager

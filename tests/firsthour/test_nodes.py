@@ -9,6 +9,7 @@ import yaml
 
 from gputopo.cli import main
 from gputopo.cluster.demo import demo_cluster_path
+from tests.k8s_double.client import write_kubeconfig
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -66,11 +67,7 @@ def test_nodes_live_lists_the_api_server(tmp_path, capsys, monkeypatch):
                     "spec": {"nodeName": "cn-shanghai.192.168.16.172",
                              "containers": [{"name": "c", "image": "x"}]}})
         cfg = tmp_path / "kubeconfig"
-        cfg.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "double",
-            "clusters": [{"name": "double", "cluster": {"server": kube.url}}],
-            "users": [{"name": "u", "user": {"token": "test-double-token"}}],
-            "contexts": [{"name": "double", "context": {"cluster": "double", "user": "u"}}]}))
+        write_kubeconfig(cfg, kube.url)
         assert main(["nodes", "--live", "--kubeconfig", str(cfg)]) == 0
     rows = _rows(capsys.readouterr().out)
     assert rows["cn-shanghai.192.168.16.172"][3:6] == ["2/8", "6", "4"]

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from kubernetes import client
 
 
@@ -17,3 +20,14 @@ def configuration(url: str) -> client.Configuration:
 
 def api_client(url: str) -> client.ApiClient:
     return client.ApiClient(configuration(url))
+
+
+def write_kubeconfig(path: Path, url: str) -> Path:
+    """A kubeconfig file pointing at the double at ``url``, as a command or ``gputopo
+    serve`` would find one (the double takes any token)."""
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "double",
+        "clusters": [{"name": "double", "cluster": {"server": url}}],
+        "users": [{"name": "u", "user": {"token": "test-double-token"}}],
+        "contexts": [{"name": "double", "context": {"cluster": "double", "user": "u"}}]}))
+    return path

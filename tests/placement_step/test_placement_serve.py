@@ -19,7 +19,6 @@ import sys
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 
 import httpx
 import pytest
@@ -29,18 +28,11 @@ from generator.certs import write_serving_certs
 from gputopo import names
 from gputopo.cluster.demo import demo_cluster_path
 from gputopo.cluster.k8s_reservations import KubernetesReservationStore
-from gputopo.yamlio import dump, load_documents
+from gputopo.yamlio import load_documents
+from tests.k8s_double.client import write_kubeconfig
 from webhook.dryrun import review_body
 
-
-def _kubeconfig(path: Path, url: str) -> Path:
-    path.write_text(dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "double",
-        "clusters": [{"name": "double", "cluster": {"server": url}}],
-        "users": [{"name": "tester", "user": {"token": "test-double-token"}}],
-        "contexts": [{"name": "double", "context": {"cluster": "double", "user": "tester"}}],
-    }))
-    return path
+_kubeconfig = write_kubeconfig
 
 
 @pytest.fixture

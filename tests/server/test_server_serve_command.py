@@ -24,6 +24,7 @@ from serverkit import SEED_RESOURCES, admission_review, make_pair, project_secre
 
 from gputopo import names
 from gputopo.cli import main
+from tests.k8s_double.client import write_kubeconfig
 
 REPO = Path(__file__).resolve().parents[2]
 SERVING = re.compile(r"serving https://127\.0\.0\.1:(\d+) ")
@@ -176,12 +177,7 @@ def test_serve_with_a_kubeconfig_watches_the_cluster_and_is_ready_once_synced(
                     job_uid = stored["metadata"]["uid"]  # the API server assigns uids
         kube.forbidden.add("nodes")  # as if RBAC on nodes were missing: no full list yet
         config = tmp_path / "kubeconfig"
-        config.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "double",
-            "clusters": [{"name": "double", "cluster": {"server": kube.url}}],
-            "users": [{"name": "u", "user": {"token": "test-double-token"}}],
-            "contexts": [{"name": "double", "context": {"cluster": "double", "user": "u"}}],
-        }))
+        write_kubeconfig(config, kube.url)
         running = serve(extra_env={"KUBECONFIG": str(config)})
         assert f"cluster: live from the API server (kubeconfig {config})" in running.stderr
         assert "EMBEDDED DEMO" not in running.stderr

@@ -20,6 +20,7 @@ if str(TESTS) not in sys.path:  # the API double is a package under tests/
     sys.path.insert(0, str(TESTS))
 
 from k8s_double import running_double  # noqa: E402
+from k8s_double.client import write_kubeconfig  # noqa: E402
 
 FIXTURE = TESTS / "fixtures" / "topologies" / "dgx1-v100.txt"
 T, D = names.NETWORK_TRANSPORT_ANNOTATION, names.NETWORK_TRANSPORT_DETECTED_ANNOTATION
@@ -110,14 +111,7 @@ def test_transport_annotations_keep_a_hand_set_value(current, detected, mode, wr
     assert transport_annotations(current, detected, mode)[0] == writes
 
 
-def _kubeconfig(path: Path, url: str) -> Path:
-    path.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "double",
-        "clusters": [{"name": "double", "cluster": {"server": url}}],
-        "users": [{"name": "u", "user": {}}],
-        "contexts": [{"name": "double", "context": {"cluster": "double", "user": "u"}}],
-    }))
-    return path
+_kubeconfig = write_kubeconfig
 
 
 def _node(name: str, annotations: dict[str, str] | None = None) -> dict:
