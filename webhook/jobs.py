@@ -54,11 +54,11 @@ def gpu_count_problems(spec: Mapping[str, Any], gpu_resources: Iterable[str]) ->
     for key in ("containers", "initContainers"):
         items = spec.get(key)
         for c in items if isinstance(items, list) else []:
-            res = c.get("resources") if isinstance(c, Mapping) else None
-            if not isinstance(res, Mapping):
+            res = c.get("resources") if isinstance(c, dict) else None
+            if not isinstance(res, dict):
                 continue
             where = f"{key[:-1]} {c.get('name')!r}"
-            parts = {part: res.get(part) if isinstance(res.get(part), Mapping) else {}
+            parts = {part: res.get(part) if isinstance(res.get(part), dict) else {}
                      for part in ("requests", "limits")}
             for name in sorted(set(gpu_resources)):
                 values = {}
@@ -94,10 +94,10 @@ def gpu_count_problems(spec: Mapping[str, Any], gpu_resources: Iterable[str]) ->
 
 def controller_ref(obj: Mapping[str, Any]) -> OwnerRef | None:
     """The ownerReference with ``controller: true``, if any."""
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     refs = meta.get("ownerReferences")
     for ref in refs if isinstance(refs, list) else []:
-        if isinstance(ref, Mapping) and ref.get("controller") is True:
+        if isinstance(ref, dict) and ref.get("controller") is True:
             try:
                 return OwnerRef(str(ref["apiVersion"]), str(ref["kind"]), str(ref["name"]),
                                 str(ref.get("uid") or ""))
@@ -114,10 +114,10 @@ def is_job_owner(ref: OwnerRef) -> bool:
 def container_gpus(container: Mapping[str, Any], gpu_resources: Iterable[str]) -> int:
     """GPUs one container asks for: its limit (else request) of any GPU resource name."""
     res = container.get("resources")
-    if not isinstance(res, Mapping):
+    if not isinstance(res, dict):
         return 0
-    limits = res.get("limits") if isinstance(res.get("limits"), Mapping) else {}
-    requests = res.get("requests") if isinstance(res.get("requests"), Mapping) else {}
+    limits = res.get("limits") if isinstance(res.get("limits"), dict) else {}
+    requests = res.get("requests") if isinstance(res.get("requests"), dict) else {}
     total = 0
     for name in gpu_resources if isinstance(gpu_resources, (set, frozenset)) else set(
             gpu_resources):
@@ -149,7 +149,7 @@ def pod_gpus(spec: Mapping[str, Any], gpu_resources: Iterable[str]) -> int:
 
     def each(key: str) -> list[int]:
         items = spec.get(key)
-        return [container_gpus(c, names_) for c in items if isinstance(c, Mapping)] if (
+        return [container_gpus(c, names_) for c in items if isinstance(c, dict)] if (
             isinstance(items, list)) else []
 
     return max(sum(each("containers")), max(each("initContainers"), default=0))
@@ -195,10 +195,10 @@ def gang_size(specs: Mapping[str, Any], gpu_resources: Iterable[str]) -> int:
     names_ = tuple(gpu_resources)
     total = 0
     for key, rs in specs.items():
-        if not isinstance(rs, Mapping):
+        if not isinstance(rs, dict):
             raise ValueError(f"replica spec {key!r} is not a mapping")
-        template = rs.get("template") if isinstance(rs.get("template"), Mapping) else {}
-        tspec = template.get("spec") if isinstance(template.get("spec"), Mapping) else {}
+        template = rs.get("template") if isinstance(rs.get("template"), dict) else {}
+        tspec = template.get("spec") if isinstance(template.get("spec"), dict) else {}
         problems = gpu_count_problems(tspec, names_)
         if problems:
             raise ValueError(f"replica spec {key}: {problems[0]}")
@@ -207,10 +207,27 @@ def gang_size(specs: Mapping[str, Any], gpu_resources: Iterable[str]) -> int:
     return total
 
 
+#: gang_size per replica-specs object (held, so its id is not reused meanwhile): every pod
+#: of a job asks it of the same job object, which the cluster view replaces, never edits,
+#: when the job changes.
+_SIZES: dict[int, tuple[Mapping[str, Any], tuple[str, ...], int]] = {}
+
+
+def _gang_size_of(specs: Mapping[str, Any], names_: tuple[str, ...]) -> int:
+    hit = _SIZES.get(id(specs))
+    if hit is not None and hit[0] is specs and hit[1] == names_:
+        return hit[2]
+    size = gang_size(specs, names_)  # ValueError: not remembered, said again next time
+    if len(_SIZES) >= 4096:
+        _SIZES.clear()
+    _SIZES[id(specs)] = (specs, names_, size)
+    return size
+
+
 def _check_uid(ref: OwnerRef, obj: Mapping[str, Any], namespace: str) -> None:
     """The object found must be the one the reference names, not a namesake: a job deleted
     and re-created under the same name has a new uid, and its gang is not this pod's."""
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     uid = meta.get("uid")
     if uid and ref.uid != uid:  # no uid in the reference is no match either
         raise JobNotFound(f"owner {ref.kind} {namespace}/{ref.name} has uid {uid}, "
@@ -227,7 +244,7 @@ def resolve_job(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
     ref = controller_ref(pod)
     if ref is None or not is_job_owner(ref):
         return None
-    own = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    own = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
     problems = gpu_count_problems(own, gpu_resources)
     if problems:
         raise BadGpuCount("; ".join(problems) + ": not placed, GPU resource not renamed")
@@ -247,24 +264,24 @@ def resolve_job(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
     if job is None:
         raise JobNotFound(f"owner {ref.kind} {namespace}/{ref.name} not found")
     _check_uid(ref, job, namespace)
-    spec = job.get("spec") if isinstance(job.get("spec"), Mapping) else {}
+    spec = job.get("spec") if isinstance(job.get("spec"), dict) else {}
     specs = spec.get(OWNER_KINDS[(ref.api_version, ref.kind)])
-    if not isinstance(specs, Mapping):
+    if not isinstance(specs, dict):
         raise JobNotFound(f"{ref.kind} {namespace}/{ref.name} has no replica specs")
     names_ = tuple(gpu_resources)
     try:
-        size = gang_size(specs, names_)
+        size = _gang_size_of(specs, names_)
     except ValueError as exc:
         raise JobNotFound(f"{ref.kind} {namespace}/{ref.name}: {exc}") from None
-    meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
-    labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
     rtype = _replica_type(labels, specs, via_batch)
     raw_index = _label(labels, names.REPLICA_INDEX_LABEL, names.LEGACY_REPLICA_INDEX_LABELS)
     index = int(raw_index) if raw_index is not None and raw_index.isdigit() else None
-    pspec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    pspec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
     gpus = pod_gpus(pspec, names_)
-    jmeta = job.get("metadata") if isinstance(job.get("metadata"), Mapping) else {}
-    jlabels = jmeta.get("labels") if isinstance(jmeta.get("labels"), Mapping) else {}
+    jmeta = job.get("metadata") if isinstance(job.get("metadata"), dict) else {}
+    jlabels = jmeta.get("labels") if isinstance(jmeta.get("labels"), dict) else {}
     return JobInfo(
         api_version=ref.api_version, kind=ref.kind, name=ref.name, namespace=namespace,
         uid=ref.uid or str(jmeta.get("uid") or ""), replica_type=rtype, replica_index=index,

@@ -99,6 +99,20 @@ def test_gang_counts_only_gpu_replicas(make_admitter):
     assert worker["metadata"]["labels"][names.GANG_REPLICA_LABEL] == "3"
 
 
+def test_a_job_scaled_is_counted_anew(make_admitter):
+    """The gang size is remembered per job object (every pod of a job asks it); a job the
+    cluster view replaces — scaled from 2 to 4 workers — is counted again."""
+    job = pytorch_job(ns="team", workers=2)
+    admitter = make_admitter([namespace("team"), job])
+    first, _ = admit(admitter, operator_pod(job, "worker", 0))
+    assert first["metadata"]["labels"][names.GANG_REPLICA_LABEL] == "3"  # master + 2
+    scaled = copy.deepcopy(job)
+    scaled["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 4
+    admitter.cluster.add(scaled)
+    again, _ = admit(admitter, operator_pod(job, "worker", 1))
+    assert again["metadata"]["labels"][names.GANG_REPLICA_LABEL] == "5"
+
+
 def test_mpijob_v2beta1_launcher_via_batch_job(make_admitter):
     """The launcher pod is owned by a batch/v1 Job owned by the MPIJob; with a GPU (some
     users run rank 0 there) it is a job pod with role launcher."""

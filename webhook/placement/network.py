@@ -111,9 +111,9 @@ class Plan:
     @classmethod
     def from_json(cls, data: object) -> Plan | None:
         """The stored plan, or None when ``data`` is not one (an older reservation)."""
-        if not isinstance(data, Mapping) or data.get("plan") not in (HOST, POD):
+        if not isinstance(data, dict) or data.get("plan") not in (HOST, POD):
             return None
-        ports = data.get("ports") if isinstance(data.get("ports"), Mapping) else {}
+        ports = data.get("ports") if isinstance(data.get("ports"), dict) else {}
         return cls(kind=str(data["plan"]), why=str(data.get("why", "")),
                    role=str(data.get("role", "")),
                    ports={str(k): int(v) for k, v in ports.items()
@@ -151,7 +151,7 @@ def env_value(spec: Mapping[str, Any], name: str) -> str | None:
     """The literal value of env ``name`` in the first container that sets it."""
     for c in _containers(spec):
         for item in _list(c.get("env")):
-            if isinstance(item, Mapping) and item.get("name") == name:
+            if isinstance(item, dict) and item.get("name") == name:
                 value = item.get("value")
                 return value if isinstance(value, str) else None
     return None
@@ -161,7 +161,7 @@ def _port_numbers(spec: Mapping[str, Any], port_name: str) -> list[int]:
     out = []
     for c in _containers(spec):
         for p in _list(c.get("ports")):
-            if isinstance(p, Mapping) and p.get("name") == port_name and isinstance(
+            if isinstance(p, dict) and p.get("name") == port_name and isinstance(
                     p.get("containerPort"), int):
                 out.append(p["containerPort"])
     return out
@@ -169,14 +169,14 @@ def _port_numbers(spec: Mapping[str, Any], port_name: str) -> list[int]:
 
 def _template_spec(specs: Mapping[str, Any], rtype: str) -> Mapping[str, Any]:
     rs = specs.get(rtype)
-    template = rs.get("template") if isinstance(rs, Mapping) else None
-    tspec = template.get("spec") if isinstance(template, Mapping) else None
-    return tspec if isinstance(tspec, Mapping) else {}
+    template = rs.get("template") if isinstance(rs, dict) else None
+    tspec = template.get("spec") if isinstance(template, dict) else None
+    return tspec if isinstance(tspec, dict) else {}
 
 
 def _replicas(specs: Mapping[str, Any], rtype: str) -> int:
     rs = specs.get(rtype)
-    n = rs.get("replicas", 1) if isinstance(rs, Mapping) else 1
+    n = rs.get("replicas", 1) if isinstance(rs, dict) else 1
     return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else 1
 
 
@@ -416,7 +416,7 @@ def apply(pod: dict[str, Any], original: Mapping[str, Any], plan: Plan, job: Job
           replica: str, gpu_containers: Sequence[dict[str, Any]]) -> list[str]:
     """Write ``plan`` into ``pod`` (the working copy; ``original`` as it came in)."""
     spec = pod.setdefault("spec", {})
-    ospec = original.get("spec") if isinstance(original.get("spec"), Mapping) else {}
+    ospec = original.get("spec") if isinstance(original.get("spec"), dict) else {}
     if plan.kind == POD:
         return _pod_network(spec, ospec, gpu_containers)
     if plan.role.startswith("pytorch"):
@@ -459,12 +459,12 @@ def _restore_host_ports(items: object, before: object) -> None:
     for i, c in enumerate(items):
         if not isinstance(c, dict):
             continue
-        oc = old[i] if i < len(old) and isinstance(old[i], Mapping) else {}
+        oc = old[i] if i < len(old) and isinstance(old[i], dict) else {}
         oports = oc.get("ports") if isinstance(oc.get("ports"), list) else []
         for j, p in enumerate(_list(c.get("ports"))):
             if not isinstance(p, dict) or "hostPort" not in p:
                 continue
-            op = oports[j] if j < len(oports) and isinstance(oports[j], Mapping) else {}
+            op = oports[j] if j < len(oports) and isinstance(oports[j], dict) else {}
             if "hostPort" not in op:
                 del p["hostPort"]
 
@@ -519,7 +519,7 @@ def _drop_port(container: dict[str, Any], port_name: str) -> None:
     ports = container.get("ports")
     if not isinstance(ports, list):
         return
-    kept = [p for p in ports if not (isinstance(p, Mapping) and p.get("name") == port_name)]
+    kept = [p for p in ports if not (isinstance(p, dict) and p.get("name") == port_name)]
     if len(kept) == len(ports):
         return
     if kept:
@@ -568,7 +568,7 @@ def job_facts(api_version: str, kind: str, name: str, specs: Mapping[str, Any],
               gpu_types: Mapping[str, int]) -> Job:
     """The :class:`Job` the plan reads (types in spec order)."""
     return Job(api_version=api_version, kind=kind, name=name,
-               specs=specs if isinstance(specs, Mapping) else {}, gpu_types=dict(gpu_types))
+               specs=specs if isinstance(specs, dict) else {}, gpu_types=dict(gpu_types))
 
 
 @dataclass(frozen=True)

@@ -118,10 +118,10 @@ def gpu_counts_by_replica_type(job: JobInfo, gpu_resources: frozenset[str]) -> d
     """GPUs per pod of each GPU-requesting replica type of the job's spec."""
     specs = job.spec.get(OWNER_KINDS.get((job.api_version, job.kind), ""), {})
     out: dict[str, int] = {}
-    for rtype, rs in specs.items() if isinstance(specs, Mapping) else ():
-        template = rs.get("template") if isinstance(rs, Mapping) else None
-        tspec = template.get("spec") if isinstance(template, Mapping) else None
-        gpus = pod_gpus(tspec, gpu_resources) if isinstance(tspec, Mapping) else 0
+    for rtype, rs in specs.items() if isinstance(specs, dict) else ():
+        template = rs.get("template") if isinstance(rs, dict) else None
+        tspec = template.get("spec") if isinstance(template, dict) else None
+        gpus = pod_gpus(tspec, gpu_resources) if isinstance(tspec, dict) else 0
         if gpus > 0:
             out[str(rtype)] = gpus
     return out
@@ -157,8 +157,8 @@ def replica_ordinal(specs: object, gpu_types: Mapping[str, int], replica_type: s
     for rtype in gpu_types:
         if rtype == replica_type:
             return offset + index
-        rs = specs.get(rtype) if isinstance(specs, Mapping) else None
-        count = rs.get("replicas", 1) if isinstance(rs, Mapping) else 1
+        rs = specs.get(rtype) if isinstance(specs, dict) else None
+        count = rs.get("replicas", 1) if isinstance(rs, dict) else 1
         offset += count if isinstance(count, int) and count >= 0 else 1
     return index
 
@@ -228,8 +228,8 @@ class PlacementStep:
             return
         rtype = job.replica_type or job.role or "replica"
         specs = job.spec.get(OWNER_KINDS.get((job.api_version, job.kind), ""), {})
-        rs = specs.get(job.replica_type) if isinstance(specs, Mapping) else None
-        count = rs.get("replicas", 1) if isinstance(rs, Mapping) else None
+        rs = specs.get(job.replica_type) if isinstance(specs, dict) else None
+        count = rs.get("replicas", 1) if isinstance(rs, dict) else None
         index = replica_index(ctx.pod, job.name, rtype, job.replica_index, job.gang_size,
                               count if isinstance(count, int) else None)
         if index is None:
@@ -276,7 +276,7 @@ class PlacementStep:
         job = ctx.job
         assert job is not None
         facts = network.job_facts(job.api_version, job.kind, job.name,
-                                  specs if isinstance(specs, Mapping) else {}, counts)
+                                  specs if isinstance(specs, dict) else {}, counts)
         spec = ctx.pod.get("spec") if isinstance(ctx.pod.get("spec"), dict) else {}
         ospec = ctx.original.get("spec") if isinstance(ctx.original.get("spec"), dict) else {}
         need = network.needs(facts, mode=settings.network, pod_spec=spec, original_spec=ospec,
