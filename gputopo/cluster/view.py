@@ -732,6 +732,10 @@ class ClusterView:
             log.warning("node %s: left out of placement: %s", name, exc.reason)
             return None
         self.warnings.pop(name, None)
+        # used all the same, with the documented default: said once per change of the node,
+        # as `gputopo nodes` and `place` say it for a file
+        for problem in ob.network_annotation_problems(node):
+            log.warning("node %s: %s", name, problem)
         return state
 
 

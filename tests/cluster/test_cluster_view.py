@@ -100,6 +100,22 @@ def test_bad_node_data_leaves_the_node_out_with_a_metric(kube, view, caplog) -> 
     assert "corrupt" not in view.warnings
 
 
+def test_a_misspelt_network_annotation_is_logged_once_per_change(kube, view, caplog) -> None:
+    odd = node("odd", topology=TOPO)
+    odd["metadata"]["annotations"]["gputopo.io/network-transport"] = "infiniband"
+    kube.apply(odd)
+    caplog.set_level(logging.WARNING, logger="gputopo.cluster.view")
+    view.start()
+    assert view.wait_synced(5)
+    (state,) = view.node_states()
+    assert state.network_transport == "tcp"  # used, with the documented default
+    said = [r.getMessage() for r in caplog.records if "network-transport" in r.getMessage()]
+    assert said == ["node odd: gputopo.io/network-transport 'infiniband' is not one of "
+                    "tcp, rdma, gdr: read as tcp"]
+    view.node_states()
+    assert len([r for r in caplog.records if "network-transport" in r.getMessage()]) == 1
+
+
 def test_ack_report_configmap_stands_in_for_the_annotation(kube, view) -> None:
     kube.apply(node("ack", topology=None))
     view.start()
