@@ -93,14 +93,34 @@ def place(gpus: dict[str, tuple[int, ...]]) -> Placement:
         ReplicaSlot(i, n, g) for i, (n, g) in enumerate(sorted(gpus.items()))))
 
 
-def test_every_store_change_is_seen_by_the_next_gang_like_a_fresh_computation() -> None:
+class NoChangeLog:
+    """The in-memory store without ``held_snapshot``, as the Kubernetes store is: the
+    reserver gets a fresh held-GPU map for every gang and must find what changed itself."""
+
+    claims_in_flight = False
+
+    def __init__(self, store: InMemoryReservationStore) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "held_snapshot":
+            raise AttributeError(name)
+        return getattr(self._store, name)
+
+
+GANGS = (GangRequest(1, 1), GangRequest(2, 2), GangRequest(1, 8), GangRequest(3, 4))
+
+
+@pytest.mark.parametrize("change_log", [True, False], ids=["change-log", "no-change-log"])
+def test_every_store_change_is_seen_by_the_next_gang_like_a_fresh_computation(
+        change_log: bool) -> None:
     rng = random.Random(14)
     clock = [1000.0]
     store = InMemoryReservationStore(ttl_seconds=50, clock=lambda: clock[0])
     transports = ("tcp", "rdma", "gdr")
     reader = Reader([node(f"n{i}", pool="ab"[i % 2], network_transport=transports[i % 3])
                      for i in range(12)])
-    reserver = GangReserver(store)
+    reserver = GangReserver(store if change_log else NoChangeLog(store))  # type: ignore[arg-type]
     pods = [pod(), pod("a"), pod("b")]
     live: list[int] = []
     for step in range(400):
@@ -136,6 +156,10 @@ def test_every_store_change_is_seen_by_the_next_gang_like_a_fresh_computation() 
         p = rng.choice(pods)
         shares = rng.choice(SHARES)  # gangs of policies with different transport shares
         assert remembered(reserver, reader, p, shares) == plain(reader, store, p, shares), step
+        # and the grouping kept for the solver answers as the plain list does
+        _, free, _ = reserver.fit_and_free(reader, p, shares)
+        gang = GANGS[step % len(GANGS)]
+        assert solve(free, gang) == solve(list(free), gang), step
         assert store.held_snapshot().gpus == {
             n: frozenset(g) for n, g in store.held_gpus().items()}
 

@@ -17,7 +17,8 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from operator import is_
+from itertools import compress
+from operator import is_, is_not
 from typing import Any
 
 from gputopo.cluster.node_fit import NodeFacts, PodConstraints
@@ -242,6 +243,8 @@ class GangReserver:
         # store's held-GPU revision on every use, so a change anywhere is seen at once.
         self._fits: dict[str, _Fit] = {}
         self._frees: dict[str, _Free] = {}
+        # the last grouping handed to the solver per memo key (``_regroup``)
+        self._grouped: dict[str, GroupedNodes] = {}
         # per policy share table: each node's copy under it, reused while the node stays
         self._shared: dict[TransportShares, SharesMemo] = {}
         # ideal bandwidth per node-set signature (which holds the nodes, so their
@@ -325,7 +328,8 @@ class GangReserver:
         snapshot = getattr(self.store, "held_snapshot", None)
         if snapshot is None:
             gpus = self.store.held_gpus()
-            return entry, exclude_held(entry.fit, gpus, self.held_memo), excluded, gpus
+            free = self._regroup(key, exclude_held(entry.fit, gpus, self.held_memo))
+            return entry, free, excluded, gpus
         last = self._frees.get(key)
         if last is not None and last.fit is entry.fit:
             held = snapshot(last.revision)
@@ -336,13 +340,38 @@ class GangReserver:
                           if at is not None]
                 free = last.free.replaced(exclude_held(redone, held.gpus, self.held_memo,
                                                        keep_memo=True))
+                self._grouped[key] = free
                 self._remember_free(key, entry, held.revision, free)
                 return entry, free, excluded, held.gpus
         else:
             held = snapshot(None)
-        free = GroupedNodes(exclude_held(entry.fit, held.gpus, self.held_memo))
+        free = self._regroup(key, exclude_held(entry.fit, held.gpus, self.held_memo))
         self._remember_free(key, entry, held.revision, free)
         return entry, free, excluded, held.gpus
+
+    def _regroup(self, key: str, free: list[NodeState]) -> GroupedNodes:
+        """``free`` grouped for the solver: the last grouping of the same memo key with the
+        nodes that are other objects now put in (same names at the same places), else
+        grouped anew.
+
+        Why: a store without a change log of held GPUs (the Kubernetes store) and a live
+        view, which replaces a node's object whenever a pod binds there, both hand over a
+        fresh list for every new gang; but :func:`exclude_held` and the reader return the
+        very same objects for the nodes that did not change, so a pointer walk finds the few
+        that did, and the solver's grouping, tallies and best one-node shares carry over.
+        """
+        last = self._grouped.get(key)
+        if last is not None and len(last) == len(free):
+            at = list(compress(range(len(free)), map(is_not, last, free)))
+            if len(at) <= len(free) // 4 and all(last[i].name == free[i].name for i in at):
+                grouped = last.replaced([free[i] for i in at]) if at else last
+                self._grouped[key] = grouped
+                return grouped
+        grouped = GroupedNodes(free)
+        if len(self._grouped) >= FIT_MEMO_SIZE:
+            self._grouped.clear()
+        self._grouped[key] = grouped
+        return grouped
 
     def _remember_free(self, key: str, entry: _Fit, revision: int,
                        free: GroupedNodes) -> None:
