@@ -181,6 +181,32 @@ class _Free:
     free: GroupedNodes
 
 
+def _refit(hit: _Fit, nodes: Sequence[NodeState], constraints: PodConstraints,
+           shares: TransportShares | None) -> _Fit | None:
+    """``hit`` brought up to date with ``nodes`` when only a few node objects changed (a
+    live view replaces a node's object whenever a pod binds there) and every one of them
+    still fits or still does not: the changed nodes are checked, the others kept. None when
+    that does not hold (other names, more than a quarter changed, a node without facts, a
+    node that now fits or no longer does): the caller refits every node."""
+    src = hit.source
+    if len(src) != len(nodes):
+        return None
+    at = list(compress(range(len(nodes)), map(is_not, src, nodes)))
+    if len(at) > len(nodes) // 4:
+        return None
+    fit = list(hit.fit)
+    for i in at:
+        old, new = src[i], nodes[i]
+        if old.name != new.name or new.facts is None:
+            return None
+        was = hit.where.get(new.name)
+        if (was is not None) != constraints.admits(new.facts):
+            return None
+        if was is not None:
+            fit[was] = with_transport_shares([new], shares)[0] if shares else new
+    return _Fit(source=list(nodes), fit=fit, excluded=hit.excluded, where=hit.where)
+
+
 #: Distinct pod constraints remembered (most pods have none: one entry serves them all).
 FIT_MEMO_SIZE = 64
 
@@ -295,8 +321,13 @@ class GangReserver:
         key = repr((constraints.selector, constraints.terms, constraints.tolerations,
                     shares or ()))
         hit = self._fits.get(key)
-        if hit is not None and same_nodes(hit.source, nodes):
-            return hit, hit.excluded, key
+        if hit is not None:
+            if same_nodes(hit.source, nodes):
+                return hit, hit.excluded, key
+            refit = _refit(hit, nodes, constraints, shares)
+            if refit is not None:
+                self._fits[key] = refit
+                return refit, refit.excluded, key
         fit, own = _fit(cluster, nodes, constraints)
         if shares:
             memo = self._shared.get(shares)
