@@ -15,6 +15,7 @@ from typing import Any
 from gputopo import names
 from gputopo.cluster.snapshot import ClusterSnapshot
 from gputopo.errors import InputError
+from gputopo.kubeaccess import NoClusterAccess, cluster_configuration
 
 #: (CoreV1Api method, its arguments, kind) listed; list items carry no apiVersion nor kind
 _LISTS: tuple[tuple[str, tuple[str, ...], str], ...] = (
@@ -27,23 +28,15 @@ _LISTS: tuple[tuple[str, tuple[str, ...], str], ...] = (
 
 
 def _api_client(kubeconfig: str | None) -> Any:
-    import yaml
-    from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
+    from kubernetes import client
 
-    cfg = client.Configuration()
     try:
-        if kubeconfig is not None:
-            raise ConfigException("explicit kubeconfig")
-        config.load_incluster_config(client_configuration=cfg)
-    except ConfigException:
-        try:
-            config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-        except (ConfigException, OSError, TypeError, yaml.YAMLError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise InputError(f"no in-cluster account and no usable kubeconfig "
-                             f"({kubeconfig or '$KUBECONFIG or ~/.kube/config'}): {first}",
-                             obj="--live") from None
+        cfg = cluster_configuration(kubeconfig)
+    except NoClusterAccess as exc:
+        first = str(exc).splitlines()[0]
+        raise InputError(f"no in-cluster account and no usable kubeconfig "
+                         f"({kubeconfig or '$KUBECONFIG or ~/.kube/config'}): {first}",
+                         obj="--live") from None
     cfg.retries = False
     return client.ApiClient(cfg)
 

@@ -47,6 +47,7 @@ from gputopo.cluster.reservations import (
 from gputopo.cluster.snapshot import object_key
 from gputopo.cluster.source import WouldBlock
 from gputopo.errors import TopologyError
+from gputopo.kubeaccess import NoClusterAccess, cluster_configuration
 from gputopo.placement.types import NodeState
 
 log = logging.getLogger(__name__)
@@ -794,22 +795,11 @@ def connect(kubeconfig: str | None = None, **kwargs: Any) -> ClusterView | None:
     falls back to the embedded demo. The view gets a KubernetesReservationStore on the same
     client, so deleted jobs release their GPUs.
     """
-    import yaml
-    from kubernetes import config
-    from kubernetes.config.config_exception import ConfigException
-
-    cfg = client.Configuration()
     try:
-        if kubeconfig is None:
-            config.load_incluster_config(client_configuration=cfg)
-        else:
-            raise ConfigException("explicit kubeconfig")
-    except ConfigException:
-        try:
-            config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-        except (ConfigException, OSError, TypeError, yaml.YAMLError) as exc:
-            log.info("no in-cluster account and no usable kubeconfig: %s", exc)
-            return None
+        cfg = cluster_configuration(kubeconfig)
+    except NoClusterAccess as exc:
+        log.info("no in-cluster account and no usable kubeconfig: %s", exc.__cause__)
+        return None
     # 9 long-lived watches share the pool with reservation writes and GETs: the default
     # (5 x CPUs) would churn connections ("connection pool is full") on small machines.
     cfg.connection_pool_maxsize = max(int(cfg.connection_pool_maxsize or 0), 32)
