@@ -93,15 +93,7 @@ def _run(args: argparse.Namespace) -> int:  # pragma: no cover - runs until SIGT
 def _topology(args: argparse.Namespace) -> Topology:  # pragma: no cover - needs NVML
     from gputopo.topology import nvml
 
-    if args.nvml_recorded:
-        try:
-            with open(args.nvml_recorded, encoding="utf-8") as fh:
-                source: nvml.NvmlSource = nvml.RecordedNvml.from_json(fh.read())
-        except OSError as exc:
-            raise InputError(f"cannot read: {exc.strerror}", file=args.nvml_recorded) from exc
-    else:
-        source = nvml.PynvmlSource()
-    return nvml.topology_from_nvml(source)
+    return nvml.local_topology(args.nvml_recorded)
 
 
 def _allocator(args: argparse.Namespace, topology: Topology  # pragma: no cover

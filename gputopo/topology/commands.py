@@ -17,6 +17,7 @@ from typing import Any
 
 from gputopo import names
 from gputopo.errors import InputError, TopologyError
+from gputopo.kubeaccess import NoClusterAccess, cluster_configuration
 from gputopo.topology.cost import SPANS, best_ring_subset, explain, network_explanation
 from gputopo.topology.load import read_topology_file
 from gputopo.topology.model import Topology
@@ -226,15 +227,7 @@ def node_topology_from_args(args: argparse.Namespace) -> Topology:
         return read_topology_file(args.nvidia_smi)
     from gputopo.topology import nvml
 
-    if args.nvml_recorded:
-        try:
-            with open(args.nvml_recorded, encoding="utf-8") as fh:
-                source: nvml.NvmlSource = nvml.RecordedNvml.from_json(fh.read())
-        except OSError as exc:
-            raise InputError(f"cannot read: {exc.strerror}", file=args.nvml_recorded) from exc
-    else:
-        source = nvml.PynvmlSource()  # pragma: no cover - needs a GPU
-    return nvml.topology_from_nvml(source)
+    return nvml.local_topology(args.nvml_recorded)
 
 
 def annotation_patch(topo: Topology) -> dict[str, Any]:
@@ -245,21 +238,12 @@ def annotation_patch(topo: Topology) -> dict[str, Any]:
 def _core_api(kubeconfig: str | None) -> Any:
     """CoreV1Api on its own configuration (the in-cluster account, else the kubeconfig):
     the client library's process-wide default is left alone."""
-    import yaml
-    from kubernetes import client, config
-    from kubernetes.config.config_exception import ConfigException
+    from kubernetes import client
 
-    cfg = client.Configuration()
     try:
-        if kubeconfig is not None:
-            raise ConfigException("explicit kubeconfig")
-        config.load_incluster_config(client_configuration=cfg)
-    except ConfigException:
-        try:
-            config.load_kube_config(config_file=kubeconfig or os.environ.get("KUBECONFIG"),
-                                    client_configuration=cfg)
-        except (ConfigException, OSError, TypeError, yaml.YAMLError) as exc:
-            raise InputError(f"no in-cluster account and no kubeconfig: {exc}") from exc
+        cfg = cluster_configuration(kubeconfig)
+    except NoClusterAccess as exc:
+        raise InputError(f"no in-cluster account and no kubeconfig: {exc.__cause__}") from exc
     return client.CoreV1Api(client.ApiClient(cfg))
 
 

@@ -23,7 +23,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from gputopo.errors import TopologyError
+from gputopo.errors import InputError, TopologyError
 from gputopo.topology.model import Gpu, Topology
 
 #: NVML_TOPOLOGY_* common-ancestor levels -> legend codes.
@@ -92,6 +92,20 @@ def topology_from_nvml(source: NvmlSource) -> Topology:
         links=tuple(tuple(r) for r in links),
         generation=ARCH_GENERATION.get(arch) if arch is not None else None,
     )
+
+
+def local_topology(recorded: str | None = None) -> Topology:
+    """This node's topology: from a file of recorded NVML answers (``record``) when one is
+    named, else from the driver. The reporter and the device plugin both start here."""
+    if recorded:
+        try:
+            with open(recorded, encoding="utf-8") as fh:
+                source: NvmlSource = RecordedNvml.from_json(fh.read())
+        except OSError as exc:
+            raise InputError(f"cannot read: {exc.strerror}", file=recorded) from exc
+    else:
+        source = PynvmlSource()  # pragma: no cover - needs a GPU
+    return topology_from_nvml(source)
 
 
 def _norm(bus_id: str) -> str:
