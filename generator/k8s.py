@@ -124,6 +124,19 @@ def service_account(name: str, namespace: str, component: str) -> dict[str, Any]
     }
 
 
+def node_agent_env() -> list[dict[str, Any]]:
+    """The env of a container that reads this node's GPUs through NVML: its node's name
+    (downward API), every GPU visible with the driver's utility libraries only (no compute
+    context), and Python writing no bytecode and no buffered logs."""
+    return [
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+        {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
+        {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+    ]
+
+
 def daemon_set(name: str, component: str, *, namespace: str, pod_spec: dict[str, Any],
                max_unavailable: int | str, runtime_class: str | None = None
                ) -> dict[str, Any]:

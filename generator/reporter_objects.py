@@ -53,13 +53,7 @@ def daemon_set(*, image: str, runtime_class: str | None = None) -> dict[str, Any
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "args": ["topology", "report", "--nvml"],
-        "env": [
-            {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
-            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
-            {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
-            {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"},
-            {"name": "PYTHONUNBUFFERED", "value": "1"},
-        ],
+        "env": k8s.node_agent_env(),
         "resources": {
             "requests": {"cpu": "10m", "memory": "64Mi"},
             "limits": {"cpu": "200m", "memory": "256Mi"},
