@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations
 from operator import attrgetter, itemgetter
-from typing import overload
+from typing import Any, overload
 
 from gputopo.errors import InputError
 from gputopo.placement.objective import (
@@ -605,13 +605,18 @@ class _Tally:
 
     def add(self, kind: _Kind, net: float, count: int) -> None:
         """Count ``count`` nodes of ``kind`` on network ``net`` in (or out, if negative)."""
-        for table, value in ((self.sizes, kind.size), (self.frees, kind.free),
-                             (self.nets, net)):
-            left = table.get(value, 0) + count  # type: ignore[attr-defined]
-            if left:
-                table[value] = left  # type: ignore[index]
-            else:
-                del table[value]  # type: ignore[attr-defined]
+        _count(self.sizes, kind.size, count)
+        _count(self.frees, kind.free, count)
+        _count(self.nets, net, count)
+
+
+def _count(table: dict[Any, int], value: Any, count: int) -> None:
+    """``table[value] += count``, the entry gone at zero (``max`` reads only the keys)."""
+    left = table.get(value, 0) + count
+    if left:
+        table[value] = left
+    else:
+        del table[value]
 
 
 class GroupedNodes(Sequence[NodeState]):
