@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from apiserver_rules import assert_node_ports_free, stored
 from placement_checks import pinned_node, record
 from placement_jobs import gang, mpijob
 
@@ -76,6 +77,11 @@ def placed_with(mutate: Any, tmp_path: Path, policy_dir: Path, **kw: Any
     recs = [record(w) for w in workers]
     assert all(r["placed"] for r in recs), recs
     assert len({r["busBandwidthGBps"] for r in recs}) == 1
+    # as the API server stores them, and as the scheduler's NodePorts filter sees them
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for w in workers:
+        by_node.setdefault(pinned_node(w), []).append(stored(w))
+    assert_node_ports_free(by_node)
     return {pinned_node(w) for w in workers}, recs[0]["busBandwidthGBps"]
 
 
