@@ -64,7 +64,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import asyncio
     import logging
 
     if not 0 <= args.port <= 65535:
@@ -95,7 +94,7 @@ def _serve(args: argparse.Namespace) -> int:
             "(POST /mutate, GET /healthz /readyz /metrics)"
         )
         with _sigterm_exits_cleanly():
-            asyncio.run(server.serve())
+            server.run()
     return 0
 
 

@@ -10,7 +10,6 @@ kubelet does.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import json
 import os
@@ -137,7 +136,7 @@ def start_server(
     tls = CertificateReloader(secret_dir, interval=TEST_RELOAD_INTERVAL)
     server = WebhookServer(app, tls, host="127.0.0.1", port=0, log_level="warning")
     server.bind()
-    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
+    thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
     while not server.started:
