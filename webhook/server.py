@@ -12,8 +12,9 @@ stand-in. What it adds is what a webhook in the path of every Pod creation must 
 - ``/healthz`` (alive), ``/readyz`` (policies loaded), ``/metrics`` (Prometheus);
 - TLS only, TLS 1.2 minimum, with the certificate reloaded in place (``webhook.tls``).
 
-The admitter runs on ONE worker thread: calls are serialized (gang bookkeeping never sees two
-admissions at once) and a slow decision never stalls the event loop, so probes still answer.
+The admitter runs on ONE worker thread (``webhook.admitter_thread``): calls are serialized
+(gang bookkeeping never sees two admissions at once) and a slow decision never stalls the
+event loop, so probes still answer.
 Reviews that can be answered without waiting and without side effects (bad input, out of
 scope by what the cluster view holds in memory) are answered on the event loop itself
 (``Admitter.answer_at_once``); everything that mutates a pod or touches reservations still
