@@ -269,6 +269,110 @@ def test_differ_equals_jsonpatch_on_random_document_pairs(src, data):
         assert _same_bytes(new, old)
 
 
+def _grown(doc: Any, data: st.DataObject, depth: int = 0) -> Any:
+    """A copy of ``doc`` changed as the pipeline's mutations change a pod: keys added,
+    removed and renamed (a resource name swapped: jsonpatch makes it a move), values
+    replaced (retyped ones too), items appended to lists, edits further down; no list
+    item removed or changed into another kind."""
+    choice = data.draw(st.integers(0, 5))
+    if choice < 3 and depth < 6 and isinstance(doc, dict):
+        out = dict(doc)
+        for key in data.draw(st.lists(st.sampled_from(sorted(doc)), max_size=2)) if doc else []:
+            out[key] = _grown(doc[key], data, depth + 1)
+        for _ in range(data.draw(st.integers(0, 3))):
+            out.setdefault(data.draw(st.text(alphabet="ab/~0", max_size=3)),
+                           data.draw(json_doc))
+        if out and data.draw(st.booleans()):
+            old = data.draw(st.sampled_from(sorted(out)))
+            new = data.draw(st.text(alphabet="ab/~0", max_size=3))
+            value = out.pop(old)
+            if data.draw(st.booleans()):
+                out[new] = value  # renamed: the same value under another key
+        return out
+    if choice < 3 and depth < 6 and isinstance(doc, list):
+        out = list(doc)
+        if out and data.draw(st.booleans()):
+            i = data.draw(st.integers(0, len(out) - 1))
+            if isinstance(out[i], (dict, list)):
+                out[i] = _grown(out[i], data, depth + 1)
+        out.extend(data.draw(st.lists(json_doc, max_size=2)))
+        return out
+    if choice == 3 and depth > 0:
+        return _retyped(doc)
+    if choice == 4 and depth > 0 and not isinstance(doc, (dict, list)):
+        return data.draw(json_doc)
+    return copy.deepcopy(doc)
+
+
+@given(src=json_doc, data=st.data())
+def test_the_walk_equals_jsonpatch_on_pod_like_changes(src, data):
+    """The walk gives jsonpatch's patch itself (same operations, moves for renamed keys,
+    same order) or steps aside (a list shrinks, or an add at a list position pairs with
+    a removed value: jsonpatch renumbers then); make_patch equals jsonpatch either way,
+    in both directions."""
+    from webhook.patch import _walked
+
+    dst = _grown(src, data)
+    ops = _walked(src, dst)
+    old = old_make_patch(copy.deepcopy(src), copy.deepcopy(dst))
+    if ops is not None:
+        assert _same_bytes(ops, old)
+    assert _same_bytes(make_patch(src, dst), old)
+    back = _walked(dst, src)
+    if back is not None:
+        assert _same_bytes(back, old_make_patch(copy.deepcopy(dst), copy.deepcopy(src)))
+    assert _same_bytes(make_patch(dst, src), old_make_patch(copy.deepcopy(dst),
+                                                           copy.deepcopy(src)))
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ({"r": {"nvidia.com/gpu": "4"}}, {"r": {"aliyun.com/gpu": "4"}}),  # move
+    ({"x": {"k": [1]}, "y": 1}, {"x": {}, "y": 1, "z": [1]}),  # unhashable value moved
+    ({"a": 1, "b": 1}, {"c": 1, "d": 1}),  # two equal values: LIFO pairing
+    ({"a": 1}, {"b": True}),  # equal but other type: no move
+    ({"l": [1, 2], "k": 3}, {"l": [1, 2, 3]}),  # a list add pairs with a removal: aside
+    ({"0": "v", "l": []}, {"l": ["v"]}),
+])
+def test_the_walk_on_renames_and_pairings(a, b):
+    from webhook.patch import _walked
+
+    ops = _walked(a, b)
+    old = old_make_patch(copy.deepcopy(a), copy.deepcopy(b))
+    assert ops is None or _same_bytes(ops, old)
+    assert _same_bytes(make_patch(a, b), old)
+    if "l" not in a:
+        assert ops is not None  # dict-only changes never need jsonpatch's own differ
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_seed_pods_patches_come_from_the_walk(monkeypatch, case):
+    """The shipped policies and the placement step change the seeds' pods as the walk
+    handles (adds, replaces, the GPU resource renamed): their patches take it (else its
+    speed-up is gone without a failing test)."""
+    import webhook.patch
+
+    taken: list[bool] = []
+    walk = webhook.patch._walked
+
+    def spy(original: Any, mutated: Any) -> list[dict[str, Any]] | None:
+        ops = walk(original, mutated)
+        taken.append(ops is not None)
+        return ops
+
+    monkeypatch.setattr(webhook.patch, "_walked", spy)
+    docs = load_documents(SEED_CASES / case / "resources.yaml")
+    cluster = ClusterSnapshot.from_objects([d for d in docs if d["kind"] != "Pod"])
+    admitter = build_admitter(POLICIES, cluster, placement=make_placement_step(),
+                              reload_interval_s=0)
+    try:
+        for pod in (d for d in docs if d["kind"] == "Pod"):
+            admitter.handle_body(body(review(pod)))
+    finally:
+        admitter.close()
+    assert all(taken), (case, taken)
+    assert bool(taken) == (case != "not-opted-in")  # out of scope: no patch made at all
+
+
 @given(doc=json_doc)
 def test_copy_document_is_an_exact_unshared_copy(doc):
     dup = copy_document(doc)
