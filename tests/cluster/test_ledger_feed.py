@@ -83,7 +83,7 @@ def ledger_of(kube: KubeApiDouble, node: str) -> dict[str, Any]:
 
 # --- against the API double ----------------------------------------------------------------
 def test_another_replicas_ledgers_are_seen_through_the_watch_without_a_list(kube) -> None:
-    with watched(kube) as (view, store):
+    with watched(kube) as (_, store):
         other = KubernetesReservationStore(api_client(kube.url))  # another webhook replica
         other.reserve(key(1), placement(("n0", (0, 1)), ("n1", (4,))))
         assert wait_for(lambda: store.held_gpus() == {"n0": {0, 1}, "n1": {4}})
@@ -123,7 +123,7 @@ def test_a_conflict_makes_the_next_look_see_the_taker(kube) -> None:
 
 
 def test_a_deleted_ledger_frees_its_gpus_and_a_hand_edited_one_counts_as_held(kube) -> None:
-    with watched(kube) as (view, store):
+    with watched(kube) as (_, store):
         store.reserve(key(1), placement(("n0", (0, 1)), ("n1", (2,))))
         kube.remove(ledger_of(kube, "n1"))  # an operator deletes it by hand
         assert wait_for(lambda: store.held_gpus() == {"n0": {0, 1}})
@@ -210,7 +210,7 @@ def test_snapshots_match_a_brute_force_diff_of_two_lists(two_replicas, steps) ->
                 except ReservationConflict:
                     pass
             elif gangs:
-                k, owner, where = gangs.pop(pick % len(gangs))
+                k, _, where = gangs.pop(pick % len(gangs))
                 touched.add(where)
                 assert stores[who].release(k)
         assert caught_up(view, kube)
