@@ -21,7 +21,11 @@ from k8s_double import KubeApiDouble, api_client, running_double
 
 from gputopo.cluster.k8s_reservations import KubernetesReservationStore, ledger_name
 from gputopo.cluster.ledger_feed import LedgerFeed
-from gputopo.cluster.reservations import GangKey, ReservationConflict
+from gputopo.cluster.reservations import (
+    GangKey,
+    ReservationConflict,
+    ReservationUnavailable,
+)
 from gputopo.cluster.view import ClusterView
 from gputopo.placement.solver import solve
 from gputopo.placement.types import GangRequest, NodeState, Placement, ReplicaSlot
@@ -160,6 +164,24 @@ def test_after_410_gone_the_feed_relists_and_matches_a_fresh_list(kube) -> None:
         assert wait_for(lambda: feed.synced and feed.held_gpus() == truth, timeout=10)
         assert kube.stats["WATCH 410"] >= 1 and feed.lists == 2
         assert store.held_gpus() == truth
+
+
+def test_while_the_watch_is_broken_the_store_lists_and_after_it_serves_from_memory_again(
+        kube) -> None:
+    with watched(kube) as (_, store):
+        feed = store.held_feed
+        assert feed is not None and feed.synced
+        kube.set_down("503")
+        assert wait_for(lambda: not feed.synced)  # the watch failed: the feed may lag
+        with pytest.raises(ReservationUnavailable):
+            store.held_gpus()  # so the store asks the API, which is down: said, not guessed
+        kube.set_down(None)
+        assert wait_for(lambda: feed.synced, timeout=10)
+        KubernetesReservationStore(api_client(kube.url)).reserve(
+            key(1), placement(("n3", (2,))))
+        lists = ledger_lists(kube)
+        assert wait_for(lambda: store.held_gpus() == {"n3": {2}})
+        assert ledger_lists(kube) == lists and feed.lists == 1  # resumed, not re-listed
 
 
 def test_a_store_without_a_feed_answers_as_before(kube) -> None:
