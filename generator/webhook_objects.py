@@ -74,9 +74,11 @@ def rbac(*, ack_reports: bool = True) -> list[dict[str, Any]]:
         k8s.rule([POD_GROUP_API_GROUP], [POD_GROUP_PLURAL], ["list", "watch", "create"]),
     ]
     reports_rules = [k8s.rule([""], ["configmaps"], ["list", "watch"])]
-    # reservations: full PUTs with resourceVersion (optimistic concurrency), never watched
+    # reservations: full PUTs with resourceVersion (optimistic concurrency); the GPU
+    # ledgers are also watched (held GPUs from memory, not a LIST per new gang)
     reservation_rules = [
-        k8s.rule([""], ["configmaps"], ["get", "list", "create", "update", "delete"]),
+        k8s.rule([""], ["configmaps"], ["get", "list", "watch", "create", "update",
+                                         "delete"]),
         # the placement queue's leader election: its one Lease (create cannot be limited
         # to a name: RBAC checks resourceNames only for requests that name the object)
         k8s.rule(["coordination.k8s.io"], ["leases"], ["create"]),

@@ -45,11 +45,13 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from gputopo import names
+from gputopo.cluster.ledger_feed import NODE_KEY, LedgerFeed, is_ledger, ledger_entries
 from gputopo.cluster.metrics import RESERVATION_CONFLICTS
 from gputopo.cluster.reservations import (
     DEFAULT_TTL_SECONDS,
     GangKey,
     GangReservation,
+    HeldSnapshot,
     ReplicaKey,
     ReservationConflict,
     ReservationUnavailable,
@@ -65,7 +67,6 @@ DEFAULT_CLAIM_GRACE_SECONDS = 60.0
 MAX_ATTEMPTS = 100  # 409 retries per object before giving up (ReservationUnavailable)
 GANG_PREFIX = "gputopo-gang-"
 LEDGER_PREFIX = "gputopo-gpus-"
-NODE_KEY = "node"
 DATA_KEY = "reservation"
 
 
@@ -105,6 +106,7 @@ class KubernetesReservationStore:
         claim_grace_seconds: float = DEFAULT_CLAIM_GRACE_SECONDS,
         request_timeout: float = 10.0, clock: Callable[[], float] = time.time,
         held_cache_seconds: float = 0.0, expire_interval_seconds: float = 10.0,
+        held_feed: LedgerFeed | None = None,
     ) -> None:
         self.core = client.CoreV1Api(api_client)
         self.namespace = namespace
@@ -118,7 +120,12 @@ class KubernetesReservationStore:
         # re-checks every GPU on the ledger itself, so a stale view only costs a conflict,
         # and a conflict drops the cache. But a stale view also hides GPUs another process
         # released a moment ago, which can make a gang look unplaceable: hence off by
-        # default (docs/reservations.md, Limits).
+        # default (docs/reservations.md, Limits). A cluster view watching the ledgers makes
+        # both moot: ``held_feed`` (attached by gputopo.cluster.view.connect) answers from
+        # memory while its watch is synced, and every ledger this store reads or writes is
+        # applied to it at once (write-through), so its own reservations and a conflict's
+        # fresh read are seen by the very next gang.
+        self.held_feed = held_feed
         self.held_cache_seconds = float(held_cache_seconds)
         self.expire_interval_seconds = float(expire_interval_seconds)
         self._held: tuple[float, dict[str, set[int]]] | None = None
@@ -170,7 +177,14 @@ class KubernetesReservationStore:
             if exc.status == 404:
                 return None
             raise
-        return json.loads(resp.data)
+        return self._seen(json.loads(resp.data))
+
+    def _seen(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """``obj`` as the API just returned it; a ledger goes to the held-GPU feed too."""
+        feed = self.held_feed
+        if feed is not None and is_ledger(obj):
+            feed.observe(obj)
+        return obj
 
     def _create(self, body: dict[str, Any]) -> dict[str, Any] | None:
         """The created object, or None when it already exists (409 AlreadyExists)."""
@@ -192,7 +206,7 @@ class KubernetesReservationStore:
                 self._count("api_409")
                 return None
             raise
-        return json.loads(resp.data)
+        return self._seen(json.loads(resp.data))
 
     def _delete(self, name: str, *, uid: str | None = None) -> bool:
         body = {"preconditions": {"uid": uid}} if uid else None
@@ -204,6 +218,8 @@ class KubernetesReservationStore:
             if exc.status in (404, 409):
                 return False
             raise
+        if self.held_feed is not None and name.startswith(LEDGER_PREFIX):
+            self.held_feed.deleted(name)
         return True
 
     def _list(self, kind: str) -> list[dict[str, Any]]:
@@ -219,25 +235,7 @@ class KubernetesReservationStore:
         return float(self._clock()) if now is None else float(now)
 
     # --- ledger entries -----------------------------------------------------------------------
-    @staticmethod
-    def _entries(cm: dict[str, Any]) -> dict[int, dict[str, Any]]:
-        out: dict[int, dict[str, Any]] = {}
-        for k, v in (cm.get("data") or {}).items():
-            if k == NODE_KEY:
-                continue
-            try:
-                entry = json.loads(v)
-                # edited by hand? anything but an object with a numeric "at" is unreadable
-                if not isinstance(entry, dict):
-                    raise TypeError(f"not a JSON object: {type(entry).__name__}")
-                float(entry.get("at", 0))
-                out[int(k)] = entry
-            except (ValueError, TypeError):
-                log.warning("ledger %s: unreadable entry %s=%r: treated as held",
-                            cm["metadata"]["name"], k, v)
-                out[int(k) if k.isdigit() else -1] = {"gang": "?", "token": "?",
-                                                      "state": "committed", "at": 0}
-        return out
+    _entries = staticmethod(ledger_entries)
 
     def _gang_token(self, uid: str, cache: dict[str, str | None]) -> str | None:
         if uid not in cache:
@@ -599,11 +597,15 @@ class KubernetesReservationStore:
                     self._held[1].setdefault(node, set()).update(gpus)
 
     def held_gpus(self) -> dict[str, set[int]]:
-        """Every GPU with a live-looking ledger entry (conservative: a dead "committed"
-        entry still counts until the next sweep; an abandoned "claimed" one does not).
+        """Every GPU with a ledger entry (conservative: a dead entry still counts until the
+        next sweep removes it).
 
-        Served from a cache at most ``held_cache_seconds`` old, which this store's own
-        reservations update and any conflict or release drops."""
+        From the held-GPU feed while it is synced; else one LIST of the ledgers, or a cache
+        at most ``held_cache_seconds`` old, which this store's own reservations update and
+        any conflict or release drops."""
+        feed = self.held_feed
+        if feed is not None and feed.synced:
+            return feed.held_gpus()
         now = time.monotonic()
         with self._cache_lock:
             if self._held is not None and now - self._held[0] < self.held_cache_seconds:
@@ -612,6 +614,17 @@ class KubernetesReservationStore:
         with self._cache_lock:
             self._held = (now, fresh)
         return {n: set(g) for n, g in fresh.items()}
+
+    def held_snapshot(self, since: int | None = None) -> HeldSnapshot:
+        """:meth:`held_gpus` as a mapping never modified afterwards, with its revision and
+        the nodes changed after revision ``since`` — from the feed while it is synced.
+        Without a synced feed: one LIST, revision -1 and ``changed`` None (unknown: the
+        caller redoes every node, as with :meth:`held_gpus`)."""
+        feed = self.held_feed
+        if feed is not None and feed.synced:
+            return feed.snapshot(since)
+        return HeldSnapshot(-1, {n: frozenset(g) for n, g in self.held_gpus().items()},
+                            None)
 
     def _held_fresh(self) -> dict[str, set[int]]:
         try:

@@ -16,8 +16,10 @@ annotation is left out with a warning and ``gputopo_node_data_errors_total``, ne
 ``node_states()`` subtracts GPUs held by bound pods only; GPUs promised by reservations are
 the caller's to subtract (the placement step does ``exclude_held(view.node_states(),
 store.held_gpus())``) because the reservation store, not the watch, is the authority on
-them and must be read fresh when a gang is solved. The view does release reservations whose
-job was deleted or finished (``reservations=`` store), and calls the store's TTL expiry.
+them (``reserve`` re-checks every GPU on its ledger). The view does feed the store's answer:
+with ``ledger_feed=`` it also watches the GPU ledgers (:mod:`gputopo.cluster.ledger_feed`),
+so the Kubernetes store need not list them for every gang. The view releases reservations
+whose job was deleted or finished (``reservations=`` store), and calls the store's TTL expiry.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from gputopo import names
 from gputopo.cluster import objects as ob
+from gputopo.cluster.ledger_feed import LEDGER_SELECTOR, LedgerFeed
 from gputopo.cluster.metrics import NODE_DATA_ERRORS
 from gputopo.cluster.reservations import (
     GangKey,
@@ -80,6 +83,8 @@ class WatchedKind:
     #: What is kept of each object (client-go's SetTransform): pods and nodes are trimmed
     #: to the fields admission reads, so memory stays small in big clusters.
     transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    #: Also told every list and event, under the view's lock (the GPU ledgers' held-GPU feed).
+    feed: LedgerFeed | None = None
 
 
 class _Informer:
@@ -149,6 +154,8 @@ class _Informer:
 
     def _failed(self, exc: Exception, backoff: float) -> None:
         self.errors += 1
+        if self.kind.feed is not None:
+            self.kind.feed.pause()
         log.warning("watch %s: API unavailable (%s): serving the last known state, retrying "
                     "in %.1fs", self.kind.name, _short(exc), backoff)
         self.view._stopping.wait(backoff)
@@ -200,7 +207,10 @@ class _Informer:
                         ob.meta(new).get("resourceVersion"):
                     self.store[key] = new
                     self.view._changed(self.kind, old, new)
-        self.rv = str((body.get("metadata") or {}).get("resourceVersion") or "")
+            rv = str((body.get("metadata") or {}).get("resourceVersion") or "")
+            if self.kind.feed is not None:
+                self.kind.feed.relisted(fresh.values(), rv)
+        self.rv = rv
         self.lists += 1
         self.synced.set()
         self.view._note_synced()
@@ -213,6 +223,8 @@ class _Informer:
             _request_timeout=(view.request_timeout, view.watch_timeout_seconds + 30))
         self._resp = resp
         self.watches += 1
+        if self.kind.feed is not None:  # it replays what it missed from self.rv
+            self.kind.feed.resume()
         try:
             for line in _lines(resp):
                 if view._stopping.is_set():
@@ -245,6 +257,8 @@ class _Informer:
             else:  # ADDED / MODIFIED
                 self.store[key] = obj
                 self.view._changed(self.kind, old, obj)
+            if self.kind.feed is not None:
+                self.kind.feed.watched(str(etype), obj)
         if rv:
             self.rv = str(rv)
 
@@ -311,6 +325,8 @@ class ClusterView:
     ``api_client`` is the official client it talks through (the placement step builds its
     KubernetesReservationStore on it). ``reservations``, when given, is released for jobs
     that are deleted or finish; :meth:`reconcile_reservations` also runs its TTL expiry.
+    ``ledger_feed``, when given, is kept current from a watch of the GPU ledgers (the
+    KubernetesReservationStore's ``held_feed``; :func:`connect` wires both).
     """
 
     def __init__(
@@ -323,6 +339,7 @@ class ClusterView:
         reconcile_interval_seconds: float = 30.0,
         job_grace_seconds: float = JOB_GRACE_SECONDS,
         clock: Callable[[], float] = time.time,
+        ledger_feed: LedgerFeed | None = None,
     ) -> None:
         self.api_client = api_client
         self.reservations = reservations
@@ -367,6 +384,11 @@ class ClusterView:
                         f"{names.NODE_ACTIVATION_LABEL}={names.NODE_ACTIVATION_VALUE}",
                         optional=True),
         ]
+        if ledger_feed is not None:  # held GPUs for the reservation store, from memory
+            kinds.append(WatchedKind("ledgers", "v1", "ConfigMap",
+                                     core.list_namespaced_config_map,
+                                     (names.GPUTOPO_NAMESPACE,), LEDGER_SELECTOR,
+                                     feed=ledger_feed))
         kinds.append(WatchedKind(
             "podgroups", f"{names.POD_GROUP_API_GROUP}/{names.POD_GROUP_VERSION}", "PodGroup",
             custom.list_cluster_custom_object,
@@ -800,7 +822,7 @@ def connect(kubeconfig: str | None = None, **kwargs: Any) -> ClusterView | None:
     except NoClusterAccess as exc:
         log.info("no in-cluster account and no usable kubeconfig: %s", exc.__cause__)
         return None
-    # 9 long-lived watches share the pool with reservation writes and GETs: the default
+    # 10 long-lived watches share the pool with reservation writes and GETs: the default
     # (5 x CPUs) would churn connections ("connection pool is full") on small machines.
     cfg.connection_pool_maxsize = max(int(cfg.connection_pool_maxsize or 0), 32)
     # No silent urllib3 retries (3 by default, each waiting the full timeout): the view and
@@ -810,5 +832,7 @@ def connect(kubeconfig: str | None = None, **kwargs: Any) -> ClusterView | None:
     api = client.ApiClient(cfg)
     from gputopo.cluster.k8s_reservations import KubernetesReservationStore
 
-    kwargs.setdefault("reservations", KubernetesReservationStore(api))
+    if "reservations" not in kwargs:  # the store answers held GPUs from the view's watch
+        feed = kwargs.setdefault("ledger_feed", LedgerFeed())
+        kwargs["reservations"] = KubernetesReservationStore(api, held_feed=feed)
     return ClusterView(api, **kwargs).start()
