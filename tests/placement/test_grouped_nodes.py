@@ -107,3 +107,37 @@ def test_duplicate_and_unknown_names_are_refused() -> None:
     grouped = GroupedNodes([NodeState(name="a", topology=topo)])
     with pytest.raises(ValueError, match="'b' is not one of these nodes"):
         grouped.replaced([NodeState(name="b", topology=topo)])
+
+
+@pytest.mark.parametrize(("gang", "steps"), [(GangRequest(1, 8), 60), (GangRequest(1, 2), 80),
+                                            (GangRequest(2, 4), 40)])
+def test_gangs_taken_one_after_another_solve_as_the_plain_list(gang: GangRequest,
+                                                                steps: int) -> None:
+    """As the webhook does: solve, mark the answer's GPUs used, replace those nodes, solve
+    again, over 60 alike nodes on three networks (three groups tie for the one-node key,
+    their smallest names interleaved): the winner's group is replaced by one without the
+    taken node at every step, and the best one-node key and its ties carried by
+    :meth:`GroupedNodes.replaced` must still give the plain list's answer. Whole-node gangs
+    keep the ties (a taken node leaves them)."""
+    topo = fixture_topology("dgx-a100")
+    nodes = [NodeState(name=f"n{i:03d}", topology=topo, used=frozenset(),
+                       network_gbps=(25.0, 100.0, 200.0)[i % 3]) for i in range(60)]
+    grouped = GroupedNodes(nodes)
+    for step in range(steps):
+        want = solve(nodes, gang)
+        got = solve(grouped, gang)
+        assert got == want, step
+        if not want.slots:
+            break
+        taken: dict[str, set[int]] = {}
+        for slot in want.slots:
+            taken.setdefault(slot.node, set()).update(slot.gpus)
+        changed = []
+        for i, node in enumerate(nodes):
+            if node.name in taken:
+                used = node.used | frozenset(taken[node.name])
+                if step % 9 == 8:  # now and then a node frees up again
+                    used = frozenset()
+                nodes[i] = dataclasses.replace(node, used=used)
+                changed.append(nodes[i])
+        grouped = grouped.replaced(changed)
