@@ -252,16 +252,4 @@ class LedgerFeed:
         nodes whose GPUs changed after revision ``since`` (None when not asked or when the
         change log no longer reaches back that far; empty when nothing changed)."""
         with self._lock:
-            rev, held, entries = self._rev, self._held, self._log
-            if since is None or since > rev or since < 0:
-                return HeldSnapshot(rev, held, None)
-            if since == rev:
-                return HeldSnapshot(rev, held, frozenset())
-            if not entries or entries[0][0] > since + 1:
-                return HeldSnapshot(rev, held, None)
-            changed: set[str] = set()
-            for at, nodes in reversed(entries):
-                if at <= since:
-                    break
-                changed |= nodes
-            return HeldSnapshot(rev, held, frozenset(changed))
+            return HeldSnapshot.from_log(self._rev, self._held, self._log, since)

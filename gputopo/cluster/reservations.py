@@ -23,7 +23,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -355,6 +355,27 @@ class HeldSnapshot:
     gpus: Mapping[str, frozenset[int]]
     changed: frozenset[str] | None
 
+    @classmethod
+    def from_log(cls, revision: int, gpus: Mapping[str, frozenset[int]],
+                 log: Sequence[tuple[int, frozenset[str]]], since: int | None
+                 ) -> HeldSnapshot:
+        """The snapshot at ``revision`` for a caller that last saw revision ``since``,
+        from a log of (revision, nodes changed by it), oldest first (the in-memory store's
+        and the ledger feed's): ``changed`` None when not asked or when the log no longer
+        reaches back that far, empty when nothing changed."""
+        if since is None or since > revision or since < 0:
+            return cls(revision, gpus, None)
+        if since == revision:
+            return cls(revision, gpus, frozenset())
+        if not log or log[0][0] > since + 1:
+            return cls(revision, gpus, None)
+        changed: set[str] = set()
+        for at, nodes in reversed(log):
+            if at <= since:
+                break
+            changed |= nodes
+        return cls(revision, gpus, frozenset(changed))
+
 
 #: How many held-GPU changes the in-memory store remembers for :meth:`held_snapshot`
 #: callers that are behind: a caller further behind recomputes everything, nothing worse.
@@ -530,19 +551,7 @@ class InMemoryReservationStore:
         """The held GPUs now, and which nodes changed after revision ``since`` (None when
         not asked, or when the change log no longer reaches back that far)."""
         with self._lock:
-            rev, held, log = self._held_rev, self._held, self._held_log
-            if since is None or since > rev:
-                return HeldSnapshot(rev, held, None)
-            if since == rev:
-                return HeldSnapshot(rev, held, frozenset())
-            if not log or log[0][0] > since + 1:
-                return HeldSnapshot(rev, held, None)
-            changed: set[str] = set()
-            for at, nodes in reversed(log):
-                if at <= since:
-                    break
-                changed |= nodes
-            return HeldSnapshot(rev, held, frozenset(changed))
+            return HeldSnapshot.from_log(self._held_rev, self._held, self._held_log, since)
 
     def expire(self, now: float | None = None) -> list[GangKey]:
         t = self._now(now)
