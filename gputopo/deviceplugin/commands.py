@@ -45,7 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--reconcile-seconds", type=float, default=10.0,
                    help="how often to compare annotations with the kubelet's record; 0: never "
                    "(default: %(default)s)")
-    p.add_argument("--kubeconfig", help="kubeconfig file (default: the in-cluster account)")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: the in-cluster account, "
+                   "else $KUBECONFIG or ~/.kube/config)")
     p.add_argument("--nvml-recorded", metavar="FILE",
                    help="replay NVML answers recorded on a node (JSON) instead of asking NVML")
     p.add_argument("--no-health", action="store_true",
@@ -98,15 +99,17 @@ def _topology(args: argparse.Namespace) -> Topology:  # pragma: no cover - needs
 
 def _allocator(args: argparse.Namespace, topology: Topology  # pragma: no cover
                ) -> Allocator:
-    from kubernetes import client, config
+    from kubernetes import client
 
     from gputopo.deviceplugin.allocator import Allocator
     from gputopo.deviceplugin.pods import PodDirectory
+    from gputopo.kubeaccess import NoClusterAccess, cluster_configuration
 
-    if args.kubeconfig:
-        config.load_kube_config(config_file=args.kubeconfig)
-    else:
-        config.load_incluster_config()
-    api = client.CoreV1Api()
+    try:  # the in-cluster account (the DaemonSet's), else --kubeconfig / $KUBECONFIG
+        cfg = cluster_configuration(args.kubeconfig or None)
+    except NoClusterAccess as exc:
+        raise InputError(f"cannot reach the API server: {exc} (run it in the DaemonSet's "
+                         "service account, or pass --kubeconfig)", obj="--kubeconfig") from exc
+    api = client.CoreV1Api(client.ApiClient(cfg))
     return Allocator(topology=topology,
                      pods=PodDirectory(api, node=args.node_name, resource=args.resource))

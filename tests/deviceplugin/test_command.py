@@ -88,3 +88,45 @@ def test_the_plugin_waits_for_a_kubelet_that_starts_later(kube, socket_dir,
         assert kubelet.wait_registered(1, timeout=30), plugin_process.stderr
     finally:
         kubelet.stop()
+
+
+def _env_without_cluster(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """No in-cluster account (its env), no ~/.kube/config: only what the test gives."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("KUBERNETES_") and k != "KUBECONFIG"}
+    env.update({"NODE_NAME": "n1", "HOME": str(tmp_path / "home"),
+                "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
+    env.update(extra)
+    return env
+
+
+def test_without_kubeconfig_it_finds_the_api_server_through_KUBECONFIG(
+        kube, kubelet, socket_dir, tmp_path) -> None:
+    """As client-go does: the in-cluster account, else $KUBECONFIG (it used to insist on
+    the in-cluster account unless --kubeconfig was given)."""
+    env = _env_without_cluster(
+        tmp_path, KUBECONFIG=str(_kubeconfig(tmp_path / "kubeconfig", kube.url)))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gputopo", "device-plugin", "--plugin-dir", str(socket_dir),
+         "--nvml-recorded", str(RECORDED)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert kubelet.wait_registered(1, timeout=30), proc.stderr
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+def test_no_way_to_the_api_server_is_one_line_and_exit_2(socket_dir, tmp_path) -> None:
+    env = _env_without_cluster(tmp_path, KUBECONFIG=str(tmp_path / "missing"))
+    done = subprocess.run(
+        [sys.executable, "-m", "gputopo", "device-plugin", "--plugin-dir", str(socket_dir),
+         "--nvml-recorded", str(RECORDED)],
+        env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot reach the API server" in lines[0], done.stderr
+    assert "Traceback" not in done.stderr
