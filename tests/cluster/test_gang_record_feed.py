@@ -216,6 +216,32 @@ OP = st.tuples(st.sampled_from(["reserve", "reserve", "assign", "move", "release
                st.integers(0, 50))
 
 
+def one_op(store: KubernetesReservationStore, gangs: list[tuple[Any, str]], nxt: list[int],
+           op: str, node: str, gpus: set[int], pick: int) -> None:
+    if op == "reserve" or not gangs:
+        nxt[0] += 1
+        k = key(f"h{nxt[0]}")
+        try:  # two slots when two GPUs: assign and move have a slot to work on
+            store.reserve(k, placement(*((node, (x,)) for x in sorted(gpus))))
+            gangs.append((k, node))
+        except ReservationConflict:
+            pass
+    elif op == "assign":
+        k, _ = gangs[pick % len(gangs)]
+        store.assign_slot(k, ReplicaKey("worker", pick % 3))
+    elif op == "move":
+        k, _ = gangs[pick % len(gangs)]
+        res = store.get(k)
+        assert res is not None
+        n = pick % len(res.slots)
+        to = NODES[(NODES.index(node) + 1) % len(NODES)]
+        with contextlib.suppress(ReservationConflict):
+            store.move_slot(k, n, to, (min(gpus),), from_node=res.slots[n].node)
+    else:
+        k, _ = gangs.pop(pick % len(gangs))
+        assert store.release(k)
+
+
 @settings(max_examples=15, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(st.lists(OP, min_size=1, max_size=4), min_size=1, max_size=4))
@@ -227,34 +253,11 @@ def test_recorded_elsewhere_from_the_feed_equals_the_list(two_replicas, steps) -
         others_unseen = False  # the other replica wrote since the watch last caught up
         for op, who, node, gpus, pick in step:
             others_unseen |= who == 1
-            if op == "reserve" or not gangs:
-                two_replicas["next"][0] += 1
-                k = key(f"h{two_replicas['next'][0]}")
-                g = sorted(gpus)
-                try:  # two slots when two GPUs: assign and move have a slot to work on
-                    stores[who].reserve(k, placement(*((node, (x,)) for x in g)))
-                    gangs.append((k, node))
-                except ReservationConflict:
-                    pass
-            elif op == "assign":
-                k, _ = gangs[pick % len(gangs)]
-                stores[who].assign_slot(k, ReplicaKey("worker", pick % 3))
-            elif op == "move":
-                k, _ = gangs[pick % len(gangs)]
-                res = stores[who].get(k)
-                assert res is not None
-                n = pick % len(res.slots)
-                to = NODES[(NODES.index(node) + 1) % len(NODES)]
-                with contextlib.suppress(ReservationConflict):
-                    stores[who].move_slot(k, n, to, (min(gpus),),
-                                          from_node=res.slots[n].node)
-            else:
-                k, _ = gangs.pop(pick % len(gangs))
-                assert stores[who].release(k)
-            # this replica's own writes are seen at once, before any event arrives
-            if not others_unseen:
-                for uid in ["nobody", *(k.uid for k, _ in gangs[-2:])]:
-                    assert feed.recorded_elsewhere(uid) == by_list(kube, uid)
+            with view._lock:  # no event applied meanwhile: own writes must be seen without
+                one_op(stores[who], gangs, two_replicas["next"], op, node, gpus, pick)
+                if not others_unseen:
+                    for uid in ["nobody", *(k.uid for k, _ in gangs[-2:])]:
+                        assert feed.recorded_elsewhere(uid) == by_list(kube, uid)
         assert caught_up(view, kube)
         for uid in ["nobody", *(k.uid for k, _ in gangs[:3])]:
             truth = by_list(kube, uid)
