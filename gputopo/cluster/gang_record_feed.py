@@ -25,7 +25,7 @@ only repairs a ledger an operator lost by hand. Lag can err two ways:
   slot moved): the store would restore an entry for a GPU nobody holds — and for a moved
   slot, with the gang's live token, held until the gang ends. So before restoring, the
   store GETs each record concerned and restores only what the fresh record still names
-  (that also makes it more precise than the LIST it replaces, whose snapshot is older).
+  (the LIST path does the same: it had this race too, between its LIST and the claim).
 * a record the feed has not seen yet (created within the lag): missed only if its node's
   ledger was also lost by hand within the same milliseconds — the same race the LIST had
   between its LIST and the claim, a few ms wider. A watch that stalls without an error
