@@ -22,6 +22,8 @@ from k8s_double import KubeApiDouble, api_client, running_double
 from gputopo.cluster.gang_record_feed import GangRecordFeed
 from gputopo.cluster.k8s_reservations import KubernetesReservationStore, gang_name
 from gputopo.cluster.reservations import GangReservation, ReplicaKey, ReservationConflict
+from gputopo.cluster.view import connect
+from tests.k8s_double.client import write_kubeconfig
 
 NODES = [f"n{i}" for i in range(4)]
 
@@ -81,6 +83,27 @@ def test_another_replicas_record_is_seen_through_the_watch_and_no_list_is_made(k
         assert ledger_lists(kube) == lists  # neither records nor ledgers listed
         with pytest.raises(ReservationConflict):
             store.reserve(key(3), placement(("n0", (1,)),))  # the ledger CAS still guards
+
+
+def test_connect_wires_the_gang_record_feed_into_the_view_and_the_store(
+        kube, monkeypatch, tmp_path) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    write_kubeconfig(tmp_path / "config", kube.url)
+    view = connect(str(tmp_path / "config"), watch_timeout_seconds=2)
+    assert view is not None
+    try:
+        assert view.wait_synced(5)
+        store = view.reservations
+        assert isinstance(store, KubernetesReservationStore)
+        KubernetesReservationStore(api_client(kube.url)).reserve(
+            key(1), placement(("n0", (0, 1)),))
+        assert wait_for(lambda: feed_of(store).recorded_elsewhere("x") == by_list(kube, "x")
+                        != {})
+        lists = ledger_lists(kube)
+        assert store._recorded_elsewhere("x") == by_list(kube, "x")
+        assert ledger_lists(kube) == lists + 1  # by_list's own LIST only
+    finally:
+        view.stop()
 
 
 def test_own_record_writes_are_seen_at_once_without_the_watch(kube) -> None:
