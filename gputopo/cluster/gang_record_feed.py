@@ -29,10 +29,12 @@ only repairs a ledger an operator lost by hand. Lag can err two ways:
 * a record the feed has not seen yet (created within the lag): missed only if its node's
   ledger was also lost by hand within the same milliseconds — the same race the LIST had
   between its LIST and the claim, a few ms wider. A watch that stalls without an error
-  would widen it up to the watch's timeout (300 s; the server then ends it and the view
-  reconnects): so when the ledger is **absent** (deleted by hand — gputopo never deletes
-  one; or the node's first reservation) the store lists the records as before, and only a
-  ledger **emptied** by hand while the watch silently stalls relies on the feed.
+  would widen it to about five minutes (the watch's timeout, 300 s, or the read timeout
+  30 s later; the view then reconnects and replays): so when the ledger is **absent**
+  (deleted by hand — gputopo never deletes one; or the node's first reservation) the store
+  lists the records as before, and only a ledger **emptied** by hand while the watch
+  silently stalls relies on the feed: the entries of a record created during the stall
+  can then be claimed by the next gang (the one case this check is weaker than a LIST).
 """
 
 from __future__ import annotations
