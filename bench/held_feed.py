@@ -1,5 +1,6 @@
 """CPU per new gang on the live path: held GPUs from a LIST of every ledger vs from the
-watch-fed LedgerFeed (gputopo/cluster/ledger_feed.py).
+watch-fed LedgerFeed (gputopo/cluster/ledger_feed.py), and other gangs' records from a LIST
+vs from the watch-fed GangRecordFeed (gputopo/cluster/gang_record_feed.py).
 
 Why: with the Kubernetes reservation store the placement step read ``held_gpus()`` for
 every new gang it solved — one LIST of every ledger ConfigMap and a JSON parse of every
@@ -7,17 +8,20 @@ entry, on the admitting thread. With the feed the view's watch keeps them in mem
 the reserver redoes only the nodes that changed since the last gang. This measures what
 that buys where it is paid: CPU of the admitting thread (``time.thread_time``, so the
 double's process and the watch thread do not count) per ``GangReserver.reserve`` of a new
-gang (solve over every node + reserve), and the held-GPU read alone.
+gang (solve over every node + reserve), the held-GPU read alone, and the record check
+(``_recorded_elsewhere``, asked before the claims) alone.
 
 Setup: the API TEST DOUBLE in its own process (tests/k8s_double); the bench's 1,000-node
 cluster (bench/admission_cluster.py) as the node source; ``--gangs`` (250) gangs of 4
 replicas x 2 GPUs seeded one replica per node, so every node has a ledger; then
-``--count`` new gangs (1-4 replicas x 1-8 GPUs, the same shapes for both) alternate
-between a reserver on a store without a feed (the LIST path) and one on a store with the
-feed wired as ``gputopo.cluster.view.connect`` wires it; after each, the oldest gang is
-released (not timed) so about ``--gangs`` stay held. TTL expiry sweeps are switched off for both (a
-sweep lists every ledger and gang: rate-limited to one per 10 s in production, it would
-land on a few random gangs).
+``--count`` new gangs per mode (1-4 replicas x 1-8 GPUs, the same shapes for each) rotate
+between a reserver on a store without feeds (the LIST path), one on a store with the ledger
+feed only (``ledger feed``: records still listed) and one with both feeds wired as
+``gputopo.cluster.view.connect`` wires them (one view watching both, as in production);
+after each, the oldest gang is released (not timed) so about ``--gangs`` stay held. The
+record check is timed on its own before each reserve, for a 4-node gang. TTL expiry sweeps
+are switched off for all (a sweep lists every ledger and gang: rate-limited to one per 10 s
+in production, it would land on a few random gangs).
 
 Run: ``python bench/held_feed.py`` (``--count 60 --gangs 250 --nodes 1000``).
 """
@@ -41,6 +45,7 @@ sys.path.insert(0, str(BENCH.parent / "tests"))
 from admission_cluster import cluster_objects  # noqa: E402
 from k8s_double import api_client, double_process  # noqa: E402
 
+from gputopo.cluster.gang_record_feed import GangRecordFeed  # noqa: E402
 from gputopo.cluster.k8s_reservations import KubernetesReservationStore  # noqa: E402
 from gputopo.cluster.ledger_feed import LedgerFeed  # noqa: E402
 from gputopo.cluster.reservations import GangKey  # noqa: E402
@@ -86,27 +91,33 @@ def main(argv: list[str] | None = None) -> int:
                           for r in range(4))
             seeder.reserve(key(f"seed-{j}"), Placement(True, slots, 1.0, "seed"))
             held.append(key(f"seed-{j}"))
-        feed = LedgerFeed()
+        feed, gangs = LedgerFeed(), GangRecordFeed()
         api = api_client(kube.url)
         with_feed = KubernetesReservationStore(api, held_feed=feed,
                                                expire_interval_seconds=1e9)
-        view = ClusterView(api, reservations=with_feed, ledger_feed=feed,
+        with_both = KubernetesReservationStore(api, held_feed=feed, gang_feed=gangs,
+                                               expire_interval_seconds=1e9)
+        view = ClusterView(api, reservations=with_both, ledger_feed=feed, gang_feed=gangs,
                            reconcile_interval_seconds=1e9).start()
         try:
             assert view.wait_synced(30), "the view did not sync"
             by_list = KubernetesReservationStore(api_client(kube.url),
                                                  expire_interval_seconds=1e9)
-            modes = {"LIST": GangReserver(by_list), "feed": GangReserver(with_feed)}
+            modes = {"LIST": GangReserver(by_list), "ledger feed": GangReserver(with_feed),
+                     "both feeds": GangReserver(with_both)}
+            names = list(modes)
             for reserver in modes.values():  # warm: first solve, memos, one sweep
                 reserver.free_nodes(cluster, pod)
             rng = random.Random(3)
-            shapes = [rng.choice(SHAPES) for _ in range(args.count)]  # the same for both
+            shapes = [rng.choice(SHAPES) for _ in range(args.count)]  # the same for each
             total: dict[str, list[float]] = {m: [] for m in modes}
             read: dict[str, list[float]] = {m: [] for m in modes}
             wall: dict[str, list[float]] = {m: [] for m in modes}
+            check: dict[str, list[float]] = {m: [] for m in modes}
+            gang_nodes = nodes[:4]  # what a 4-node gang asks the record check about
             placed = 0
-            for i in range(2 * args.count):
-                mode = ("LIST", "feed")[i % 2]
+            for i in range(len(modes) * args.count):
+                mode = names[i % len(modes)]
                 reserver = modes[mode]
                 store = reserver.store
                 if mode == "LIST":
@@ -115,29 +126,29 @@ def main(argv: list[str] | None = None) -> int:
                     ms, w = cpu_and_wall(lambda s=store: s.held_snapshot(None))
                 read[mode].append(ms)
                 wall[mode].append(w)
-                k = key(f"new-{i}")
-                ms, got = cpu(lambda r=reserver, k=k, g=shapes[i // 2]: r.reserve(
+                ms, _ = cpu(lambda s=store: s._recorded_elsewhere("none", gang_nodes))
+                check[mode].append(ms)
+                k, shape = key(f"new-{i}"), shapes[i // len(modes)]
+                ms, got = cpu(lambda r=reserver, k=k, g=shape: r.reserve(
                     cluster=cluster, pod=pod, key=k, gang=g))
                 total[mode].append(ms)
                 if isinstance(got, tuple):
                     placed += 1
                     held.append(k)
                 seeder.release(held.popleft())
-            recorded_ms, _ = cpu(lambda: by_list._recorded_elsewhere("none"))
         finally:
             view.stop()
     load = Path("/proc/loadavg").read_text().split()[:3]
     print(f"{args.nodes} nodes, {args.gangs} gangs held ({len(feed.held_gpus())} nodes "
           f"with held GPUs), {args.count} new gangs per mode ({placed} placed in all); "
           f"load average {' '.join(load)}")
-    print("| held GPUs from | held read: CPU / wall, median (ms) | reserve() per new gang: "
-          "CPU median / mean (ms) |")
-    print("|---|---:|---:|")
+    print("| store | held read: CPU / wall, median (ms) | record check: CPU, median (ms) "
+          "| reserve() per new gang: CPU median / mean (ms) |")
+    print("|---|---:|---:|---:|")
     for m in modes:
         print(f"| {m} | {statistics.median(read[m]):.2f} / {statistics.median(wall[m]):.2f} "
+              f"| {statistics.median(check[m]):.2f} "
               f"| {statistics.median(total[m]):.1f} / {statistics.mean(total[m]):.1f} |")
-    print(f"of which both pay: one LIST of the gang records per reserve "
-          f"({recorded_ms:.1f} ms CPU here)")
     return 0
 
 

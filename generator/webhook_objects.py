@@ -75,7 +75,7 @@ def rbac(*, ack_reports: bool = True) -> list[dict[str, Any]]:
     ]
     reports_rules = [k8s.rule([""], ["configmaps"], ["list", "watch"])]
     # reservations: full PUTs with resourceVersion (optimistic concurrency); the GPU
-    # ledgers are also watched (held GPUs from memory, not a LIST per new gang)
+    # ledgers and the gang records are also watched (from memory, not LISTs per new gang)
     reservation_rules = [
         k8s.rule([""], ["configmaps"], ["get", "list", "watch", "create", "update",
                                          "delete"]),

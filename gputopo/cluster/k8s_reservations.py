@@ -45,6 +45,15 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from gputopo import names
+from gputopo.cluster.gang_record_feed import (
+    GANG_KIND,
+    RECORD_KEY,
+    GangRecordFeed,
+    NodeEntries,
+    is_gang_record,
+    parse_record,
+    record_holds,
+)
 from gputopo.cluster.ledger_feed import NODE_KEY, LedgerFeed, is_ledger, ledger_entries
 from gputopo.cluster.metrics import RESERVATION_CONFLICTS
 from gputopo.cluster.reservations import (
@@ -67,7 +76,7 @@ DEFAULT_CLAIM_GRACE_SECONDS = 60.0
 MAX_ATTEMPTS = 100  # 409 retries per object before giving up (ReservationUnavailable)
 GANG_PREFIX = "gputopo-gang-"
 LEDGER_PREFIX = "gputopo-gpus-"
-DATA_KEY = "reservation"
+DATA_KEY = RECORD_KEY
 
 
 def ledger_name(node: str) -> str:
@@ -106,7 +115,7 @@ class KubernetesReservationStore:
         claim_grace_seconds: float = DEFAULT_CLAIM_GRACE_SECONDS,
         request_timeout: float = 10.0, clock: Callable[[], float] = time.time,
         held_cache_seconds: float = 0.0, expire_interval_seconds: float = 10.0,
-        held_feed: LedgerFeed | None = None,
+        held_feed: LedgerFeed | None = None, gang_feed: GangRecordFeed | None = None,
     ) -> None:
         self.core = client.CoreV1Api(api_client)
         self.namespace = namespace
@@ -126,6 +135,11 @@ class KubernetesReservationStore:
         # applied to it at once (write-through), so its own reservations and a conflict's
         # fresh read are seen by the very next gang.
         self.held_feed = held_feed
+        # Likewise ``gang_feed`` (also attached by connect) answers which GPUs other gangs'
+        # records hand out, asked before every claim, instead of a LIST of every record;
+        # every record this store reads, writes or deletes is applied to it at once. Why a
+        # feed that lags is safe for that check: gputopo/cluster/gang_record_feed.py.
+        self.gang_feed = gang_feed
         self.held_cache_seconds = float(held_cache_seconds)
         self.expire_interval_seconds = float(expire_interval_seconds)
         self._held: tuple[float, dict[str, set[int]]] | None = None
@@ -180,10 +194,14 @@ class KubernetesReservationStore:
         return self._seen(json.loads(resp.data))
 
     def _seen(self, obj: dict[str, Any]) -> dict[str, Any]:
-        """``obj`` as the API just returned it; a ledger goes to the held-GPU feed too."""
+        """``obj`` as the API just returned it; a ledger goes to the held-GPU feed too, a
+        gang record to the gang-record feed."""
         feed = self.held_feed
         if feed is not None and is_ledger(obj):
             feed.observe(obj)
+        gangs = self.gang_feed
+        if gangs is not None and is_gang_record(obj):
+            gangs.observe(obj)
         return obj
 
     def _create(self, body: dict[str, Any]) -> dict[str, Any] | None:
@@ -220,6 +238,8 @@ class KubernetesReservationStore:
             raise
         if self.held_feed is not None and name.startswith(LEDGER_PREFIX):
             self.held_feed.deleted(name)
+        if self.gang_feed is not None and name.startswith(GANG_PREFIX):
+            self.gang_feed.deleted(name)
         return True
 
     def _list(self, kind: str) -> list[dict[str, Any]]:
@@ -277,16 +297,7 @@ class KubernetesReservationStore:
             raise ReservationUnavailable(f"reading reservation of {key}: {exc}") from exc
         return self._parse_gang(cm)
 
-    @staticmethod
-    def _parse_gang(cm: dict[str, Any] | None) -> GangReservation | None:
-        if cm is None:
-            return None
-        try:
-            return GangReservation.from_json(json.loads(cm["data"][DATA_KEY]),
-                                             version=cm["metadata"]["resourceVersion"])
-        except (KeyError, ValueError, TypeError, AttributeError) as exc:
-            log.warning("reservation %s unreadable: %s", cm["metadata"].get("name"), exc)
-            return None
+    _parse_gang = staticmethod(parse_record)
 
     def reserve(
         self, key: GangKey, placement: Placement, *, ttl_seconds: float | None = None,
@@ -323,7 +334,7 @@ class KubernetesReservationStore:
         created: dict[str, Any] | None = None
         try:
             started = float(self._clock())
-            recorded = self._recorded_elsewhere(res.key.uid)
+            recorded = self._recorded_elsewhere(res.key.uid, wanted)
             for node in sorted(wanted):
                 self._claim(node, wanted[node], res, recorded.get(node, {}))
                 claimed.append(node)
@@ -357,26 +368,53 @@ class KubernetesReservationStore:
         return GangReservation.from_json(res.to_json(),
                                          version=created["metadata"]["resourceVersion"])
 
-    def _recorded_elsewhere(self, uid: str) -> dict[str, dict[int, str]]:
-        """node → {GPU: entry} of every OTHER gang's record: what the ledgers must hold.
+    def _recorded_elsewhere(self, uid: str, nodes: Iterable[str] | None = None, *,
+                            listed: bool = False) -> dict[str, NodeEntries]:
+        """node → {GPU: entry} of every OTHER gang's record, on ``nodes`` (all when None):
+        what the ledgers must hold.
 
         Why: a ledger deleted or emptied by hand (or lost) forgets GPUs whose gang record
         still hands them out; claiming by the ledger alone would give them out twice.
+        From the gang-record feed while it is synced (unless ``listed``), else one LIST of
+        the records.
         """
-        out: dict[str, dict[int, str]] = {}
-        for cm in self._list("gang"):
+        feed = self.gang_feed
+        if not listed and feed is not None and feed.synced:
+            return feed.recorded_elsewhere(uid, nodes)
+        wanted = None if nodes is None else set(nodes)
+        out: dict[str, NodeEntries] = {}
+        for cm in self._list(GANG_KIND):
             other = self._parse_gang(cm)
             if other is None or other.key.uid == uid:
                 continue
-            entry = json.dumps({"gang": other.key.uid, "token": other.token,
-                                "state": "committed", "at": other.created_at}, sort_keys=True)
-            for node, gpus in other.gpus().items():
-                for g in gpus:
-                    out.setdefault(node, {})[g] = entry
+            for node, entries in record_holds(other).items():
+                if wanted is None or node in wanted:
+                    out.setdefault(node, {}).update(entries)
+        return out
+
+    def _still_recorded(self, node: str, missing: NodeEntries) -> NodeEntries:
+        """Of ``missing`` (GPUs of ``node`` that records held a moment ago but its ledger
+        lacks), those a fresh GET of their record still names, with its entry now.
+
+        Why: the records were read earlier (a LIST, or the feed, which may lag); a gang
+        released or whose slot moved since must not get an entry back — for a moved slot
+        it would carry the gang's live token and hold the GPU until the gang ends."""
+        uids: dict[str, list[int]] = {}
+        for g, e in missing.items():
+            try:
+                uid = str(json.loads(e)["gang"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            uids.setdefault(uid, []).append(g)
+        out: NodeEntries = {}
+        for uid, gpus in uids.items():
+            res = self._parse_gang(self._find_gang_by_uid(uid))
+            holds = record_holds(res).get(node, {}) if res is not None else {}
+            out.update({g: holds[g] for g in gpus if g in holds})
         return out
 
     def _claim(self, node: str, gpus: frozenset[int], res: GangReservation,
-               recorded: dict[int, str] | None = None) -> None:
+               recorded: NodeEntries | None = None) -> None:
         # Ledger timestamps are always wall-clock (never the caller's ``now``): the claim
         # grace is about real time passing for a writer that may have died.
         t = float(self._clock())
@@ -384,11 +422,21 @@ class KubernetesReservationStore:
                             "at": t}, sort_keys=True)
         name = ledger_name(node)
         recorded = recorded or {}
+        relisted = False
         for _ in range(MAX_ATTEMPTS):
             cm = self._read(name)
+            if cm is None and self.gang_feed is not None and not relisted:
+                # No ledger: deleted by hand (gputopo never deletes one) or the node's
+                # first use. The feed may lag (a stalled watch: up to its timeout), so
+                # here, rarely, the records are listed as without a feed.
+                recorded = self._recorded_elsewhere(res.key.uid, [node], listed=True
+                                                    ).get(node, {})
+                relisted = True
             entries = self._entries(cm) if cm is not None else {}
             # GPUs another gang's record holds but this ledger forgot: put them back
             missing = {g: e for g, e in recorded.items() if g not in entries}
+            if missing:
+                missing = self._still_recorded(node, missing)
             cache: dict[str, str | None] = {}
             taken = sorted(g for g in gpus if (g in entries
                            and entries[g].get("token") != res.token
@@ -523,7 +571,8 @@ class KubernetesReservationStore:
                 raise ReservationConflict(f"{key}: GPUs {sorted(own)} of {node} already "
                                           "belong to another slot of the gang", {node: own})
             old = frozenset(res.slot(number).gpus)
-            self._claim(node, want, res, self._recorded_elsewhere(key.uid).get(node, {}))
+            self._claim(node, want, res,
+                        self._recorded_elsewhere(key.uid, [node]).get(node, {}))
             try:
                 done = None
                 for _ in range(MAX_ATTEMPTS):
@@ -580,7 +629,7 @@ class KubernetesReservationStore:
 
     def list(self) -> list[GangReservation]:
         try:
-            items = self._list("gang")
+            items = self._list(GANG_KIND)
         except (ApiException, *_TRANSPORT_ERRORS) as exc:
             raise ReservationUnavailable(f"listing reservations: {exc}") from exc
         out = [r for r in (self._parse_gang(cm) for cm in items) if r is not None]
@@ -668,7 +717,7 @@ class KubernetesReservationStore:
         # holds it unless it was released — no live entry is mistaken for a dead one.
         ledgers = self._list("ledger")
         tokens: dict[str, str | None] = {}
-        for cm in self._list("gang"):
+        for cm in self._list(GANG_KIND):
             res = self._parse_gang(cm)
             if res is not None:
                 tokens[res.key.uid] = res.token

@@ -15,24 +15,21 @@ ledger itself, so staleness only costs a conflict — but the store still writes
 every ledger it reads or writes is applied here at once (its own reservations are seen by
 the very next gang; a conflict's fresh read is seen by the re-solve).
 
-Writes through and watch events race: a watch event may arrive after a newer version of the
-same ledger was applied from a write. Versions are ordered by ``metadata.resourceVersion``,
-compared as integers when both are integers (etcd's are: its revision) and otherwise taken
-as newer — Kubernetes calls resourceVersions opaque, so without integers there is no order
-to trust and the latest call wins.
+The feeding rules (write-through, version order, tombstones, re-list, synced) are the
+shared ones of :mod:`gputopo.cluster.watch_feed`; this module only says what a ledger holds.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from gputopo import names
 from gputopo.cluster.reservations import HELD_LOG, HeldSnapshot
+from gputopo.cluster.watch_feed import WatchFeed
 
 log = logging.getLogger(__name__)
 
@@ -79,33 +76,11 @@ def is_ledger(cm: Mapping[str, Any]) -> bool:
     return labels.get(names.RESERVATION_LABEL) == LEDGER_KIND
 
 
-def _versions(a: str | None, b: str | None) -> tuple[int, int] | None:
-    """Both versions as integers (etcd revisions), or None: opaque versions have no order
-    to trust, and then the latest call wins."""
-    try:
-        return int(a), int(b)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
+#: What the feed keeps of one ledger: the node it names (None: none) and its GPUs held.
+Held = tuple[str | None, frozenset[int]]
 
 
-def _older(rv: str | None, than: str | None) -> bool:
-    """True when version ``rv`` is known to precede ``than``."""
-    both = _versions(rv, than)
-    return both is not None and both[0] < both[1]
-
-
-def _not_newer(rv: str | None, than: str | None) -> bool:
-    """True when version ``rv`` is known to be ``than`` or to precede it."""
-    both = _versions(rv, than)
-    return both is not None and both[0] <= both[1]
-
-
-def _meta(cm: Mapping[str, Any]) -> Mapping[str, Any]:
-    m = cm.get("metadata")
-    return m if isinstance(m, Mapping) else {}
-
-
-class LedgerFeed:
+class LedgerFeed(WatchFeed[Held]):
     """node -> held GPUs from the ledgers, fed by a watch and by the store's own writes.
 
     Thread-safe (one lock, microseconds per change). ``synced`` is True once a full list
@@ -114,118 +89,40 @@ class LedgerFeed:
     """
 
     def __init__(self, log_size: int = HELD_LOG) -> None:
-        self._lock = threading.Lock()
-        self._ledgers: dict[str, tuple[str | None, str | None, frozenset[int]]] = {}
-        self._gone: dict[str, str | None] = {}  # ledger name -> version of its deletion
+        super().__init__()
         self._names: dict[str, set[str]] = {}  # node -> ledgers naming it (normally one)
         self._held: dict[str, frozenset[int]] = {}  # published: never mutated once out
         self._rev = 0
         self._log: deque[tuple[int, frozenset[str]]] = deque(maxlen=log_size)
-        self._listed = False
-        self._paused = False
-        self.lists = 0
-
-    @property
-    def synced(self) -> bool:
-        return self._listed and not self._paused
+        self._touched: set[str] = set()  # nodes changed in the batch being applied
 
     @property
     def revision(self) -> int:
         return self._rev
 
-    # --- changes ---------------------------------------------------------------------------
-    def observe(self, cm: Mapping[str, Any]) -> None:
-        """A ledger as the API returned it (a read, a write, a watch event)."""
-        with self._lock:
-            touched: set[str] = set()
-            self._put(cm, touched)
-            self._publish(touched)
+    # --- changes (under the lock) ----------------------------------------------------------
+    def _parse(self, obj: Mapping[str, Any]) -> Held:
+        got = held_of(obj)
+        return (got[0], got[1]) if got is not None else (None, frozenset[int]())
 
-    def deleted(self, name: str, resource_version: str | None = None) -> None:
-        """The ledger ``name`` was deleted (at ``resource_version``, when known)."""
-        with self._lock:
-            touched: set[str] = set()
-            self._drop(name, resource_version, touched)
-            self._publish(touched)
-
-    def watched(self, etype: str, obj: Mapping[str, Any]) -> None:
-        """One watch event (ADDED / MODIFIED / DELETED) of the ledger informer."""
-        if etype == "DELETED":
-            self.deleted(str(_meta(obj).get("name") or ""), _meta(obj).get("resourceVersion"))
-        elif etype in ("ADDED", "MODIFIED"):
-            self.observe(obj)
-
-    def relisted(self, items: Iterable[Mapping[str, Any]], resource_version: str | None
-                 ) -> None:
-        """A full LIST taken at ``resource_version`` (the first one, or after 410 Gone or a
-        reconnect): afterwards the feed holds exactly the listed ledgers, except versions
-        applied here that are newer than the list (a write-through that raced it)."""
-        with self._lock:
-            touched: set[str] = set()
-            listed = {str(_meta(cm).get("name") or ""): cm for cm in items}
-            for name, (rv, _, _) in list(self._ledgers.items()):
-                if name not in listed and not _older(resource_version, rv):
-                    self._drop(name, resource_version, touched)
-            for cm in listed.values():
-                self._put(cm, touched)
-            # tombstones the list covers are settled: the list no longer holds them
-            self._gone = {n: rv for n, rv in self._gone.items()
-                          if _older(resource_version, rv)}
-            self._publish(touched)
-            self._listed = True
-            self._paused = False
-            self.lists += 1
-
-    def pause(self) -> None:
-        """The watch broke (API away, 403 on watch): not synced until :meth:`resume`."""
-        self._paused = True
-
-    def resume(self) -> None:
-        """The watch is connected again (it replays what it missed from its version)."""
-        self._paused = False
-
-    def _put(self, cm: Mapping[str, Any], touched: set[str]) -> None:
-        m = _meta(cm)
-        name = str(m.get("name") or "")
-        rv = m.get("resourceVersion")
-        rv = None if rv is None else str(rv)
-        if name in self._gone and _not_newer(rv, self._gone[name]):
-            return  # a version from before its deletion (equal: the deleted one itself)
-        cur = self._ledgers.get(name)
-        if cur is not None and _older(rv, cur[0]):
-            return  # an older event than what a write-through already applied
-        self._gone.pop(name, None)
-        got = held_of(cm)
-        node, gpus = (got[0], got[1]) if got is not None else (None, frozenset[int]())
-        self._ledgers[name] = (rv, node, gpus)
-        if cur is not None and (cur[1], cur[2]) == (node, gpus):
+    def _changed(self, name: str, old: Held | None, new: Held | None) -> None:
+        if old == new:
             return
-        if cur is not None and cur[1] is not None and cur[1] != node:
-            self._names[cur[1]].discard(name)
-            touched.add(cur[1])
-        if node is not None:
-            self._names.setdefault(node, set()).add(name)
-            touched.add(node)
+        if old is not None and old[0] is not None and (new is None or old[0] != new[0]):
+            self._names[old[0]].discard(name)
+            self._touched.add(old[0])
+        if new is not None and new[0] is not None:
+            self._names.setdefault(new[0], set()).add(name)
+            self._touched.add(new[0])
 
-    def _drop(self, name: str, rv: str | None, touched: set[str]) -> None:
-        cur = self._ledgers.get(name)
-        if cur is not None and rv is not None and _older(rv, cur[0]):
-            return  # deleted before a version applied since: that version stands
-        self._gone[name] = rv if rv is not None else (cur[0] if cur is not None else None)
-        if cur is None:
-            return
-        del self._ledgers[name]
-        if cur[1] is not None:
-            self._names[cur[1]].discard(name)
-            touched.add(cur[1])
-
-    def _publish(self, touched: set[str]) -> None:
+    def _settled(self) -> None:
+        touched, self._touched = self._touched, set()
         if not touched:
             return
         held = dict(self._held)
         for node in touched:
             names_ = self._names.get(node)
-            gpus = frozenset[int]().union(*(self._ledgers[n][2] for n in names_)) \
+            gpus = frozenset[int]().union(*(self._objects[n][1][1] for n in names_)) \
                 if names_ else frozenset[int]()
             if not names_:
                 self._names.pop(node, None)

@@ -18,7 +18,8 @@ the caller's to subtract (the placement step does ``exclude_held(view.node_state
 store.held_gpus())``) because the reservation store, not the watch, is the authority on
 them (``reserve`` re-checks every GPU on its ledger). The view does feed the store's answer:
 with ``ledger_feed=`` it also watches the GPU ledgers (:mod:`gputopo.cluster.ledger_feed`),
-so the Kubernetes store need not list them for every gang. The view releases reservations
+and with ``gang_feed=`` the gang records (:mod:`gputopo.cluster.gang_record_feed`), so the
+Kubernetes store need not list either for every gang. The view releases reservations
 whose job was deleted or finished (``reservations=`` store), and calls the store's TTL expiry.
 """
 
@@ -39,6 +40,7 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from gputopo import names
 from gputopo.cluster import objects as ob
+from gputopo.cluster.gang_record_feed import GANG_SELECTOR, GangRecordFeed
 from gputopo.cluster.ledger_feed import LEDGER_SELECTOR, LedgerFeed
 from gputopo.cluster.metrics import NODE_DATA_ERRORS
 from gputopo.cluster.reservations import (
@@ -49,6 +51,7 @@ from gputopo.cluster.reservations import (
 )
 from gputopo.cluster.snapshot import object_key
 from gputopo.cluster.source import WouldBlock
+from gputopo.cluster.watch_feed import WatchFeed
 from gputopo.errors import TopologyError
 from gputopo.kubeaccess import NoClusterAccess, cluster_configuration
 from gputopo.placement.types import NodeState
@@ -83,8 +86,9 @@ class WatchedKind:
     #: What is kept of each object (client-go's SetTransform): pods and nodes are trimmed
     #: to the fields admission reads, so memory stays small in big clusters.
     transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-    #: Also told every list and event, under the view's lock (the GPU ledgers' held-GPU feed).
-    feed: LedgerFeed | None = None
+    #: Also told every list and event, under the view's lock (the reservation store's feeds:
+    #: held GPUs from the ledgers, GPUs handed out from the gang records).
+    feed: WatchFeed[Any] | None = None
 
 
 class _Informer:
@@ -326,7 +330,8 @@ class ClusterView:
     KubernetesReservationStore on it). ``reservations``, when given, is released for jobs
     that are deleted or finish; :meth:`reconcile_reservations` also runs its TTL expiry.
     ``ledger_feed``, when given, is kept current from a watch of the GPU ledgers (the
-    KubernetesReservationStore's ``held_feed``; :func:`connect` wires both).
+    KubernetesReservationStore's ``held_feed``), ``gang_feed`` from a watch of the gang
+    records (its ``gang_feed``); :func:`connect` wires them all.
     """
 
     def __init__(
@@ -340,6 +345,7 @@ class ClusterView:
         job_grace_seconds: float = JOB_GRACE_SECONDS,
         clock: Callable[[], float] = time.time,
         ledger_feed: LedgerFeed | None = None,
+        gang_feed: GangRecordFeed | None = None,
     ) -> None:
         self.api_client = api_client
         self.reservations = reservations
@@ -389,6 +395,11 @@ class ClusterView:
                                      core.list_namespaced_config_map,
                                      (names.GPUTOPO_NAMESPACE,), LEDGER_SELECTOR,
                                      feed=ledger_feed))
+        if gang_feed is not None:  # GPUs other gangs' records hand out, from memory
+            kinds.append(WatchedKind("gang-records", "v1", "ConfigMap",
+                                     core.list_namespaced_config_map,
+                                     (names.GPUTOPO_NAMESPACE,), GANG_SELECTOR,
+                                     feed=gang_feed))
         kinds.append(WatchedKind(
             "podgroups", f"{names.POD_GROUP_API_GROUP}/{names.POD_GROUP_VERSION}", "PodGroup",
             custom.list_cluster_custom_object,
@@ -822,7 +833,7 @@ def connect(kubeconfig: str | None = None, **kwargs: Any) -> ClusterView | None:
     except NoClusterAccess as exc:
         log.info("no in-cluster account and no usable kubeconfig: %s", exc.__cause__)
         return None
-    # 10 long-lived watches share the pool with reservation writes and GETs: the default
+    # 11 long-lived watches share the pool with reservation writes and GETs: the default
     # (5 x CPUs) would churn connections ("connection pool is full") on small machines.
     cfg.connection_pool_maxsize = max(int(cfg.connection_pool_maxsize or 0), 32)
     # No silent urllib3 retries (3 by default, each waiting the full timeout): the view and
@@ -832,7 +843,9 @@ def connect(kubeconfig: str | None = None, **kwargs: Any) -> ClusterView | None:
     api = client.ApiClient(cfg)
     from gputopo.cluster.k8s_reservations import KubernetesReservationStore
 
-    if "reservations" not in kwargs:  # the store answers held GPUs from the view's watch
+    if "reservations" not in kwargs:  # the store answers from the view's watches
         feed = kwargs.setdefault("ledger_feed", LedgerFeed())
-        kwargs["reservations"] = KubernetesReservationStore(api, held_feed=feed)
+        gangs = kwargs.setdefault("gang_feed", GangRecordFeed())
+        kwargs["reservations"] = KubernetesReservationStore(api, held_feed=feed,
+                                                            gang_feed=gangs)
     return ClusterView(api, **kwargs).start()

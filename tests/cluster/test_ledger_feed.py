@@ -6,7 +6,6 @@ webhook replica, an operator by hand) and after the watch lost its history (410)
 
 from __future__ import annotations
 
-import contextlib
 import json
 import random
 from collections.abc import Iterator
@@ -15,9 +14,10 @@ from typing import Any
 
 import pytest
 from cluster_helpers import wait_for
+from feed_helpers import caught_up, key, ledger_lists, ledger_of, listed, placement, watched
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from k8s_double import KubeApiDouble, api_client, running_double
+from k8s_double import api_client, running_double
 
 from gputopo.cluster.k8s_reservations import KubernetesReservationStore, ledger_name
 from gputopo.cluster.ledger_feed import LedgerFeed
@@ -26,63 +26,14 @@ from gputopo.cluster.reservations import (
     ReservationConflict,
     ReservationUnavailable,
 )
-from gputopo.cluster.view import ClusterView
 from gputopo.placement.solver import solve
-from gputopo.placement.types import GangRequest, NodeState, Placement, ReplicaSlot
+from gputopo.placement.types import GangRequest, NodeState
 from gputopo.topology.load import read_topology_file
 from webhook.placement.reserve import GangReserver
 
 NODES = [f"n{i}" for i in range(6)]
 DGX = read_topology_file(str(Path(__file__).resolve().parents[1] / "fixtures" /
                              "topologies" / "dgx1-v100.txt"))
-
-
-def key(i: int | str) -> GangKey:
-    return GangKey("default", "PyTorchJob", f"job-{i}", f"uid-{i}")
-
-
-def placement(*slots: tuple[str, tuple[int, ...]]) -> Placement:
-    return Placement(True, tuple(ReplicaSlot(i, n, g) for i, (n, g) in enumerate(slots)),
-                     42.0, "test")
-
-
-@contextlib.contextmanager
-def watched(kube: KubeApiDouble) -> Iterator[tuple[ClusterView, KubernetesReservationStore]]:
-    """A view watching the ledgers and a store answering from it, wired as connect() does."""
-    feed = LedgerFeed()
-    api = api_client(kube.url)
-    store = KubernetesReservationStore(api, held_feed=feed)
-    view = ClusterView(api, reservations=store, ledger_feed=feed, watch_timeout_seconds=2,
-                       backoff_initial=0.05, backoff_max=0.2, request_timeout=2,
-                       reconcile_interval_seconds=3600)
-    view.start()
-    try:
-        assert view.wait_synced(5)
-        yield view, store
-    finally:
-        view.stop()
-
-
-def listed(kube: KubeApiDouble) -> dict[str, set[int]]:
-    """The truth: held GPUs as a store without a feed answers them (one LIST)."""
-    return KubernetesReservationStore(api_client(kube.url)).held_gpus()
-
-
-def ledger_lists(kube: KubeApiDouble) -> int:
-    return kube.verbs[("list", "", "configmaps", "gputopo-system")]
-
-
-def caught_up(view: ClusterView, kube: KubeApiDouble) -> bool:
-    """Wait until the ledger watch delivered everything the API server holds now."""
-    target = kube.resource_version
-    inf = view._informers["ledgers"]
-    return wait_for(lambda: int(inf.rv or 0) >= target, timeout=5)
-
-
-def ledger_of(kube: KubeApiDouble, node: str) -> dict[str, Any]:
-    (cm,) = [c for c in kube.objects("v1", "ConfigMap")
-             if c["metadata"]["name"] == ledger_name(node)]
-    return cm
 
 
 # --- against the API double ----------------------------------------------------------------

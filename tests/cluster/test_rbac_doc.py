@@ -9,6 +9,7 @@ from pathlib import Path
 
 from cluster_helpers import bound_pod, dgx1_annotation, job, node, wait_for
 
+from gputopo.cluster.gang_record_feed import GangRecordFeed
 from gputopo.cluster.k8s_reservations import KubernetesReservationStore
 from gputopo.cluster.ledger_feed import LedgerFeed
 from gputopo.cluster.reservations import GangKey, ReplicaKey
@@ -83,10 +84,10 @@ def test_rbac_doc_is_exactly_what_the_webhook_uses(kube, kube_client) -> None:
     for kind in ("PyTorchJob", "TFJob"):
         kube.apply(job(kind, kind.lower()))
     kube.apply(node("a", topology=None))
-    feed = LedgerFeed()  # as connect() wires them: the ledgers watched
-    store = KubernetesReservationStore(kube_client, held_feed=feed)
+    feed, gangs = LedgerFeed(), GangRecordFeed()  # as connect() wires them: both watched
+    store = KubernetesReservationStore(kube_client, held_feed=feed, gang_feed=gangs)
     view = ClusterView(api_client(kube.url), reservations=store, watch_timeout_seconds=1,
-                       ledger_feed=feed)
+                       ledger_feed=feed, gang_feed=gangs)
     view.start()
     try:
         assert view.wait_synced(5)

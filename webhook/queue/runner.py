@@ -26,9 +26,9 @@ log = logging.getLogger(__name__)
 #: Watched kinds whose changes cannot free GPUs nor bring a waiting pod; every other kind
 #: (pods, nodes, ACK reports, training jobs: a deleted or finished job releases its
 #: reservation) wakes the queue. The GPU ledgers are written by every reservation (the
-#: queue's own too); GPUs a release frees come with the job event that kicks it already,
-#: and a TTL expiry is found by the periodic pass.
-QUIET_KINDS = frozenset({"namespaces", "podgroups", "ledgers"})
+#: queue's own too), and so are the gang records; GPUs a release frees come with the job
+#: event that kicks it already, and a TTL expiry is found by the periodic pass.
+QUIET_KINDS = frozenset({"namespaces", "podgroups", "ledgers", "gang-records"})
 DEFAULT_INTERVAL_SECONDS = 5.0
 DEFAULT_DEBOUNCE_SECONDS = 0.5
 
