@@ -31,3 +31,12 @@ def kube_client(kube: KubeApiDouble) -> Iterator[client.ApiClient]:
         yield ac
     finally:
         ac.close()
+
+
+@pytest.fixture(scope="module")
+def two_replicas() -> Iterator[dict]:
+    """One double per test module for the random two-replica sequences of the feed tests
+    (feed_helpers.two_replicas_on_a_double): hypothesis runs every example on it."""
+    from feed_helpers import two_replicas_on_a_double
+
+    yield from two_replicas_on_a_double()

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from cluster_helpers import wait_for
-from k8s_double import KubeApiDouble, api_client
+from k8s_double import KubeApiDouble, api_client, running_double
 
 from gputopo.cluster.gang_record_feed import GangRecordFeed
 from gputopo.cluster.k8s_reservations import KubernetesReservationStore, ledger_name
@@ -70,3 +70,12 @@ def ledger_of(kube: KubeApiDouble, node: str) -> dict[str, Any]:
     (cm,) = [c for c in kube.objects("v1", "ConfigMap")
              if c["metadata"]["name"] == ledger_name(node)]
     return cm
+
+
+def two_replicas_on_a_double() -> Iterator[dict[str, Any]]:
+    """The state of a random two-replica sequence test: a double, a view with its feeds
+    and the store it wires (replica 0), a second store without feeds (replica 1)."""
+    with running_double() as kube, watched(kube) as (view, store):
+        yield {"kube": kube, "view": view, "stores": [
+            store, KubernetesReservationStore(api_client(kube.url))],
+            "gangs": [], "next": [0]}

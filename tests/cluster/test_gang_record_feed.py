@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,7 +16,7 @@ from cluster_helpers import wait_for
 from feed_helpers import caught_up, key, ledger_lists, ledger_of, placement, watched
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from k8s_double import KubeApiDouble, api_client, running_double
+from k8s_double import KubeApiDouble, api_client
 
 from gputopo.cluster.gang_record_feed import GangRecordFeed
 from gputopo.cluster.k8s_reservations import KubernetesReservationStore, gang_name
@@ -225,12 +224,6 @@ def test_a_deleted_ledger_is_checked_against_a_list_even_while_the_watch_lags(ku
 
 
 # --- random sequences by two replicas: the feed's answer against the LIST's ------------------
-@pytest.fixture(scope="module")
-def two_replicas() -> Iterator[dict[str, Any]]:
-    with running_double() as kube, watched(kube) as (view, store):
-        yield {"kube": kube, "view": view, "stores": [
-            store, KubernetesReservationStore(api_client(kube.url))],
-            "gangs": [], "next": [0]}
 
 
 OP = st.tuples(st.sampled_from(["reserve", "reserve", "assign", "move", "release"]),

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from cluster_helpers import wait_for
 from feed_helpers import caught_up, key, ledger_lists, ledger_of, listed, placement, watched
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from k8s_double import api_client, running_double
+from k8s_double import api_client
 
 from gputopo.cluster.k8s_reservations import KubernetesReservationStore, ledger_name
 from gputopo.cluster.ledger_feed import LedgerFeed
@@ -146,12 +145,6 @@ def test_a_store_without_a_feed_answers_as_before(kube) -> None:
 
 
 # --- random sequences by two replicas: snapshots against a brute-force diff of LISTs ---------
-@pytest.fixture(scope="module")
-def two_replicas() -> Iterator[dict[str, Any]]:
-    with running_double() as kube, watched(kube) as (view, store):
-        yield {"kube": kube, "view": view, "stores": [
-            store, KubernetesReservationStore(api_client(kube.url))],
-            "gangs": [], "next": [0]}
 
 
 OP = st.tuples(st.sampled_from(["reserve", "reserve", "release"]), st.integers(0, 1),
