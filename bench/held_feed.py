@@ -24,11 +24,17 @@ are switched off for all (a sweep lists every ledger and gang: rate-limited to o
 in production, it would land on a few random gangs).
 
 Run: ``python bench/held_feed.py`` (``--count 60 --gangs 250 --nodes 1000``).
+``--modes "both feeds"`` times one mode only; ``--profile FILE`` runs cProfile over the
+admitting thread's ``reserve()`` calls of the ``both feeds`` mode and writes the stats to
+FILE (read them with ``python -m pstats FILE``; profiling inflates the CPU figures, so take
+timings from a run without it). The table also splits each mode's CPU by whether the gang
+was placed.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import random
 import statistics
 import sys
@@ -78,7 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--gangs", type=int, default=250)
     ap.add_argument("--count", type=int, default=60, help="new gangs per mode")
+    ap.add_argument("--modes", default="LIST,ledger feed,both feeds",
+                    help="comma-separated modes to time (default: all three)")
+    ap.add_argument("--profile", metavar="FILE",
+                    help="cProfile the both-feeds reserve() calls into FILE")
     args = ap.parse_args(argv)
+    prof = cProfile.Profile(time.thread_time) if args.profile else None  # CPU, not wall
 
     cluster = ClusterSnapshot.from_objects(cluster_objects(args.nodes))
     nodes = [n.name for n in cluster.node_states()]
@@ -105,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
                                                  expire_interval_seconds=1e9)
             modes = {"LIST": GangReserver(by_list), "ledger feed": GangReserver(with_feed),
                      "both feeds": GangReserver(with_both)}
+            wanted = [m.strip() for m in args.modes.split(",")]
+            modes = {m: modes[m] for m in wanted}
             names = list(modes)
             for reserver in modes.values():  # warm: first solve, memos, one sweep
                 reserver.free_nodes(cluster, pod)
@@ -114,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             read: dict[str, list[float]] = {m: [] for m in modes}
             wall: dict[str, list[float]] = {m: [] for m in modes}
             check: dict[str, list[float]] = {m: [] for m in modes}
+            done: dict[str, list[bool]] = {m: [] for m in modes}
             gang_nodes = nodes[:4]  # what a 4-node gang asks the record check about
             placed = 0
             for i in range(len(modes) * args.count):
@@ -129,9 +143,15 @@ def main(argv: list[str] | None = None) -> int:
                 ms, _ = cpu(lambda s=store: s._recorded_elsewhere("none", gang_nodes))
                 check[mode].append(ms)
                 k, shape = key(f"new-{i}"), shapes[i // len(modes)]
+                on = prof is not None and mode == "both feeds"
+                if on:
+                    prof.enable()
                 ms, got = cpu(lambda r=reserver, k=k, g=shape: r.reserve(
                     cluster=cluster, pod=pod, key=k, gang=g))
+                if on:
+                    prof.disable()
                 total[mode].append(ms)
+                done[mode].append(isinstance(got, tuple))
                 if isinstance(got, tuple):
                     placed += 1
                     held.append(k)
@@ -149,6 +169,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {m} | {statistics.median(read[m]):.2f} / {statistics.median(wall[m]):.2f} "
               f"| {statistics.median(check[m]):.2f} "
               f"| {statistics.median(total[m]):.1f} / {statistics.mean(total[m]):.1f} |")
+    print("| store | placed: n, CPU median / mean (ms) | not placed: n, CPU median / mean (ms) |")
+    print("|---|---:|---:|")
+    for m in modes:
+        cells = []
+        for want in (True, False):
+            got = [ms for ms, ok in zip(total[m], done[m], strict=True) if ok is want]
+            cells.append(f"{len(got)}, {statistics.median(got):.1f} / "
+                         f"{statistics.mean(got):.1f}" if got else "0, -")
+        print(f"| {m} | {cells[0]} | {cells[1]} |")
+    if prof is not None:
+        prof.dump_stats(args.profile)
+        print(f"profile of the both-feeds reserve() calls: {args.profile}")
     return 0
 
 

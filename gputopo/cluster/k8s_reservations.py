@@ -331,12 +331,13 @@ class KubernetesReservationStore:
     def _reserve(self, res: GangReservation) -> GangReservation:
         wanted = res.gpus()
         claimed: list[str] = []
+        written: dict[str, dict[str, Any]] = {}  # node -> its ledger as the claim wrote it
         created: dict[str, Any] | None = None
         try:
             started = float(self._clock())
             recorded = self._recorded_elsewhere(res.key.uid, wanted)
             for node in sorted(wanted):
-                self._claim(node, wanted[node], res, recorded.get(node, {}))
+                written[node] = self._claim(node, wanted[node], res, recorded.get(node, {}))
                 claimed.append(node)
             if float(self._clock()) - started > self.claim_grace_seconds / 2:
                 # So slow that others may soon take these claims for abandoned: give up
@@ -357,7 +358,7 @@ class KubernetesReservationStore:
                     raise ReservationConflict(f"{res.key}: reserved concurrently, then gone")
                 return winner
             for node in sorted(wanted):
-                self._commit(node, wanted[node], res)
+                self._commit(node, wanted[node], res, written.pop(node))
         except BaseException:
             if created is not None:
                 self._delete(created["metadata"]["name"], uid=created["metadata"]["uid"])
@@ -414,7 +415,9 @@ class KubernetesReservationStore:
         return out
 
     def _claim(self, node: str, gpus: frozenset[int], res: GangReservation,
-               recorded: NodeEntries | None = None) -> None:
+               recorded: NodeEntries | None = None) -> dict[str, Any]:
+        """Claim ``gpus`` of ``node`` for ``res`` (step 2 of docs/reservations.md); the
+        ledger as the API returned it after the claim was written."""
         # Ledger timestamps are always wall-clock (never the caller's ``now``): the claim
         # grace is about real time passing for a writer that may have died.
         t = float(self._clock())
@@ -468,13 +471,23 @@ class KubernetesReservationStore:
                 raise ReservationConflict(
                     f"{res.key}: GPUs {taken} of node {node} are held by another gang",
                     {node: taken})
-            return
+            return written
         raise ReservationUnavailable(f"ledger {name}: gave up after {MAX_ATTEMPTS} conflicts")
 
-    def _commit(self, node: str, gpus: frozenset[int], res: GangReservation) -> None:
+    def _commit(self, node: str, gpus: frozenset[int], res: GangReservation,
+                known: dict[str, Any] | None = None) -> None:
+        """Mark this attempt's claims on ``node`` committed (step 4), failing with
+        ReservationConflict when one of them was taken over.
+
+        ``known``: the ledger as this attempt's claim wrote it, taken as the first read
+        instead of a GET. Why that is the same check: the commit is a PUT carrying the
+        ``resourceVersion`` of what was checked, so it lands only if nobody wrote the
+        ledger since the claim — i.e. only if ``known`` is still the ledger. Any write in
+        between (another gang's claim, a takeover, a deletion) makes it fail with 409 (404
+        when deleted), and then the ledger is read and checked afresh, as before."""
         name = ledger_name(node)
         for _ in range(MAX_ATTEMPTS):
-            cm = self._read(name)
+            cm, known = (known, None) if known is not None else (self._read(name), None)
             entries = self._entries(cm) if cm is not None else {}
             lost = sorted(g for g in gpus if entries.get(g, {}).get("token") != res.token)
             if cm is None or lost:
@@ -487,8 +500,14 @@ class KubernetesReservationStore:
                 e = dict(entries[g], state="committed")
                 data[str(g)] = json.dumps(e, sort_keys=True)
             cm["data"] = data
-            if self._replace(cm) is not None:
-                return
+            try:
+                if self._replace(cm) is not None:
+                    return
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                # deleted since it was read (only possible for a ``known`` ledger, or by
+                # hand): the next read finds it gone and reports the lost claim
         raise ReservationUnavailable(f"ledger {name}: gave up after {MAX_ATTEMPTS} conflicts")
 
     def _rollback(self, nodes: list[str], token: str) -> None:
