@@ -185,11 +185,19 @@ class GangReservation:
         return not self.unassigned
 
     def gpus(self) -> dict[str, frozenset[int]]:
-        """node → GPUs this reservation holds."""
-        out: dict[str, set[int]] = {}
-        for s in self.slots:
-            out.setdefault(s.node, set()).update(s.gpus)
-        return {n: frozenset(g) for n, g in out.items()}
+        """node → GPUs this reservation holds (a fresh dict, the caller's to modify).
+
+        Computed once per reservation (the slots never change: frozen): the placement step
+        asks every listed reservation for a gang that finds no room, and the Kubernetes
+        store hands out the same parsed reservations from one LIST to the next."""
+        held = self.__dict__.get("_gpus")
+        if held is None:
+            out: dict[str, set[int]] = {}
+            for s in self.slots:
+                out.setdefault(s.node, set()).update(s.gpus)
+            held = {n: frozenset(g) for n, g in out.items()}
+            object.__setattr__(self, "_gpus", held)
+        return dict(held)
 
     def visible_gpus(self, node: str) -> tuple[int, ...]:
         """The job's GPUs on ``node``, ascending: the ``gpu-visible`` annotation value."""

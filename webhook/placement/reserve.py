@@ -499,7 +499,7 @@ class GangReserver:
                 # stand in the way, they may be going to this very gang: give it a moment.
                 # The look for the gang's reservation comes AFTER the in-flight analysis
                 # (which lists reservations), so a reservation written meanwhile is seen.
-                waiting = bool(last) or self._in_flight_blocks(bound, held, gang)
+                waiting = bool(last) or self._in_flight_blocks(bound, held, gang, free)
                 existing = self._await_reservation(key) if waiting else self.store.get(key)
                 if existing is not None:
                     return existing, False
@@ -537,20 +537,35 @@ class GangReserver:
         )
 
     def _in_flight_blocks(self, bound: Sequence[NodeState], held: Mapping[str, Any],
-                          gang: GangRequest) -> bool:
+                          gang: GangRequest, free: Sequence[NodeState] | None = None
+                          ) -> bool:
         """True when GPUs claimed by reservations not yet written (held, but in no listed
         reservation) are all that keeps the gang from fitting. A store that records every
-        claim with its reservation at once (``claims_in_flight`` False) has none."""
+        claim with its reservation at once (``claims_in_flight`` False) has none.
+
+        ``free``: ``bound`` with ``held`` marked used, position for position (what the
+        gang was just solved on): then only the nodes with claims in flight are redone for
+        the second solve, not every node of the cluster."""
         if not getattr(self.store, "claims_in_flight", True):
             return False
         committed: dict[str, set[int]] = {}
         for res in self.store.list():
             for node, gpus in res.gpus().items():
                 committed.setdefault(node, set()).update(gpus)
-        settled = {n: g & committed.get(n, set()) for n, g in held.items()}
-        if settled == {n: set(g) for n, g in held.items()}:
-            return False  # nothing in flight
-        return self.solver(exclude_held(bound, settled), gang).feasible
+        none: frozenset[int] = frozenset()
+        # the nodes holding a GPU no listed reservation holds: claims in flight
+        flight = {n for n, g in held.items() if not g <= committed.get(n, none)}
+        if not flight:
+            return False
+        if free is None:
+            settled = {n: g & committed.get(n, set()) for n, g in held.items()}
+            return self.solver(exclude_held(bound, settled), gang).feasible
+        # elsewhere every held GPU is settled, so ``free`` already has the node as the
+        # second solve must see it
+        settled = {n: frozenset(held[n]) & committed.get(n, none) for n in flight}
+        nodes = [exclude_held([b], settled)[0] if b.name in flight else f
+                 for b, f in zip(bound, free, strict=True)]
+        return self.solver(nodes, gang).feasible
 
     def _await_reservation(self, key: GangKey, *, backoff: int = 0) -> GangReservation | None:
         """The gang's reservation if another admission writes it within a short wait.
