@@ -46,6 +46,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from gputopo import names
+from gputopo.cluster.configmap_calls import ConfigMapCalls
 from gputopo.cluster.gang_record_feed import (
     GANG_KIND,
     RECORD_KEY,
@@ -119,6 +120,9 @@ class KubernetesReservationStore:
         held_feed: LedgerFeed | None = None, gang_feed: GangRecordFeed | None = None,
     ) -> None:
         self.core = client.CoreV1Api(api_client)
+        # the same requests as self.core's generated methods, without their per-call
+        # validation and re-serialisation (gputopo/cluster/configmap_calls.py)
+        self.calls = ConfigMapCalls(api_client, namespace)
         self.namespace = namespace
         self.ttl_seconds = float(ttl_seconds)
         self.claim_grace_seconds = float(claim_grace_seconds)
@@ -189,14 +193,12 @@ class KubernetesReservationStore:
 
     def _read(self, name: str) -> dict[str, Any] | None:
         try:
-            resp = self.core.read_namespaced_config_map(
-                name, self.namespace, _preload_content=False,
-                _request_timeout=self._timeout())
+            data = self.calls.read(name, timeout=self._timeout())
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
-        return self._seen(orjson.loads(resp.data))
+        return self._seen(orjson.loads(data))
 
     def _seen(self, obj: dict[str, Any]) -> dict[str, Any]:
         """``obj`` as the API just returned it; a ledger goes to the held-GPU feed too, a
@@ -211,32 +213,28 @@ class KubernetesReservationStore:
 
     def _create(self, body: dict[str, Any]) -> dict[str, Any] | None:
         """The created object, or None when it already exists (409 AlreadyExists)."""
-        return self._write(lambda: self.core.create_namespaced_config_map(
-            self.namespace, body, _preload_content=False, _request_timeout=self._timeout()))
+        return self._write(lambda: self.calls.create(body, timeout=self._timeout()))
 
     def _replace(self, obj: dict[str, Any]) -> dict[str, Any] | None:
         """The updated object, or None on 409 Conflict (stale resourceVersion)."""
-        return self._write(lambda: self.core.replace_namespaced_config_map(
-            obj["metadata"]["name"], self.namespace, obj, _preload_content=False,
-            _request_timeout=self._timeout()))
+        return self._write(lambda: self.calls.replace(obj["metadata"]["name"], obj,
+                                                      timeout=self._timeout()))
 
-    def _write(self, call: Callable[[], Any]) -> dict[str, Any] | None:
+    def _write(self, call: Callable[[], bytes]) -> dict[str, Any] | None:
         """The object a write returned, or None (counted) when the API answered 409."""
         try:
-            resp = call()
+            data = call()
         except ApiException as exc:
             if exc.status == 409:
                 self._count("api_409")
                 return None
             raise
-        return self._seen(orjson.loads(resp.data))
+        return self._seen(orjson.loads(data))
 
     def _delete(self, name: str, *, uid: str | None = None) -> bool:
         body = {"preconditions": {"uid": uid}} if uid else None
         try:
-            self.core.delete_namespaced_config_map(
-                name, self.namespace, body=body, _preload_content=False,
-                _request_timeout=self._timeout())
+            self.calls.delete(name, body, timeout=self._timeout())
         except ApiException as exc:
             if exc.status in (404, 409):
                 return False
@@ -248,10 +246,8 @@ class KubernetesReservationStore:
         return True
 
     def _list(self, kind: str) -> list[dict[str, Any]]:
-        resp = self.core.list_namespaced_config_map(
-            self.namespace, label_selector=f"{names.RESERVATION_LABEL}={kind}",
-            _preload_content=False, _request_timeout=self._timeout())
-        return list(orjson.loads(resp.data).get("items") or [])
+        data = self.calls.list(f"{names.RESERVATION_LABEL}={kind}", timeout=self._timeout())
+        return list(orjson.loads(data).get("items") or [])
 
     def _labels(self, kind: str) -> dict[str, str]:
         return {names.RESERVATION_LABEL: kind, names.MANAGED_BY_LABEL: names.MANAGED_BY_VALUE}
