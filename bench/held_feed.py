@@ -84,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--gangs", type=int, default=250)
     ap.add_argument("--count", type=int, default=60, help="new gangs per mode")
+    ap.add_argument("--settle", type=float, default=0.05,
+                    help="seconds to wait after each release, for the watches (not timed)")
     ap.add_argument("--modes", default="LIST,ledger feed,both feeds",
                     help="comma-separated modes to time (default: all three)")
     ap.add_argument("--profile", metavar="FILE",
@@ -160,6 +162,10 @@ def main(argv: list[str] | None = None) -> int:
                     placed += 1
                     held.append(k)
                 seeder.release(held.popleft())
+                # let the watches deliver the release (not timed): else whether the next
+                # gang still sees the released GPUs held depends on how fast the code under
+                # measurement is, and so does where (and whether) it is placed
+                time.sleep(args.settle)
         finally:
             view.stop()
     load = Path("/proc/loadavg").read_text().split()[:3]
