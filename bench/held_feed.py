@@ -54,7 +54,7 @@ from k8s_double import api_client, double_process  # noqa: E402
 from gputopo.cluster.gang_record_feed import GangRecordFeed  # noqa: E402
 from gputopo.cluster.k8s_reservations import KubernetesReservationStore  # noqa: E402
 from gputopo.cluster.ledger_feed import LedgerFeed  # noqa: E402
-from gputopo.cluster.reservations import GangKey  # noqa: E402
+from gputopo.cluster.reservations import GangKey, GangReservation  # noqa: E402
 from gputopo.cluster.snapshot import ClusterSnapshot  # noqa: E402
 from gputopo.cluster.view import ClusterView  # noqa: E402
 from gputopo.placement.types import GangRequest, Placement, ReplicaSlot  # noqa: E402
@@ -79,13 +79,26 @@ def cpu_and_wall(call: Callable[[], Any]) -> tuple[float, float]:
     return ms, (time.perf_counter() - w) * 1000
 
 
+def released(res: GangReservation | None, records: int, feed: LedgerFeed,
+             gangs: GangRecordFeed) -> bool:
+    """True once both feeds saw ``res`` (released a moment ago) go: its record no longer
+    counted, none of its GPUs held."""
+    if res is None:
+        return True
+    if gangs.records() >= records:
+        return False
+    held = feed.held_gpus()
+    return not any(held.get(n, set()) & g for n, g in res.gpus().items())
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--gangs", type=int, default=250)
     ap.add_argument("--count", type=int, default=60, help="new gangs per mode")
-    ap.add_argument("--settle", type=float, default=0.05,
-                    help="seconds to wait after each release, for the watches (not timed)")
+    ap.add_argument("--settle", type=float, default=1.0,
+                    help="at most this long after each release, the feeds are waited for "
+                         "to see it (not timed)")
     ap.add_argument("--modes", default="LIST,ledger feed,both feeds",
                     help="comma-separated modes to time (default: all three)")
     ap.add_argument("--profile", metavar="FILE",
@@ -161,11 +174,17 @@ def main(argv: list[str] | None = None) -> int:
                 if isinstance(got, tuple):
                     placed += 1
                     held.append(k)
+                gone = seeder.get(held[0])
+                records = gangs.records()
                 seeder.release(held.popleft())
                 # let the watches deliver the release (not timed): else whether the next
                 # gang still sees the released GPUs held depends on how fast the code under
-                # measurement is, and so does where (and whether) it is placed
-                time.sleep(args.settle)
+                # measurement is, and so does where (and whether) it is placed. Polled in
+                # short steps: a long idle sleep lets the core slow down and go cold, and
+                # the next gang's first calls then cost up to twice their CPU time
+                until = time.monotonic() + args.settle
+                while time.monotonic() < until and not released(gone, records, feed, gangs):
+                    time.sleep(0.0005)
         finally:
             view.stop()
     load = Path("/proc/loadavg").read_text().split()[:3]
