@@ -18,7 +18,8 @@ replicas x 2 GPUs seeded one replica per node, so every node has a ledger; then
 between a reserver on a store without feeds (the LIST path), one on a store with the ledger
 feed only (``ledger feed``: records still listed) and one with both feeds wired as
 ``gputopo.cluster.view.connect`` wires them (one view watching both, as in production);
-after each, the oldest gang is released (not timed) so about ``--gangs`` stay held. The
+after each, the oldest gang is released (not timed) so about ``--gangs`` stay held,
+and the bench waits (not timed, ``--settle``) until both feeds saw the release. The
 record check is timed on its own before each reserve, for a 4-node gang. TTL expiry sweeps
 are switched off for all (a sweep lists every ledger and gang: rate-limited to one per 10 s
 in production, it would land on a few random gangs).
