@@ -11,6 +11,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from feed_helpers import key, placement
 from kubernetes import client
 
 from gputopo.cluster.k8s_reservations import (
@@ -19,19 +20,9 @@ from gputopo.cluster.k8s_reservations import (
     gang_name,
     ledger_name,
 )
-from gputopo.cluster.reservations import GangKey, ReservationConflict
-from gputopo.placement.types import Placement, ReplicaSlot
+from gputopo.cluster.reservations import ReservationConflict
 
 NS = "gputopo-system"
-
-
-def key(i: int) -> GangKey:
-    return GangKey("default", "PyTorchJob", f"job-{i}", f"uid-{i}")
-
-
-def placement(*slots: tuple[str, tuple[int, ...]]) -> Placement:
-    return Placement(True, tuple(ReplicaSlot(i, n, g) for i, (n, g) in enumerate(slots)),
-                     42.0, "test")
 
 
 def between_claim_and_commit(store: KubernetesReservationStore, act: Any) -> None:

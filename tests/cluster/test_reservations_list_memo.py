@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import random
 
+from feed_helpers import key
 from kubernetes import client
 
 from gputopo.cluster.k8s_reservations import KubernetesReservationStore, gang_name
 from gputopo.cluster.reservations import (
-    GangKey,
     GangReservation,
     ReplicaKey,
     ReservationConflict,
@@ -20,10 +20,6 @@ from gputopo.cluster.reservations import (
 from gputopo.placement.types import Placement, ReplicaSlot
 
 NS = "gputopo-system"
-
-
-def key(i: int) -> GangKey:
-    return GangKey("default", "PyTorchJob", f"job-{i}", f"uid-{i}")
 
 
 def wire(rs: list[GangReservation]) -> list[tuple[str, dict]]:
