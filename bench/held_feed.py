@@ -133,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
             modes = {"LIST": GangReserver(by_list), "ledger feed": GangReserver(with_feed),
                      "both feeds": GangReserver(with_both)}
             wanted = [m.strip() for m in args.modes.split(",")]
+            unknown = [m for m in wanted if m not in modes]
+            if unknown:
+                raise SystemExit(f"--modes: unknown {', '.join(map(repr, unknown))}; "
+                                 f"choose from {', '.join(map(repr, modes))}")
             modes = {m: modes[m] for m in wanted}
             names = list(modes)
             for reserver in modes.values():  # warm: first solve, memos, one sweep

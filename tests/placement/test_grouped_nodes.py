@@ -86,6 +86,27 @@ def test_a_chain_of_replacements_solves_as_the_plain_list(
         assert all(a is b for a, b in zip(old, old_nodes, strict=True))  # old untouched
 
 
+@settings(max_examples=120, deadline=None)
+@given(scenarios(), st.data())
+def test_replacements_not_solved_in_between_solve_as_the_plain_list(
+        scenario: tuple[list[NodeState], list[tuple[int, dict]]], data: st.DataObject) -> None:
+    """A gang size not asked for after some replacements (the webhook sees many gang sizes):
+    its kept ties, carried through the whole chain, must still give the plain list's
+    answer."""
+    nodes, changes = scenario
+    grouped = GroupedNodes(nodes)
+    for gang in GANGS:
+        solve(grouped, gang)
+    for at, change in changes:
+        nodes = list(nodes)
+        nodes[at] = dataclasses.replace(nodes[at], **change)
+        grouped = grouped.replaced([nodes[at]])
+        for gang in data.draw(st.lists(st.sampled_from(GANGS), max_size=2)):
+            assert solve(grouped, gang) == solve(nodes, gang), (gang, at, change)
+    for gang in GANGS:
+        assert solve(grouped, gang) == solve(nodes, gang), gang
+
+
 def test_the_copy_it_was_made_from_keeps_answering_for_its_own_nodes() -> None:
     topo = fixture_topology(TOPOLOGY_NAMES[0])
     nodes = [NodeState(name=f"n{i}", topology=topo) for i in range(3)]
