@@ -15,7 +15,10 @@ visible share of the event loop's CPU per review (docs/benchmarks.md, "Idle wake
 Shutdown keeps the executor's guarantees: :meth:`shutdown` lets the running call finish,
 cancels the calls still queued (their awaiting coroutines see ``CancelledError``), and the
 thread is not a daemon, so the interpreter waits for a call in progress instead of cutting a
-reservation write in half.
+reservation write in half. Like the executor's workers, the thread is also told to end when
+the interpreter exits (``threading._register_atexit``, which runs before non-daemon threads
+are joined): a server stopped without its lifespan shutdown (uvicorn's forced exit on a
+second signal) must not leave the process waiting for an idle thread for ever.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class AdmitterThread:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._work, name=self.name)
                 self._thread.start()
+                _at_exit(self.shutdown)
             self._queue.put((loop, future, call, args))
         return future
 
@@ -95,6 +99,16 @@ class AdmitterThread:
                 _call_soon(loop, _settle, future, result)
                 del result
             del future, call, args
+
+
+def _at_exit(call: Callable[[], None]) -> None:
+    """``call()`` when the interpreter exits, before it joins non-daemon threads (what
+    ``concurrent.futures.thread`` registers for its workers); plain ``atexit`` would run
+    only after that join, too late."""
+    register = getattr(threading, "_register_atexit", None)
+    if register is not None:
+        with contextlib.suppress(RuntimeError):  # already shutting down: nothing to do
+            register(call)
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., None],

@@ -124,3 +124,25 @@ def test_an_answer_for_a_loop_that_is_gone_is_dropped_quietly() -> None:
     finally:
         worker.shutdown()
         worker.join(5)
+
+
+def test_a_process_that_never_shut_the_thread_down_still_exits(tmp_path) -> None:
+    """A server killed without its lifespan shutdown must not hang the interpreter's exit
+    on the idle admitter thread (it is not a daemon)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    script = tmp_path / "left_running.py"
+    script.write_text(
+        "import asyncio\n"
+        "from webhook.admitter_thread import AdmitterThread\n"
+        "worker = AdmitterThread()\n"
+        "async def main():\n"
+        "    return await worker.run(lambda: 41 + 1)\n"
+        "print(asyncio.run(main()))\n")
+    done = subprocess.run([sys.executable, str(script)], cwd=root, capture_output=True,
+                          text=True, timeout=30, env={"PYTHONPATH": str(root),
+                                                      "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0 and done.stdout.strip() == "42", done.stderr
