@@ -176,6 +176,19 @@ def test_activated_nodes_with_bad_topology_are_not_called_unactivated(tmp_path, 
 T, E = names.NETWORK_TRANSPORT_ANNOTATION, names.NETWORK_EFFICIENCY_ANNOTATION
 
 
+def _two_nodes_one_gpu_free(tmp_path: Path, annotations: dict[str, str]) -> Path:
+    """Two DGX-1 nodes on a 100 Gbit/s network with one GPU free each (a 2 x 1 gang must
+    span both), ``annotations`` added to both."""
+    seven = "0,1,2,3,4,5,6"
+    path = write_cluster(tmp_path / "cluster.yaml", bound={"dgx1-a": seven, "dgx1-b": seven})
+    docs = list(yaml.safe_load_all(path.read_text()))
+    for doc in docs[:2]:
+        doc["metadata"]["annotations"][names.NETWORK_GBPS_ANNOTATION] = "100"
+        doc["metadata"]["annotations"].update(annotations)
+    path.write_text(yaml.safe_dump_all(docs), encoding="utf-8")
+    return path
+
+
 @pytest.mark.parametrize(
     ("annotations", "share"),
     [({T: "gdr"}, 0.94), ({T: "GDR"}, 0.94), ({T: "rdma"}, 0.5), ({T: "RDMA"}, 0.5),
@@ -191,13 +204,7 @@ def test_network_annotations_decide_the_share_of_the_line_rate(
     line rate, rdma 0.5, tcp and anything unknown or absent the conservative 0.25.
     gputopo.io/network-efficiency, a node's measured share, replaces the transport's
     default; anything not in (0, 1] is ignored."""
-    seven = "0,1,2,3,4,5,6"  # one GPU free per node: the gang must span both
-    path = write_cluster(tmp_path / "cluster.yaml", bound={"dgx1-a": seven, "dgx1-b": seven})
-    docs = list(yaml.safe_load_all(path.read_text()))
-    for doc in docs[:2]:
-        doc["metadata"]["annotations"][names.NETWORK_GBPS_ANNOTATION] = "100"
-        doc["metadata"]["annotations"].update(annotations)
-    path.write_text(yaml.safe_dump_all(docs), encoding="utf-8")
+    path = _two_nodes_one_gpu_free(tmp_path, annotations)
     doc = run_json(capsys, "--cluster", str(path), "--replicas", "2", "--gpus-per-replica", "1")
     assert doc["busBandwidthGBps"] == pytest.approx(100 * share / 8, abs=1e-3)
 
@@ -212,13 +219,7 @@ def test_transport_share_flag_is_a_policy_s_share(tmp_path, capsys, annotations,
                                                    share):
     """``--transport-share`` is what a policy's placement.transportShare says: it replaces
     the default for the nodes' transport; a node's own network-efficiency still wins."""
-    seven = "0,1,2,3,4,5,6"
-    path = write_cluster(tmp_path / "cluster.yaml", bound={"dgx1-a": seven, "dgx1-b": seven})
-    docs = list(yaml.safe_load_all(path.read_text()))
-    for doc in docs[:2]:
-        doc["metadata"]["annotations"][names.NETWORK_GBPS_ANNOTATION] = "100"
-        doc["metadata"]["annotations"].update(annotations)
-    path.write_text(yaml.safe_dump_all(docs), encoding="utf-8")
+    path = _two_nodes_one_gpu_free(tmp_path, annotations)
     argv = [arg for f in flags for arg in ("--transport-share", f)]
     doc = run_json(capsys, "--cluster", str(path), "--replicas", "2", "--gpus-per-replica", "1",
                    *argv)
