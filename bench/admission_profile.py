@@ -11,6 +11,12 @@ Run: ``python bench/admission_profile.py`` (``--top 25`` functions per kind by o
 ``--count 1000``; ``--sort cumulative``). ``--components`` gives the CPU of each part of
 the placement step (solver, held GPUs, node fit, expiry, network plan, ...) per request
 kind; ``--can-wait`` adds the good-placement check a live cluster with a queue runs.
+``--opcodes`` counts the Python bytecodes each review executes (event-loop share and
+admitter share, as the server splits them), by kind and by function: the same on every
+machine and every run, so a change's effect on the interpreter's work is read exactly,
+without the noise of a shared machine. Why it matters: on an idle KVM guest each review
+starts with cold caches and branch predictors, and its CPU then grows with the code it
+runs (docs/benchmarks.md, "Idle wake-ups").
 ``--parts`` times the old and new ways of the review's own steps (patch, copy, decode,
 encode) on the pods this workload really admits, interleaved in one process, so the
 machine's noise hits both alike. Transport (TLS, HTTP, the ASGI app) is not in here:
@@ -50,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
                          "take a placement only above GOOD_SHARE of their ideal bandwidth")
     ap.add_argument("--components", action="store_true",
                     help="CPU per review of each part of the placement step, by kind")
+    ap.add_argument("--opcodes", action="store_true",
+                    help="Python bytecodes executed per review, by kind and by function "
+                         "(deterministic: no timing)")
     ap.add_argument("--gap-ms", type=float, default=0.0,
                     help="sleep this long before each review, as an idle server between "
                          "reviews (20: like 50 reviews/s): the cold-cache cost per review")
@@ -76,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         admitter.handle_body(body)
     if args.parts:
         return parts(admitter, workload.bodies)
+    if args.opcodes:
+        return opcodes(admitter, workload.bodies, workload.kinds, args.top)
     if args.components:
         return components(admitter, workload.bodies, workload.kinds, args.gap_ms / 1000)
     cpu: dict[str, list[float]] = {}
@@ -192,6 +203,60 @@ def components(admitter: Any, bodies: list[bytes], kinds: list[str], gap_s: floa
         cells = [f"{by_kind[k].get(name, 0.0) * 1000 / count[k]:.3f}" for k in shown]
         print(f"| {name} | " + " | ".join(cells) + f" | {spent[name] * 1000 / n_all:.3f} |")
     print(f"\nreservations at the end: {len(store.list())}")
+    return 0
+
+
+def opcodes(admitter: Any, bodies: list[bytes], kinds: list[str], top: int) -> int:
+    """Python bytecodes each review executes, as the server runs it: ``answer_at_once``
+    (the event loop's share), then ``handle_request`` (the admitter thread's) when the
+    review is in scope. Counted with a ``sys.settrace`` tracer and ``f_trace_opcodes``,
+    which sees every Python frame (not C code such as orjson's)."""
+    from collections import Counter
+
+    ops: Counter[tuple[str, str]] = Counter()
+    calls: Counter[tuple[str, str]] = Counter()
+
+    def tracer(frame: Any, event: str, _arg: Any) -> Any:
+        key = (Path(frame.f_code.co_filename).name, frame.f_code.co_qualname)
+        if event == "call":
+            frame.f_trace_opcodes = True
+            calls[key] += 1
+        elif event == "opcode":
+            ops[key] += 1
+        return tracer
+
+    per_kind: dict[str, list[int]] = {}
+    for body, kind in zip(bodies, kinds, strict=True):
+        before = ops.total()
+        loop_ops = 0
+        sys.settrace(tracer)
+        try:
+            answer = admitter.answer_at_once(body)
+            loop_ops = ops.total() - before
+            if not isinstance(answer, tuple):
+                admitter.handle_request(answer)
+        finally:
+            sys.settrace(None)
+        per_kind.setdefault(kind, [0, 0, 0])
+        per_kind[kind][0] += 1
+        per_kind[kind][1] += loop_ops
+        per_kind[kind][2] += ops.total() - before - loop_ops
+    admitter.close()
+    n_all = sum(v[0] for v in per_kind.values())
+    print("Python bytecodes executed per review (event loop: answer_at_once; admitter "
+          "thread: handle_request)\n")
+    print("| request kind | share | event loop | admitter thread | total |")
+    print("|---|---:|---:|---:|---:|")
+    for kind, (n, loop_ops, thread_ops) in sorted(per_kind.items()):
+        print(f"| {kind} | {n / n_all:.0%} | {loop_ops / n:.0f} | {thread_ops / n:.0f} | "
+              f"{(loop_ops + thread_ops) / n:.0f} |")
+    print(f"| mix | 100% | | | {ops.total() / n_all:.0f} |")
+    print(f"\nTop {top} functions, bytecodes and calls per review of the mix:\n")
+    print("| bytecodes | calls | function |")
+    print("|---:|---:|---|")
+    for (name, qualname), count in ops.most_common(top):
+        print(f"| {count / n_all:.0f} | {calls[(name, qualname)] / n_all:.1f} | "
+              f"{name}:{qualname} |")
     return 0
 
 
