@@ -332,6 +332,10 @@ def test_the_walk_equals_jsonpatch_on_pod_like_changes(src, data):
     ({"a": 1}, {"b": True}),  # equal but other type: no move
     ({"l": [1, 2], "k": 3}, {"l": [1, 2, 3]}),  # a list add pairs with a removal: aside
     ({"0": "v", "l": []}, {"l": ["v"]}),
+    # several equal candidates: the most recent add / remove of an equal (value, type)
+    ({"a": 1, "b": 1.0, "c": True, "x": {"k": 1}}, {"d": 1, "e": True, "x": {"j": 1.0}}),
+    ({"x": {"p": "v", "q": "v"}, "y": {}}, {"x": {}, "y": {"r": "v", "s": "v"}}),
+    ({"x": {"p": {"k": [1]}}, "y": {}}, {"x": {"q": {"k": [1]}}, "y": {"p": {"k": [1]}}}),
 ])
 def test_the_walk_on_renames_and_pairings(a, b):
     from webhook.patch import _walked
