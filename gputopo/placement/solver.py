@@ -54,6 +54,7 @@ spread over many nodes are the slow case (docs/benchmarks.md).
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -291,13 +292,17 @@ class _Group:
 
     def __post_init__(self) -> None:
         self._canon: tuple[str, tuple[int, ...], float] | None = None
-        self._first: str | None = None
+        self._first: NodeState | None = None
 
     def first(self) -> str:
         """The smallest node name (the one-node search's tie-break; a GroupedNodes keeps
         groups across solves, so it is looked for once)."""
+        return self.first_node().name
+
+    def first_node(self) -> NodeState:
+        """The node of the smallest name (names are unique: one node)."""
         if self._first is None:
-            self._first = min(map(_NAME, self.nodes))
+            self._first = min(self.nodes, key=_NAME)
         return self._first
 
     def canon(self) -> tuple[str, tuple[int, ...], float]:
@@ -330,6 +335,10 @@ class _Class:
 
 
 _NAME = attrgetter("name")
+
+
+def _first_name(tie: tuple[_Group, _Option]) -> str:
+    return tie[0].first()
 
 
 @dataclass(frozen=True)
@@ -560,6 +569,8 @@ def _group_nodes(nodes: Iterable[NodeState]) -> list[_Group]:
 
 
 _Tied = dict[object, tuple[_Group, _Option]]  # the groups tied for the best one-node key
+#: The tied groups' (smallest node name, key), ascending: the one-node winner is the first
+_Order = list[tuple[str, object]]
 
 
 def _best_single(items: Iterable[tuple[object, _Group]], n: int) -> tuple[tuple | None, _Tied]:
@@ -577,6 +588,29 @@ def _best_single(items: Iterable[tuple[object, _Group]], n: int) -> tuple[tuple 
         elif key == best_key:
             tied[at] = (grp, opt)
     return best_key, tied
+
+
+def _reordered(order: _Order | None, tied: _Tied, gone: list[object],
+               fresh: _Tied) -> _Order | None:
+    """``order`` (of ``tied``) without the groups ``gone`` and with those of ``fresh``, or
+    None (worked out when asked) when there was none.
+
+    Why kept up to date rather than rebuilt: the winner's group is the one a gang just
+    took a node of, so it is replaced after almost every one-node gang, and a minimum over
+    every tied group (a few hundred for one GPU on the benchmark's cluster) then cost
+    ~2,800 bytecodes per new gang (bench/admission_profile.py --opcodes); a removal and an
+    insertion by bisection are a few dozen. A copy: the order of ``tied`` stays valid for
+    the copy it belongs to."""
+    if order is None:
+        return None
+    if not gone and not fresh:
+        return order
+    out = list(order)
+    for key in gone:
+        del out[bisect_left(out, (tied[key][0].first(), key))]
+    for key, (grp, _) in fresh.items():
+        insort(out, (grp.first(), key))
+    return out
 
 
 @dataclass(frozen=True)
@@ -656,7 +690,7 @@ class GroupedNodes(Sequence[NodeState]):
         self._groups = {key: _group(key, list(members.values()), kinds_by_id)
                         for key, members in buckets.items()}
         self._tally = _Tally.of(self._groups.values())
-        self._single: dict[int, tuple[tuple | None, _Tied]] = {}
+        self._single: dict[int, tuple[tuple | None, _Tied, _Order | None]] = {}
         self._list: list[_Group] | None = None
         # the topologies of the last twin check, by id (held, so no id is reused meanwhile)
         self._tops: dict[int, Topology] = {}
@@ -723,25 +757,27 @@ class GroupedNodes(Sequence[NodeState]):
             new._tally.add(grp.kind, grp.network_gbps, len(grp.nodes))
         if any(key[0] not in self._tops for key in touched):
             new._tops = {}  # a topology object not seen yet: look for twins again
-        # The best one-node key per gang size: the tie dicts are shared between copies
-        # (never modified once made), so an untouched one costs nothing.
+        # The best one-node key per gang size: the tie dicts and name orders are shared
+        # between copies (never modified once made), so an untouched one costs nothing.
         new._single = {}
-        for n, (best, tied) in self._single.items():
+        for n, (best, tied, order) in self._single.items():
             kept = tied
-            if any(key in tied for key in touched):  # touched: a few keys; tied: hundreds
+            gone = [key for key in touched if key in tied]  # touched: a few; tied: hundreds
+            if gone:
                 kept = dict(tied)
-                for key in touched:
-                    kept.pop(key, None)
-            if not kept and tied:
-                continue  # every group at the best changed: worked out again when asked
+                for key in gone:
+                    del kept[key]
             top, fresh = _best_single(((key, new._groups[key]) for key in touched
                                        if key in new._groups), n)
             if top is not None and (best is None or top > best):
-                new._single[n] = (top, fresh)
+                new._single[n] = (top, fresh, None)
             elif top is not None and top == best:
-                new._single[n] = (best, {**kept, **fresh})
+                new._single[n] = (best, {**kept, **fresh},
+                                  _reordered(order, tied, gone, fresh))
+            elif not kept and tied:
+                continue  # every group at the best changed: worked out again when asked
             else:
-                new._single[n] = (best, kept)
+                new._single[n] = (best, kept, _reordered(order, tied, gone, {}))
         return new
 
     def groups(self) -> list[_Group]:
@@ -759,12 +795,21 @@ class GroupedNodes(Sequence[NodeState]):
         """Nodes per GPU count, free-GPU count and network (read, never modify)."""
         return self._tally
 
-    def best_single(self, n: int) -> tuple[tuple | None, list[tuple[_Group, _Option]]]:
-        """The best one-node key for ``n`` GPUs and the groups that reach it."""
+    def best_single(self, n: int) -> tuple[_Group, _Option] | None:
+        """The one-node winner for ``n`` GPUs: of the groups that reach the best one-node
+        key, the one holding the smallest node name (names are unique, so that alone
+        breaks the tie), with its best share; None when no node has ``n`` free GPUs."""
         got = self._single.get(n)
         if got is None:
-            got = self._single[n] = _best_single(self._groups.items(), n)
-        return got[0], list(got[1].values())
+            best, tied = _best_single(self._groups.items(), n)
+            got = self._single[n] = (best, tied, None)
+        best, tied, order = got
+        if not tied:
+            return None
+        if order is None:
+            order = sorted([(grp.first(), key) for key, (grp, _) in tied.items()])
+            self._single[n] = (best, tied, order)
+        return tied[order[0][1]]
 
 
 class _Search:
@@ -802,15 +847,16 @@ class _Search:
         if self.per_node < self.r:
             return None  # the gang may not share one node
         if self.grouped is not None:
-            _, tied = self.grouped.best_single(self.n)
+            won = self.grouped.best_single(self.n)
         else:
-            tied = list(_best_single(enumerate(self.groups), self.n)[1].values())
-        if not tied:
+            tied = _best_single(enumerate(self.groups), self.n)[1]
+            # Names are unique, so the smallest name alone breaks the tie (name, GPUs).
+            won = min(tied.values(), key=_first_name, default=None)
+        if won is None:
             return None
-        # Names are unique, so the smallest name alone breaks the tie (name, GPUs).
-        name, grp, opt = min((grp.first(), grp, opt) for grp, opt in tied)
-        node = next(n for n in grp.nodes if n.name == name)
-        return self._candidate({name: opt.gpus}, {name: node})
+        grp, opt = won
+        node = grp.first_node()
+        return self._candidate({node.name: opt.gpus}, {node.name: node})
 
     # --- several nodes --------------------------------------------------------------
     def multi_node(self, best: _Candidate | None) -> _Candidate | None:
