@@ -117,23 +117,47 @@ def interchangeable_groups(topology: Topology, gpus: Sequence[int]) -> list[list
     """``gpus`` grouped so that any two in a group have the same link to every other GPU.
 
     Swapping two such GPUs maps the node onto itself, so every term of the objective is the
-    same for a set and its swapped twin. Groups keep ascending driver indices.
+    same for a set and its swapped twin. Groups keep ascending driver indices, in the order
+    of their first GPU in ``gpus``.
     """
-    groups: list[list[int]] = []
+    alike = _alike(topology)
+    groups: dict[int, list[int]] = {}
     for g in gpus:
-        for group in groups:
-            h = group[0]
-            if all(
-                min(topology.bandwidth(g, x), topology.bandwidth(x, g))
-                == min(topology.bandwidth(h, x), topology.bandwidth(x, h))
-                for x in topology.indices
-                if x != g and x != h
-            ):
-                group.append(g)
+        group = groups.get(alike[g])
+        if group is None:
+            groups[alike[g]] = [g]
+        else:
+            group.append(g)
+    return list(groups.values())
+
+
+@lru_cache(maxsize=256)
+def _alike(topology: Topology) -> dict[int, int]:
+    """Driver index -> the first GPU (topology order) it is interchangeable with.
+
+    "Same link to every other GPU" is an equivalence: if g is like h and h like k, g and
+    k have the same link to every GPU but g, h, k, and s(g,h) = s(g,k) = s(h,k) (s the
+    slower direction: like-ness to k, then to g). So which GPUs are alike is a property of
+    the node, worked out once per topology; grouping a free set is then one lookup per GPU.
+    Why: comparing every free GPU with every group's first over every third GPU was ~1,600
+    bytecodes per new free-GPU pattern (bench/admission_profile.py --opcodes); the result
+    is the same (tests/placement/test_alike_gpus.py, against the reference copy).
+    """
+    def slower(a: int, b: int) -> float:
+        return min(topology.bandwidth(a, b), topology.bandwidth(b, a))
+
+    alike: dict[int, int] = {}
+    firsts: list[int] = []
+    for g in topology.indices:
+        for h in firsts:
+            if all(slower(g, x) == slower(h, x) for x in topology.indices
+                   if x != g and x != h):
+                alike[g] = h
                 break
         else:
-            groups.append([g])
-    return groups
+            firsts.append(g)
+            alike[g] = g
+    return alike
 
 
 def distinct_subsets(
@@ -401,6 +425,17 @@ def _check_names(nodes: Sequence[NodeState]) -> None:
 def _infeasible_reason(groups: list[_Group], tally: _Tally, gang: GangRequest,
                        node_count: int) -> str:
     g, r, total = gang.gpus_per_replica, gang.replicas, gang.total_gpus
+    if groups:
+        # The common answer first: when the free GPUs hold r replicas (a running sum over
+        # a handful of free counts, stopped once it gets there), every check below passes
+        # (r x g <= free GPUs <= the cluster's; g <= most free <= largest), so the totals
+        # and messages are not worked out: ~250 bytecodes of a new gang's ~400 here.
+        per_node = gang.per_node
+        room = 0
+        for f, count in tally.frees.items():
+            room += min(f // g, per_node) * count
+            if room >= r:
+                return ""
     shape = f"{r} x {g} GPU{'s' if g > 1 else ''}"
     if not groups:
         # the cluster view leaves activated nodes with unusable topology data out, too
@@ -760,6 +795,7 @@ class GroupedNodes(Sequence[NodeState]):
         # The best one-node key per gang size: the tie dicts and name orders are shared
         # between copies (never modified once made), so an untouched one costs nothing.
         new._single = {}
+        regrouped = [(key, new._groups[key]) for key in touched if key in new._groups]
         for n, (best, tied, order) in self._single.items():
             kept = tied
             gone = [key for key in touched if key in tied]  # touched: a few; tied: hundreds
@@ -767,8 +803,7 @@ class GroupedNodes(Sequence[NodeState]):
                 kept = dict(tied)
                 for key in gone:
                     del kept[key]
-            top, fresh = _best_single(((key, new._groups[key]) for key in touched
-                                       if key in new._groups), n)
+            top, fresh = _best_single(regrouped, n)
             if top is not None and (best is None or top > best):
                 new._single[n] = (top, fresh, None)
             elif top is not None and top == best:
