@@ -86,6 +86,10 @@ class GangKey:
     uid: str
 
     def __post_init__(self) -> None:
+        ns, kind, name, uid = self.namespace, self.kind, self.name, self.uid
+        if (isinstance(ns, str) and isinstance(kind, str) and isinstance(name, str)
+                and isinstance(uid, str) and ns and kind and name and uid):
+            return  # every admitted GPU pod makes a key: the valid one checked in one go
         for f in ("namespace", "kind", "name", "uid"):
             if not isinstance(getattr(self, f), str) or not getattr(self, f):
                 raise ValueError(f"GangKey.{f} must be a non-empty string")

@@ -220,7 +220,12 @@ class PlacementStep:
             return
         resources = _gpu_resources(ctx.policy)
         gpus = job.gpus_per_pod
-        if gpus <= 0 or not gpu_containers(ctx.pod, resources):
+        if gpus <= 0:
+            return
+        # the GPU containers, found once: writing the slot and the network plan changes
+        # their env and ports, never which containers ask for GPUs (~190 bytecodes a look)
+        containers = gpu_containers(ctx.pod, resources)
+        if not containers:
             return
         what = f"{job.kind} {job.namespace}/{job.name}"
         if (ctx.pod.get("spec") or {}).get("nodeName"):
@@ -266,9 +271,10 @@ class PlacementStep:
             with store_deadline(self.store):
                 outcome = self._grant(ctx, key, replica, gang, net)
         if isinstance(outcome, Granted):
-            self._write_slot(ctx, key, replica, outcome, net, preview=preview)
+            self._write_slot(ctx, key, replica, outcome, net, containers, preview=preview)
         else:
-            self._unplaced(ctx, key, replica, gang, outcome, settings, net, preview=preview)
+            self._unplaced(ctx, key, replica, gang, outcome, settings, net, containers,
+                           preview=preview)
 
     @staticmethod
     def _net(ctx: AdmissionContext, settings: PlacementSettings, specs: object,
@@ -417,11 +423,11 @@ class PlacementStep:
     # --- writing -------------------------------------------------------------------------
     def _write_slot(
         self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, granted: Granted,
-        net: network.GangNetwork, *, preview: bool,
+        net: network.GangNetwork, containers: list[dict[str, Any]], *, preview: bool,
     ) -> None:
         res, slot = granted.reservation, granted.slot
         visible = res.visible_gpus(slot.node)
-        record = placed_record(key, replica, res, slot)
+        record = placed_record(key, replica, res, slot, visible)
         plan = granted.plan
         if plan is not None:
             record["network"] = plan.to_json()
@@ -430,12 +436,11 @@ class PlacementStep:
             apply_slot(ctx.pod, node=slot.node, gpu_group=slot.gpus, gpu_visible=visible,
                        record=record, gpu_resources=_gpu_resources(policy),
                        warn_scheduler=_scheduler_unhandled(policy),
-                       gpu_env=placement_settings(policy).gpu_env)
+                       gpu_env=placement_settings(policy).gpu_env, containers=containers)
         )
         if plan is not None:
             ctx.warnings.extend(network.apply(
-                ctx.pod, ctx.original, plan, net.job, replica.wire(),
-                gpu_containers(ctx.pod, _gpu_resources(policy))))
+                ctx.pod, ctx.original, plan, net.job, replica.wire(), containers))
         if ctx.audit:
             ctx.warnings.append(
                 f"placement (audit): would pin this pod ({replica.wire()}) to node "
@@ -458,7 +463,8 @@ class PlacementStep:
 
     def _unplaced(
         self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, gang: GangRequest,
-        why: Unplaced, settings: PlacementSettings, net: network.GangNetwork, *, preview: bool,
+        why: Unplaced, settings: PlacementSettings, net: network.GangNetwork,
+        containers: list[dict[str, Any]], *, preview: bool,
     ) -> None:
         what = f"{key.kind} {key.namespace}/{key.name}"
         demand = f"{gang.replicas} pod(s) x {gang.gpus_per_replica} GPU(s)"
@@ -492,11 +498,11 @@ class PlacementStep:
             gated = GangRequest(gang.replicas, gang.gpus_per_replica, max_replicas_per_node=cap)
             record.update(waiting_record(key, gated, settings, plan, net.need.fixed))
             ctx.warnings.extend(network.apply(
-                ctx.pod, ctx.original, plan, net.job, replica.wire(),
-                gpu_containers(ctx.pod, _gpu_resources(ctx.policy))))
+                ctx.pod, ctx.original, plan, net.job, replica.wire(), containers))
             ctx.warnings.extend(apply_waiting(
                 ctx.pod, record=record, gpu_resources=_gpu_resources(ctx.policy),
-                warn_scheduler=_scheduler_unhandled(ctx.policy), gpu_env=settings.gpu_env))
+                warn_scheduler=_scheduler_unhandled(ctx.policy), gpu_env=settings.gpu_env,
+                containers=containers))
             prefix = "placement (audit): would gate" if ctx.audit else "placement:"
             ctx.warnings.append(
                 f"{prefix} {what} ({demand}) waits for a placement: {why.reason}; its pods "
@@ -517,8 +523,7 @@ class PlacementStep:
         ctx.warnings.extend(apply_unplaced(ctx.pod, record))
         if plan is not None:
             ctx.warnings.extend(network.apply(
-                ctx.pod, ctx.original, plan, net.job, replica.wire(),
-                gpu_containers(ctx.pod, _gpu_resources(ctx.policy))))
+                ctx.pod, ctx.original, plan, net.job, replica.wire(), containers))
         prefix = "placement (audit): would leave" if ctx.audit else "placement:"
         note = ("" if not wait else "; whenFull: wait needs the placement queue, which runs "
                 "only in a webhook with a live cluster")
@@ -530,9 +535,10 @@ class PlacementStep:
             metrics.PLACEMENTS.labels(result="unplaced").inc()
 
 
-def placed_record(key: GangKey, replica: ReplicaKey, res: GangReservation, slot: ReplicaSlot
-                  ) -> dict[str, Any]:
-    """The placement record of a replica in its slot (at admission or from the queue)."""
+def placed_record(key: GangKey, replica: ReplicaKey, res: GangReservation, slot: ReplicaSlot,
+                  visible: tuple[int, ...] | None = None) -> dict[str, Any]:
+    """The placement record of a replica in its slot (at admission or from the queue);
+    ``visible``: ``res.visible_gpus(slot.node)`` when the caller has it already."""
     return {
         "placed": True,
         "job": f"{key.kind} {key.namespace}/{key.name}",
@@ -540,7 +546,7 @@ def placed_record(key: GangKey, replica: ReplicaKey, res: GangReservation, slot:
         "replica": replica.wire(),
         "node": slot.node,
         "gpus": list(slot.gpus),
-        "gpuVisible": list(res.visible_gpus(slot.node)),
+        "gpuVisible": list(res.visible_gpus(slot.node) if visible is None else visible),
         "busBandwidthGBps": round(res.bus_bandwidth_gbps, 3),
         "reason": res.reason,
         **({"network": dict(res.network)} if res.network else {}),
