@@ -241,6 +241,9 @@ class _Kind:
         self.rated: dict[int, tuple[tuple[float, float, int, int], _Option]] = {}
         self._head: tuple[str, tuple[int, ...]] | None = None
         self._bounds: dict[tuple[int, int], tuple[float, int]] = {}
+        #: per (gang size, share, node network): a one-node placement's (score, bus
+        #: bandwidth), see :meth:`_Search._one_node`
+        self.scored: dict[tuple[Any, ...], tuple[Score, float]] = {}
 
     def share_bounds(self, g: int, jmax: int) -> tuple[float, int]:
         """(best slowest pair, best encoded blocks delta) of any share of 1..``jmax``
@@ -371,6 +374,7 @@ class _Candidate:
     tie: tuple[tuple[str, tuple[int, ...]], ...]
     shares: dict[str, tuple[int, ...]]
     nodes: dict[str, NodeState]  # the touched nodes by name
+    bus: float | None = None  # the placement's bus bandwidth when known (one node: cached)
 
     def better_than(self, other: _Candidate | None) -> bool:
         """Higher score wins; equal scores go to the smaller (node, GPUs) list."""
@@ -625,7 +629,7 @@ def _best_single(items: Iterable[tuple[object, _Group]], n: int) -> tuple[tuple 
     return best_key, tied
 
 
-def _reordered(order: _Order | None, tied: _Tied, gone: list[object],
+def _reordered(order: _Order | None, tied: _Tied, gone: Iterable[object],
                fresh: _Tied) -> _Order | None:
     """``order`` (of ``tied``) without the groups ``gone`` and with those of ``fresh``, or
     None (worked out when asked) when there was none.
@@ -798,7 +802,7 @@ class GroupedNodes(Sequence[NodeState]):
         regrouped = [(key, new._groups[key]) for key in touched if key in new._groups]
         for n, (best, tied, order) in self._single.items():
             kept = tied
-            gone = [key for key in touched if key in tied]  # touched: a few; tied: hundreds
+            gone = tied.keys() & touched  # at C speed: touched is a few keys, tied hundreds
             if gone:
                 kept = dict(tied)
                 for key in gone:
@@ -890,8 +894,26 @@ class _Search:
         if won is None:
             return None
         grp, opt = won
-        node = grp.first_node()
-        return self._candidate({node.name: opt.gpus}, {node.name: node})
+        return self._one_node(grp.kind, grp.first_node(), opt)
+
+    def _one_node(self, kind: _Kind, node: NodeState, opt: _Option) -> _Candidate:
+        """The whole gang on ``node`` (of ``kind``) as ``opt``, scored by the objective.
+
+        The score and bus bandwidth of one share read nothing of the node but its topology
+        and used GPUs (the kind), its network fields and the share itself (the node's name
+        only breaks ties), so they are kept on the kind per (gang size, share, network),
+        across solves: scoring it again was ~1,700 bytecodes of a new one-node gang
+        (score_by_name, the bus bandwidth again for the Placement; --opcodes of
+        bench/admission_profile.py)."""
+        shares = {node.name: opt.gpus}
+        nodes = {node.name: node}
+        key = (self.n, opt.gpus, node.network_gbps, node.network_transport,
+               node.network_efficiency, node.transport_share)
+        got = kind.scored.get(key)
+        if got is None:
+            score = score_by_name(nodes, self.gang, shares)
+            got = kind.scored[key] = (score, _bus(self.gang, [node], shares, "node"))
+        return _Candidate(got[0], tie_break(shares), shares, nodes, got[1])
 
     # --- several nodes --------------------------------------------------------------
     def multi_node(self, best: _Candidate | None) -> _Candidate | None:
@@ -1298,17 +1320,7 @@ def _placement(gang: GangRequest, best: _Candidate) -> Placement:
             slots.append(ReplicaSlot(len(slots), name, tuple(gpus[start : start + g])))
     touched = [best.nodes[name] for name in sorted(best.shares)]
     span = span_of(touched)
-    if gang.total_gpus == 1:
-        bus = 0.0
-    else:
-        shares = [
-            NodeShare(
-                n.topology, tuple(sorted(best.shares[n.name])), n.network_gbps, n.network_transport,
-                n.network_efficiency, n.transport_share
-            )
-            for n in touched
-        ]
-        bus = gang_bus_bandwidth(shares, span=span)
+    bus = best.bus if best.bus is not None else _bus(gang, touched, best.shares, span)
     return Placement(
         feasible=True,
         slots=tuple(slots),
@@ -1316,6 +1328,24 @@ def _placement(gang: GangRequest, best: _Candidate) -> Placement:
         reason=_explain(gang, touched, best, bus, span),
         details={"score": best.score.to_json(), "span": span, "nodes": [n.name for n in touched]},
     )
+
+
+def _bus(gang: GangRequest, touched: list[NodeState], shares: dict[str, tuple[int, ...]],
+         span: str) -> float:
+    """The placement's predicted bus bandwidth (unrounded; 0 for one GPU)."""
+    if gang.total_gpus == 1:
+        return 0.0
+    return gang_bus_bandwidth([
+        NodeShare(n.topology, tuple(sorted(shares[n.name])), n.network_gbps,
+                  n.network_transport, n.network_efficiency, n.transport_share)
+        for n in touched
+    ], span=span)
+
+
+@lru_cache(maxsize=1 << 12)
+def _links_between(topology: Topology, gpus: tuple[int, ...]) -> str:
+    """The legend codes between the GPUs of a one-node share, sorted, for its reason."""
+    return ", ".join(sorted({topology.link(a, b) for a, b in combinations(gpus, 2)}))
 
 
 def _explain(
@@ -1327,11 +1357,10 @@ def _explain(
         head = f"{shape} on {touched[0].name}: one GPU does not communicate"
     elif len(touched) == 1:
         node = touched[0]
-        gpus = best.shares[node.name]
-        links = sorted({node.topology.link(a, b) for a, b in combinations(gpus, 2)})
+        links = _links_between(node.topology, tuple(best.shares[node.name]))
         head = (
             f"{shape} on one node {node.name}: predicted bus bandwidth {bus:.1f} GB/s "
-            f"(links between its GPUs: {', '.join(links)})"
+            f"(links between its GPUs: {links})"
         )
     else:
         head = (
