@@ -801,22 +801,22 @@ class GroupedNodes(Sequence[NodeState]):
         new._single = {}
         regrouped = [(key, new._groups[key]) for key in touched if key in new._groups]
         for n, (best, tied, order) in self._single.items():
-            kept = tied
             gone = tied.keys() & touched  # at C speed: touched is a few keys, tied hundreds
-            if gone:
-                kept = dict(tied)
-                for key in gone:
-                    del kept[key]
             top, fresh = _best_single(regrouped, n)
             if top is not None and (best is None or top > best):
                 new._single[n] = (top, fresh, None)
-            elif top is not None and top == best:
-                new._single[n] = (best, {**kept, **fresh},
-                                  _reordered(order, tied, gone, fresh))
-            elif not kept and tied:
-                continue  # every group at the best changed: worked out again when asked
-            else:
-                new._single[n] = (best, kept, _reordered(order, tied, gone, {}))
+                continue
+            if top is None or top != best:
+                fresh = {}  # below the best: not among the ties
+                if tied and len(gone) == len(tied):
+                    continue  # every group at the best changed: worked out again when asked
+            kept = tied
+            if gone or fresh:  # one copy of the ties (hundreds), never two
+                kept = dict(tied)
+                for key in gone:
+                    del kept[key]
+                kept.update(fresh)
+            new._single[n] = (best, kept, _reordered(order, tied, gone, fresh))
         return new
 
     def groups(self) -> list[_Group]:

@@ -67,7 +67,7 @@ def gpu_containers(
 # --- writing the pod -------------------------------------------------------------------
 def gpu_list(gpus: Sequence[int]) -> str:
     """``(4, 5)`` → ``"4,5"``: the annotation form Arena and the device plumbing read."""
-    return ",".join(str(i) for i in gpus)
+    return ",".join(map(str, gpus))
 
 
 def cuda_positions(gpu_group: Sequence[int], gpu_visible: Sequence[int]) -> str:
