@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, insort
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations
@@ -331,6 +331,18 @@ class _Group:
         if self._first is None:
             self._first = min(self.nodes, key=_NAME)
         return self._first
+
+    def carry_first(self, was: _Group, changed: Container[str],
+                    came: Iterable[NodeState]) -> None:
+        """Know the first node from ``was``, this group before a replacement: when its
+        first node is still here unchanged (its name not ``changed``), the first is the
+        smaller of it and the nodes that ``came``. Why: the group a gang just took a node
+        from is rebuilt for every new gang, and holds hundreds of alike nodes (the empty
+        ones); looking for the smallest name among them again is a pass over all of
+        them."""
+        first = was._first
+        if first is not None and first.name not in changed:
+            self._first = min((first, *came), key=_NAME)
 
     def canon(self) -> tuple[str, tuple[int, ...], float]:
         """The classes' sort key and memo signature: (topology JSON, used, network)."""
@@ -766,34 +778,46 @@ class GroupedNodes(Sequence[NodeState]):
         new._tally = self._tally.copy()
         new._list = None
         new._tops, new._twins = self._tops, self._twins
-        touched: set[_BucketKey] = set()
+        # the touched buckets, each with its group before this change (None: new bucket)
+        touched: dict[_BucketKey, _Group | None] = {}
+        came: dict[_BucketKey, list[NodeState]] = {}  # the nodes each bucket gained
         for name, node in final.items():
             at = self._where[name]
             old = self._nodes[at]
             if old is node:
                 continue
             new._nodes[at] = node
-            for key, add in ((_bucket_key(old), False), (_bucket_key(node), True)):
+            for key, add in (((id(old.topology), old.used, old.effective_gbps), False),
+                             ((id(node.topology), node.used, node.effective_gbps), True)):
                 members = new._buckets.get(key)
                 if key not in touched:
-                    touched.add(key)
+                    touched[key] = new._groups.get(key)
                     members = new._buckets[key] = dict(members) if members is not None else {}
-                    grp = new._groups.pop(key, None)
-                    if grp is not None:  # counted again below, with its new members
-                        new._tally.add(grp.kind, grp.network_gbps, -len(grp.nodes))
                 assert members is not None
                 if add:
                     members[name] = node
+                    came.setdefault(key, []).append(node)
                 else:
                     del members[name]
         kinds_by_id: dict[int, dict[frozenset[int], _Kind]] = {}
-        for key in touched:
+        for key, was in touched.items():
+            # the tally counts by what the key fixes (GPU count, free count, network), so a
+            # bucket's change is one count: its new size less its old
             members = new._buckets[key]
             if not members:
                 del new._buckets[key]
+                if was is not None:
+                    del new._groups[key]
+                    new._tally.add(was.kind, was.network_gbps, -len(was.nodes))
                 continue
+            # overwritten in place, not popped and added: a dict with deleted entries is
+            # copied entry by entry (4x slower), and every replacement copies these
             grp = new._groups[key] = _group(key, list(members.values()), kinds_by_id)
-            new._tally.add(grp.kind, grp.network_gbps, len(grp.nodes))
+            change = len(grp.nodes) - (len(was.nodes) if was is not None else 0)
+            if change:
+                new._tally.add(grp.kind, grp.network_gbps, change)
+            if was is not None:
+                grp.carry_first(was, final, came.get(key, ()))
         if any(key[0] not in self._tops for key in touched):
             new._tops = {}  # a topology object not seen yet: look for twins again
         # The best one-node key per gang size: the tie dicts and name orders are shared
@@ -813,7 +837,7 @@ class GroupedNodes(Sequence[NodeState]):
             kept = tied
             if gone or fresh:  # one copy of the ties (hundreds), never two
                 kept = dict(tied)
-                for key in gone:
+                for key in gone - fresh.keys():  # still tied: overwritten in place
                     del kept[key]
                 kept.update(fresh)
             new._single[n] = (best, kept, _reordered(order, tied, gone, fresh))
