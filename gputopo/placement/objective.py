@@ -46,6 +46,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations
+from operator import sub
 
 from gputopo.errors import InputError
 from gputopo.placement.types import GangRequest, NodeState
@@ -69,6 +70,8 @@ SPAN_RANK: dict[str, int] = {s: r for r, s in enumerate(SPANS)}
 ROUND = 6
 #: Slowest pair of a set without pairs (one GPU): it never limits the gang.
 NO_PAIR = float("inf")
+#: The keys of ``blocksDelta`` in :meth:`Score.to_json` (made once, not per placement).
+_BLOCK_KEYS = tuple(str(k) for k in BLOCK_SIZES)
 
 
 @dataclass(frozen=True, order=True)
@@ -88,7 +91,7 @@ class Score:
             "nodes": -self.nodes,
             "bottleneckPairGBps": None if self.bottleneck_pair == NO_PAIR else self.bottleneck_pair,
             "span": SPANS[-self.locality],
-            "blocksDelta": dict(zip((str(k) for k in BLOCK_SIZES), self.blocks, strict=True)),
+            "blocksDelta": dict(zip(_BLOCK_KEYS, self.blocks, strict=True)),
             "emptyNodesOpened": -self.packing,
         }
 
@@ -213,15 +216,15 @@ def _max_disjoint(topology: Topology, size: int, free_mask: int) -> int:
 
 def position_mask(topology: Topology, gpus: Iterable[int]) -> int:
     """Bitmask over GPU positions of a set of driver indices."""
-    pos = _positions(topology)
-    return sum(1 << pos[g] for g in gpus)
+    return sum(map(_bits(topology).__getitem__, gpus))
 
 
 @lru_cache(maxsize=1024)
-def _positions(topology: Topology) -> dict[int, int]:
-    """Driver index -> position, made once per topology (read, never modified): building
-    it per call was half of :func:`position_mask`, which rates every share."""
-    return {g: p for p, g in enumerate(topology.indices)}
+def _bits(topology: Topology) -> dict[int, int]:
+    """Driver index -> its position's bit, made once per topology (read, never modified):
+    building the positions per call was half of :func:`position_mask`, which rates every
+    share, and the sum of the bits then runs at C speed."""
+    return {g: 1 << p for p, g in enumerate(topology.indices)}
 
 
 @lru_cache(maxsize=1 << 14)
@@ -263,7 +266,7 @@ def blocks_delta(topology: Topology, free_before: int, taken: int) -> tuple[int,
     """Change in :func:`free_blocks` when the GPUs in bitmask ``taken`` are allocated."""
     before = free_blocks(topology, free_before)
     after = free_blocks(topology, free_before & ~taken)
-    return tuple(a - b for a, b in zip(after, before, strict=True))
+    return tuple(map(sub, after, before))  # both one count per block size
 
 
 # --- whole placement --------------------------------------------------------------------
