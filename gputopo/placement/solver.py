@@ -926,8 +926,8 @@ class _Search:
         The score and bus bandwidth of one share read nothing of the node but its topology
         and used GPUs (the kind), its network fields and the share itself (the node's name
         only breaks ties), so they are kept on the kind per (gang size, share, network),
-        across solves: scoring it again was ~1,700 bytecodes of a new one-node gang
-        (score_by_name, the bus bandwidth again for the Placement; --opcodes of
+        across solves: scoring it again (score_by_name) was ~1,200 bytecodes per new gang,
+        and the Placement worked the bus bandwidth out once more (--opcodes of
         bench/admission_profile.py)."""
         shares = {node.name: opt.gpus}
         nodes = {node.name: node}
