@@ -187,10 +187,19 @@ def apply_gpu_env(pod: dict[str, Any], gpu_resources: Iterable[str] = GPU_RESOUR
 
 def set_annotation(pod: dict[str, Any], key: str, value: str, *, guarded: bool) -> str | None:
     """Set an annotation; for ``guarded`` ones say when a different value was replaced."""
+    return _put(_annotations(pod), key, value, guarded)
+
+
+def _annotations(pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod's annotations, made (with its metadata) when missing."""
     meta = pod.setdefault("metadata", {})
     ann = meta.get("annotations")
     if not isinstance(ann, dict):
         ann = meta["annotations"] = {}
+    return ann
+
+
+def _put(ann: dict[str, Any], key: str, value: str, guarded: bool) -> str | None:
     old = ann.get(key)
     ann[key] = value
     if guarded and old is not None and old != value:
@@ -233,13 +242,14 @@ def write_slot(
     GPU env reads) and the record. What the queue writes into a gated pod when its gang is
     placed; the API server allows exactly these changes on a gated pod."""
     warnings = pin_to_node(pod, node) + drop_allocation(pod)
+    ann = _annotations(pod)  # looked up once for the four
     for key, value, guarded in (
         (names.GPU_GROUP_ANNOTATION, gpu_list(gpu_group), True),
         (names.GPU_VISIBLE_ANNOTATION, gpu_list(gpu_visible), True),
         (names.CUDA_POSITIONS_ANNOTATION, cuda_positions(gpu_group, gpu_visible), True),
         (names.PLACEMENT_ANNOTATION, record_json(record), False),
     ):
-        w = set_annotation(pod, key, value, guarded=guarded)
+        w = _put(ann, key, value, guarded)
         if w:
             warnings.append(w)
     return warnings

@@ -252,7 +252,8 @@ class PlacementStep:
             return
         counts = gpu_counts_by_replica_type(job, resources)
         net = self._net(ctx, settings, specs, counts)
-        ctx.warnings.extend(f"network: {w}" for w in net.need.warnings)
+        if net.need.warnings:
+            ctx.warnings.extend(f"network: {w}" for w in net.need.warnings)
         if net.need.cap is not None:
             ctx.warnings.append(f"placement: {what}: {net.need.cap_why}")
         gang = GangRequest(replicas=job.gang_size, gpus_per_replica=gpus,
