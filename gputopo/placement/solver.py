@@ -787,8 +787,7 @@ class GroupedNodes(Sequence[NodeState]):
             if old is node:
                 continue
             new._nodes[at] = node
-            for key, add in (((id(old.topology), old.used, old.effective_gbps), False),
-                             ((id(node.topology), node.used, node.effective_gbps), True)):
+            for key, add in ((_bucket_key(old), False), (_bucket_key(node), True)):
                 members = new._buckets.get(key)
                 if key not in touched:
                     touched[key] = new._groups.get(key)
