@@ -622,6 +622,11 @@ def _group_nodes(nodes: Iterable[NodeState]) -> list[_Group]:
 _Tied = dict[object, tuple[_Group, _Option]]  # the groups tied for the best one-node key
 #: The tied groups' (smallest node name, key), ascending: the one-node winner is the first
 _Order = list[tuple[str, object]]
+#: Per gang size: (best one-node key, the groups tied for it, their name order or None,
+#: the bucket keys touched since the ties were worked out)
+_Single = tuple[tuple | None, _Tied, _Order | None, frozenset[_BucketKey]]
+#: Touched keys an entry may gather before it is dropped (worked out again when asked)
+_STALE_KEYS = 64
 
 
 def _best_single(items: Iterable[tuple[object, _Group]], n: int) -> tuple[tuple | None, _Tied]:
@@ -712,10 +717,11 @@ class GroupedNodes(Sequence[NodeState]):
     half of a one-node solve, and the loops over a few hundred groups that follow it (the
     feasibility reasons, the best one-node share) most of the rest (docs/benchmarks.md,
     "Solver state kept across gangs"). :meth:`replaced` redoes the groups of the changed
-    nodes only and carries the tallies and the best one-node key per gang size over;
+    nodes only and carries the tallies and the best one-node key per gang size over (with
+    the tied groups in name order, brought up to date when the size is asked);
     :func:`solve` given a GroupedNodes starts from them. Answers are the same as for the
     plain list (the search never depends on the order of groups or of their nodes;
-    tests/placement/test_grouped_nodes.py).
+    tests/placement/test_grouped_nodes.py, test_grouped_nodes_upkeep.py).
 
     Read-only: a change is a new GroupedNodes (:meth:`replaced`); the old one stays valid.
     """
@@ -741,7 +747,7 @@ class GroupedNodes(Sequence[NodeState]):
         self._groups = {key: _group(key, list(members.values()), kinds_by_id)
                         for key, members in buckets.items()}
         self._tally = _Tally.of(self._groups.values())
-        self._single: dict[int, tuple[tuple | None, _Tied, _Order | None]] = {}
+        self._single: dict[int, _Single] = {}
         self._list: list[_Group] | None = None
         # the topologies of the last twin check, by id (held, so no id is reused meanwhile)
         self._tops: dict[int, Topology] = {}
@@ -819,27 +825,14 @@ class GroupedNodes(Sequence[NodeState]):
                 grp.carry_first(was, final, came.get(key, ()))
         if any(key[0] not in self._tops for key in touched):
             new._tops = {}  # a topology object not seen yet: look for twins again
-        # The best one-node key per gang size: the tie dicts and name orders are shared
-        # between copies (never modified once made), so an untouched one costs nothing.
+        # The best one-node key per gang size is brought up to date when that size is
+        # asked (:meth:`best_single`), from the keys touched since: sizes not asked
+        # between two gangs cost a set union here, not a pass over their ties.
         new._single = {}
-        regrouped = [(key, new._groups[key]) for key in touched if key in new._groups]
-        for n, (best, tied, order) in self._single.items():
-            gone = tied.keys() & touched  # at C speed: touched is a few keys, tied hundreds
-            top, fresh = _best_single(regrouped, n)
-            if top is not None and (best is None or top > best):
-                new._single[n] = (top, fresh, None)
-                continue
-            if top is None or top != best:
-                fresh = {}  # below the best: not among the ties
-                if tied and len(gone) == len(tied):
-                    continue  # every group at the best changed: worked out again when asked
-            kept = tied
-            if gone or fresh:  # one copy of the ties (hundreds), never two
-                kept = dict(tied)
-                for key in gone - fresh.keys():  # still tied: overwritten in place
-                    del kept[key]
-                kept.update(fresh)
-            new._single[n] = (best, kept, _reordered(order, tied, gone, fresh))
+        for n, (best, tied, order, stale) in self._single.items():
+            stale = stale.union(touched)
+            if len(stale) <= _STALE_KEYS:
+                new._single[n] = (best, tied, order, stale)
         return new
 
     def groups(self) -> list[_Group]:
@@ -862,16 +855,40 @@ class GroupedNodes(Sequence[NodeState]):
         key, the one holding the smallest node name (names are unique, so that alone
         breaks the tie), with its best share; None when no node has ``n`` free GPUs."""
         got = self._single.get(n)
+        if got is not None and got[3]:
+            got = self._refreshed(n, *got)
         if got is None:
             best, tied = _best_single(self._groups.items(), n)
-            got = self._single[n] = (best, tied, None)
-        best, tied, order = got
-        if not tied:
-            return None
-        if order is None:
+            got = (best, tied, None, frozenset())
+        best, tied, order, _ = got
+        if tied and order is None:
             order = sorted([(grp.first(), key) for key, (grp, _) in tied.items()])
-            self._single[n] = (best, tied, order)
-        return tied[order[0][1]]
+            got = (best, tied, order, frozenset())
+        self._single[n] = got
+        return tied[order[0][1]] if tied and order else None
+
+    def _refreshed(self, n: int, best: tuple | None, tied: _Tied, order: _Order | None,
+                   stale: frozenset[_BucketKey]) -> _Single | None:
+        """The entry for ``n`` GPUs made for an earlier copy, brought up to date: the
+        groups of the ``stale`` keys (touched since) leave the ties and are rated again;
+        the others are the same groups as then. None when every group at the best changed
+        and none reaches it now (worked out again over every group)."""
+        gone = tied.keys() & stale  # at C speed: stale is a few keys, tied hundreds
+        top, fresh = _best_single(((key, self._groups[key]) for key in stale
+                                   if key in self._groups), n)
+        if top is not None and (best is None or top > best):
+            return top, fresh, None, frozenset()
+        if top is None or top != best:
+            fresh = {}  # below the best: not among the ties
+            if tied and len(gone) == len(tied):
+                return None
+        kept = tied
+        if gone or fresh:  # one copy of the ties (hundreds), never two
+            kept = dict(tied)
+            for key in gone - fresh.keys():  # still tied: overwritten in place
+                del kept[key]
+            kept.update(fresh)
+        return best, kept, _reordered(order, tied, gone, fresh), frozenset()
 
 
 class _Search:

@@ -3,11 +3,11 @@ working it out again gives.
 
 Why: a replacement keeps, per gang size asked before, the groups tied for the best
 one-node key in name order (the winner is the first), a rebuilt group's smallest node from
-the group it replaces, and the tallies as one count change per touched bucket. Each is
-checked here directly after every step of random replacement chains (tests/placement/
-test_grouped_nodes.py checks the placements): the carried winner against a fresh
-GroupedNodes of the same nodes, every group's first node against the smallest name of its
-nodes, and the tallies against a recount.
+the group it replaces, and the tallies as one count change per touched bucket; a size's
+ties are brought up to date only when it is asked. Each is checked here directly along
+random replacement chains (tests/placement/test_grouped_nodes.py checks the placements):
+the carried winner against a fresh GroupedNodes of the same nodes, every group's first
+node against the smallest name of its nodes, and the tallies against a recount.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from solver_helpers import FIXTURE_FILES, fixture_topology
 
+import gputopo.placement.solver as solver
 from gputopo.placement.solver import GroupedNodes, _Tally
 from gputopo.placement.types import NodeState
 
@@ -69,18 +70,28 @@ def check(grouped: GroupedNodes, nodes: list[NodeState], asked: tuple[int, ...])
 
 
 @settings(max_examples=200, deadline=None)
-@given(chains(), st.lists(st.sampled_from(SIZES), min_size=1, max_size=4, unique=True))
+@given(chains(), st.lists(st.sampled_from(SIZES), min_size=1, max_size=4, unique=True),
+       st.sampled_from([1, 3, solver._STALE_KEYS]), st.data())
 def test_carried_winner_first_nodes_and_tallies_are_fresh_ones(
         chain: tuple[list[NodeState], list[list[tuple[int, dict]]]],
-        asked: list[int]) -> None:
+        asked: list[int], stale_keys: int, data: st.DataObject) -> None:
+    """Sizes are asked at some steps only (an entry then gathers the keys touched in
+    between), and with a small bound on those keys entries are also dropped."""
     nodes, steps = chain
-    grouped = GroupedNodes(nodes)
-    check(grouped, nodes, tuple(asked))
-    for step in steps:
-        nodes = list(nodes)
-        changed = []
-        for at, change in step:
-            nodes[at] = dataclasses.replace(nodes[at], **change)
-            changed.append(nodes[at])
-        grouped = grouped.replaced(changed)
+    bound = solver._STALE_KEYS
+    solver._STALE_KEYS = stale_keys
+    try:
+        grouped = GroupedNodes(nodes)
         check(grouped, nodes, tuple(asked))
+        for step in steps:
+            nodes = list(nodes)
+            changed = []
+            for at, change in step:
+                nodes[at] = dataclasses.replace(nodes[at], **change)
+                changed.append(nodes[at])
+            grouped = grouped.replaced(changed)
+            now = data.draw(st.lists(st.sampled_from(asked), unique=True))
+            check(grouped, nodes, tuple(now))
+        check(grouped, nodes, tuple(asked))
+    finally:
+        solver._STALE_KEYS = bound
