@@ -115,8 +115,27 @@ def policy_name(policy: Policy | None) -> str:
 
 
 def gpu_counts_by_replica_type(job: JobInfo, gpu_resources: frozenset[str]) -> dict[str, int]:
-    """GPUs per pod of each GPU-requesting replica type of the job's spec."""
+    """GPUs per pod of each GPU-requesting replica type of the job's spec.
+
+    Remembered per replica-specs object, as :mod:`webhook.jobs` remembers a gang's size: a
+    reader replaces a job's object when it changes, never modifies it, and every pod of a
+    gang asks again (~280 bytecodes a pod, bench/admission_profile.py --opcodes)."""
     specs = job.spec.get(OWNER_KINDS.get((job.api_version, job.kind), ""), {})
+    hit = _COUNTS.get(id(specs))
+    if hit is not None and hit[0] is specs and hit[1] == gpu_resources:
+        return dict(hit[2])
+    out = _gpu_counts(specs, gpu_resources)
+    if specs:  # the entry holds the object, so its id is not reused while remembered
+        if len(_COUNTS) >= 4096:
+            _COUNTS.clear()
+        _COUNTS[id(specs)] = (specs, gpu_resources, out)
+    return dict(out)
+
+
+_COUNTS: dict[int, tuple[object, frozenset[str], dict[str, int]]] = {}
+
+
+def _gpu_counts(specs: object, gpu_resources: frozenset[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for rtype, rs in specs.items() if isinstance(specs, dict) else ():
         template = rs.get("template") if isinstance(rs, dict) else None
