@@ -1,5 +1,5 @@
-"""A reservation's stored network plan, read once per stored mapping, is what reading it
-again gives.
+"""A reservation's stored network plan, read once per stored mapping, and a job's template
+host ports, read once per job object, are what reading them again gives.
 
 Why: every GPU pod of a gang reads the plan stored with the gang's reservation, and the
 placement step remembers the parsed plan per stored mapping object (a reservation's
@@ -40,3 +40,28 @@ def test_a_mapping_that_is_no_plan_gets_the_plan_of_now() -> None:
                       host_ports=(0, 0))
     assert net.plan_for({}, ()) == Plan(network.POD, "pod networking, decided now")
     assert net.plan_for(STORED[1], ()) == Plan(network.POD, "pod networking")
+
+
+def _template(host_port: int | None) -> dict:
+    port = {"name": "pytorchjob-port", "containerPort": 23456}
+    if host_port is not None:
+        port["hostPort"] = host_port
+    return {"replicas": 2, "template": {"spec": {"containers": [
+        {"name": "pytorch", "image": "x", "ports": [port]}]}}}
+
+
+def test_template_host_ports_follow_the_job_object() -> None:
+    """The gang's unmovable host ports include its templates' own hostPorts, remembered
+    per replica-specs object: an edited job (a new object) is read anew."""
+    def fixed(specs: dict, types: dict) -> frozenset:
+        job = network.job_facts("kubeflow.org/v1", "PyTorchJob", "j", specs, types)
+        return network.needs(job, mode=network.AUTO, pod_spec={}, original_spec={},
+                             pod_type="Worker").fixed
+
+    specs = {"Worker": _template(23456)}
+    assert fixed(specs, {"Worker": 1}) == {("TCP", 23456)}
+    assert fixed(specs, {"Worker": 1}) == {("TCP", 23456)}  # remembered
+    assert fixed(specs, {}) == frozenset()  # no GPU type: no template read
+    assert fixed({"Worker": _template(24000)}, {"Worker": 1}) == {("TCP", 24000)}
+    assert fixed({"Worker": _template(None)}, {"Worker": 1}) == frozenset()
+    assert fixed(specs, {"Worker": 1}) == {("TCP", 23456)}
