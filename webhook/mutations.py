@@ -81,27 +81,29 @@ def rename_resources(spec: dict[str, Any], policy: Policy, r: Result) -> None:
 
 def host_namespaces(spec: dict[str, Any], policy: Policy, r: Result) -> None:
     m = policy.mutations
+    changed = False
     for key, want in (("hostNetwork", m.host_network), ("hostIPC", m.host_ipc),
                       ("hostPID", m.host_pid)):
         if want is None:
             continue
         have = spec.get(key)
-        if want is True and have is not True and spec.get("hostUsers") is False:
-            # the API server forbids every host namespace "when pod.Spec.HostUsers is false"
-            r.conflicts.append(f"spec.hostUsers is false, which forbids {key}; {key} not set")
-            continue
         if have is want:
             continue
-        if want is True and key == "hostPID" and spec.get("shareProcessNamespace") is True:
+        if want is True and spec.get("hostUsers") is False:
+            # the API server forbids every host namespace "when pod.Spec.HostUsers is false"
+            r.conflicts.append(f"spec.hostUsers is false, which forbids {key}; {key} not set")
+        elif want is True and key == "hostPID" and spec.get("shareProcessNamespace") is True:
             # the API server rejects the pair: "ShareProcessNamespace and HostPID cannot
             # both be enabled"
             r.conflicts.append("spec.shareProcessNamespace is true, which hostPID forbids; "
                                "hostPID not set")
         elif want is True and have in (None, False):
             spec[key] = True
-            r.did("host-namespaces")
+            changed = True
         elif want is False and have is True:
             r.conflicts.append(f"spec.{key} is true (policy wants false); kept")
+    if changed:
+        r.did("host-namespaces")
     if spec.get("hostNetwork") is True:
         host_ports(spec, r)
 
@@ -114,6 +116,7 @@ def host_ports(spec: dict[str, Any], r: Result) -> None:
     so operator-made ports (PyTorchJob's 23456, TFJob's 2222) arrive with no hostPort and
     the pod would be rejected after our change.
     """
+    changed = False
     for where, c in _containers(spec, "containers", "initContainers"):
         ports = c.get("ports")
         for port in ports if isinstance(ports, list) else []:
@@ -122,12 +125,14 @@ def host_ports(spec: dict[str, Any], r: Result) -> None:
             have = port.get("hostPort")
             if have in (None, 0):
                 port["hostPort"] = port["containerPort"]
-                r.did("host-ports")
+                changed = True
             elif have != port["containerPort"]:
                 r.conflicts.append(
                     f"{where} port {port['containerPort']} has hostPort {have}, which "
                     "hostNetwork forbids (it must equal containerPort); kept"
                 )
+    if changed:
+        r.did("host-ports")
 
 
 def _set_unless_chosen(spec: dict[str, Any], key: str, want: str | None, default: str,
@@ -162,15 +167,18 @@ def gang_labels(pod: dict[str, Any], policy: Policy, job: JobInfo, r: Result) ->
                            "no gang labels added")
         return
     labels = _dict_at(_dict_at(pod, "metadata"), "labels")
+    changed = False
     for key, value in ((names.GANG_LABEL, job.name),
                        (names.GANG_REPLICA_LABEL, str(job.gang_size)),
                        (names.POD_GROUP_LABEL, job.name)):
         have = labels.get(key)
         if have is None:
             labels[key] = value
-            r.did("gang-labels")
+            changed = True
         elif have != value:
             r.conflicts.append(f"label {key} is {have!r} (gputopo computed {value!r}); kept")
+    if changed:
+        r.did("gang-labels")
 
 
 def volumes(spec: dict[str, Any], policy: Policy, r: Result) -> None:

@@ -24,7 +24,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 from gputopo.errors import GputopoError
@@ -86,6 +86,10 @@ class GangKey:
     uid: str
 
     def __post_init__(self) -> None:
+        ns, kind, name, uid = self.namespace, self.kind, self.name, self.uid
+        if (isinstance(ns, str) and isinstance(kind, str) and isinstance(name, str)
+                and isinstance(uid, str) and ns and kind and name and uid):
+            return  # every admitted GPU pod makes a key: the valid one checked in one go
         for f in ("namespace", "kind", "name", "uid"):
             if not isinstance(getattr(self, f), str) or not getattr(self, f):
                 raise ValueError(f"GangKey.{f} must be a non-empty string")
@@ -232,18 +236,43 @@ class GangReservation:
             network=dict(network or {}),
         )
 
+    def evolve(self, **changes: Any) -> GangReservation:
+        """A copy with ``changes``: what ``dataclasses.replace`` gives, without its cost.
+
+        Why: the store makes two or three such copies per admitted GPU pod (the version
+        bump, the slot assignment), and ``replace`` walks every field of the class and
+        calls the generated ``__init__``, which sets each of the twelve fields through
+        ``object.__setattr__``: ~480 bytecodes per copy (``--opcodes`` of
+        bench/admission_profile.py), a sixth of a later pod's placement step. Here the
+        instance dict is copied and updated at C speed. Nothing is skipped:
+        GangReservation has no ``__post_init__`` (no field is validated or derived on
+        construction, so ``replace`` checks only the names, and so does this), and the one
+        value cached on an instance (:meth:`gpus`, from ``slots``) is carried only while
+        ``slots`` stays (tests/cluster/test_reservation_evolve.py compares both ways on
+        generated reservations)."""
+        if not changes.keys() <= _FIELD_NAMES:
+            raise TypeError(f"GangReservation has no field(s) "
+                            f"{sorted(changes.keys() - _FIELD_NAMES)}")
+        new = object.__new__(type(self))
+        state = new.__dict__
+        state.update(self.__dict__)
+        state.update(changes)
+        if "slots" in changes:
+            state.pop("_gpus", None)
+        return new
+
     def with_assignment(self, replica: ReplicaKey, number: int, *, now: float
                         ) -> GangReservation:
         """``replica`` gets slot ``number``; the pods are coming, so the TTL restarts."""
-        return replace(self, assigned={**self.assigned, replica: number},
-                       expires_at=now + self.ttl_seconds)
+        return self.evolve(assigned={**self.assigned, replica: number},
+                           expires_at=now + self.ttl_seconds)
 
     def with_slot_moved(self, number: int, node: str, gpus: tuple[int, ...]
                         ) -> GangReservation:
         """Slot ``number`` on (``node``, ``gpus``) instead; its replica keeps it."""
         slots = tuple(ReplicaSlot(s.replica, node, tuple(gpus)) if s.replica == number else s
                       for s in self.slots)
-        return replace(self, slots=slots)
+        return self.evolve(slots=slots)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -279,6 +308,9 @@ class GangReservation:
             order=tuple(str(r) for r in data.get("order") or ()),
             network=dict(data["network"]) if isinstance(data.get("network"), Mapping) else {},
         )
+
+
+_FIELD_NAMES = frozenset(f.name for f in fields(GangReservation))
 
 
 def pick_slot(res: GangReservation, replica: ReplicaKey) -> int | None:
@@ -428,7 +460,7 @@ class InMemoryReservationStore:
 
     def _bump(self, res: GangReservation) -> GangReservation:
         self._revision += 1
-        res = replace(res, version=str(self._revision))
+        res = res.evolve(version=str(self._revision))
         self._gangs[res.key] = res
         if res.expires_at < self._next_expiry and not res.complete:
             self._next_expiry = res.expires_at

@@ -46,6 +46,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations
+from operator import sub
 
 from gputopo.errors import InputError
 from gputopo.placement.types import GangRequest, NodeState
@@ -69,6 +70,8 @@ SPAN_RANK: dict[str, int] = {s: r for r, s in enumerate(SPANS)}
 ROUND = 6
 #: Slowest pair of a set without pairs (one GPU): it never limits the gang.
 NO_PAIR = float("inf")
+#: The keys of ``blocksDelta`` in :meth:`Score.to_json` (made once, not per placement).
+_BLOCK_KEYS = tuple(str(k) for k in BLOCK_SIZES)
 
 
 @dataclass(frozen=True, order=True)
@@ -88,7 +91,7 @@ class Score:
             "nodes": -self.nodes,
             "bottleneckPairGBps": None if self.bottleneck_pair == NO_PAIR else self.bottleneck_pair,
             "span": SPANS[-self.locality],
-            "blocksDelta": dict(zip((str(k) for k in BLOCK_SIZES), self.blocks, strict=True)),
+            "blocksDelta": dict(zip(_BLOCK_KEYS, self.blocks, strict=True)),
             "emptyNodesOpened": -self.packing,
         }
 
@@ -213,8 +216,25 @@ def _max_disjoint(topology: Topology, size: int, free_mask: int) -> int:
 
 def position_mask(topology: Topology, gpus: Iterable[int]) -> int:
     """Bitmask over GPU positions of a set of driver indices."""
-    pos = {g: p for p, g in enumerate(topology.indices)}
-    return sum(1 << pos[g] for g in gpus)
+    return sum(map(_bits(topology).__getitem__, gpus))
+
+
+@lru_cache(maxsize=1024)
+def _bits(topology: Topology) -> dict[int, int]:
+    """Driver index -> its position's bit, made once per topology (read, never modified):
+    building the positions per call was half of :func:`position_mask`, which rates every
+    share, and the sum of the bits then runs at C speed."""
+    return {g: 1 << p for p, g in enumerate(topology.indices)}
+
+
+@lru_cache(maxsize=1 << 14)
+def _free(topology: Topology, used: frozenset[int]) -> tuple[frozenset[int], int]:
+    """A node's free GPUs (driver indices) and their position mask, per (topology, used
+    GPUs): what :func:`check_shares` and :func:`score_by_name` read of every touched node.
+    Why cached: ``NodeState.free`` walks the topology's GPUs in Python at each read (~13
+    bytecodes a GPU), three reads per share rated; alike nodes share one entry."""
+    free = tuple(i for i in topology.indices if i not in used)
+    return frozenset(free), position_mask(topology, free)
 
 
 @lru_cache(maxsize=1 << 16)
@@ -246,7 +266,7 @@ def blocks_delta(topology: Topology, free_before: int, taken: int) -> tuple[int,
     """Change in :func:`free_blocks` when the GPUs in bitmask ``taken`` are allocated."""
     before = free_blocks(topology, free_before)
     after = free_blocks(topology, free_before & ~taken)
-    return tuple(a - b for a, b in zip(after, before, strict=True))
+    return tuple(map(sub, after, before))  # both one count per block size
 
 
 # --- whole placement --------------------------------------------------------------------
@@ -275,8 +295,9 @@ def check_shares(
         g = set(gpus)
         if len(g) != len(gpus) or not gpus:
             raise InputError(f"node {name}: share must be a non-empty set of GPUs")
-        if not g <= set(node.free):
-            raise InputError(f"node {name}: GPUs {sorted(g - set(node.free))} are not free")
+        free = _free(node.topology, node.used)[0]
+        if not g <= free:
+            raise InputError(f"node {name}: GPUs {sorted(g - free)} are not free")
         if len(g) % gang.gpus_per_replica:
             raise InputError(f"node {name}: {len(g)} GPUs is not a multiple of the replica size")
         if len(g) > gang.per_node * gang.gpus_per_replica:
@@ -311,7 +332,7 @@ def score_by_name(
     blocks = [0] * len(BLOCK_SIZES)
     opened = 0
     for n in touched:
-        free_mask = position_mask(n.topology, n.free)
+        free_mask = _free(n.topology, n.used)[1]
         delta = blocks_delta(n.topology, free_mask, position_mask(n.topology, shares[n.name]))
         blocks = [a + b for a, b in zip(blocks, delta, strict=True)]
         opened += not n.used

@@ -54,7 +54,8 @@ spread over many nodes are the slow case (docs/benchmarks.md).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from bisect import bisect_left, insort
+from collections.abc import Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations
@@ -116,23 +117,47 @@ def interchangeable_groups(topology: Topology, gpus: Sequence[int]) -> list[list
     """``gpus`` grouped so that any two in a group have the same link to every other GPU.
 
     Swapping two such GPUs maps the node onto itself, so every term of the objective is the
-    same for a set and its swapped twin. Groups keep ascending driver indices.
+    same for a set and its swapped twin. Groups keep ascending driver indices, in the order
+    of their first GPU in ``gpus``.
     """
-    groups: list[list[int]] = []
+    alike = _alike(topology)
+    groups: dict[int, list[int]] = {}
     for g in gpus:
-        for group in groups:
-            h = group[0]
-            if all(
-                min(topology.bandwidth(g, x), topology.bandwidth(x, g))
-                == min(topology.bandwidth(h, x), topology.bandwidth(x, h))
-                for x in topology.indices
-                if x != g and x != h
-            ):
-                group.append(g)
+        group = groups.get(alike[g])
+        if group is None:
+            groups[alike[g]] = [g]
+        else:
+            group.append(g)
+    return list(groups.values())
+
+
+@lru_cache(maxsize=256)
+def _alike(topology: Topology) -> dict[int, int]:
+    """Driver index -> the first GPU (topology order) it is interchangeable with.
+
+    "Same link to every other GPU" is an equivalence: if g is like h and h like k, g and
+    k have the same link to every GPU but g, h, k, and s(g,h) = s(g,k) = s(h,k) (s the
+    slower direction: like-ness to k, then to g). So which GPUs are alike is a property of
+    the node, worked out once per topology; grouping a free set is then one lookup per GPU.
+    Why: comparing every free GPU with every group's first over every third GPU was ~1,600
+    bytecodes per new free-GPU pattern (bench/admission_profile.py --opcodes); the result
+    is the same (tests/placement/test_alike_gpus.py, against the reference copy).
+    """
+    def slower(a: int, b: int) -> float:
+        return min(topology.bandwidth(a, b), topology.bandwidth(b, a))
+
+    alike: dict[int, int] = {}
+    firsts: list[int] = []
+    for g in topology.indices:
+        for h in firsts:
+            if all(slower(g, x) == slower(h, x) for x in topology.indices
+                   if x != g and x != h):
+                alike[g] = h
                 break
         else:
-            groups.append([g])
-    return groups
+            firsts.append(g)
+            alike[g] = g
+    return alike
 
 
 def distinct_subsets(
@@ -216,6 +241,9 @@ class _Kind:
         self.rated: dict[int, tuple[tuple[float, float, int, int], _Option]] = {}
         self._head: tuple[str, tuple[int, ...]] | None = None
         self._bounds: dict[tuple[int, int], tuple[float, int]] = {}
+        #: per (gang size, share, node network): a one-node placement's (score, bus
+        #: bandwidth), see :meth:`_Search._one_node`
+        self.scored: dict[tuple[Any, ...], tuple[Score, float]] = {}
 
     def share_bounds(self, g: int, jmax: int) -> tuple[float, int]:
         """(best slowest pair, best encoded blocks delta) of any share of 1..``jmax``
@@ -291,14 +319,30 @@ class _Group:
 
     def __post_init__(self) -> None:
         self._canon: tuple[str, tuple[int, ...], float] | None = None
-        self._first: str | None = None
+        self._first: NodeState | None = None
 
     def first(self) -> str:
         """The smallest node name (the one-node search's tie-break; a GroupedNodes keeps
         groups across solves, so it is looked for once)."""
+        return self.first_node().name
+
+    def first_node(self) -> NodeState:
+        """The node of the smallest name (names are unique: one node)."""
         if self._first is None:
-            self._first = min(map(_NAME, self.nodes))
+            self._first = min(self.nodes, key=_NAME)
         return self._first
+
+    def carry_first(self, was: _Group, changed: Container[str],
+                    came: Iterable[NodeState]) -> None:
+        """Know the first node from ``was``, this group before a replacement: when its
+        first node is still here unchanged (its name not ``changed``), the first is the
+        smaller of it and the nodes that ``came``. Why: the group a gang just took a node
+        from is rebuilt for every new gang, and holds hundreds of alike nodes (the empty
+        ones); looking for the smallest name among them again is a pass over all of
+        them."""
+        first = was._first
+        if first is not None and first.name not in changed:
+            self._first = min((first, *came), key=_NAME)
 
     def canon(self) -> tuple[str, tuple[int, ...], float]:
         """The classes' sort key and memo signature: (topology JSON, used, network)."""
@@ -332,12 +376,17 @@ class _Class:
 _NAME = attrgetter("name")
 
 
+def _first_name(tie: tuple[_Group, _Option]) -> str:
+    return tie[0].first()
+
+
 @dataclass(frozen=True)
 class _Candidate:
     score: Score
     tie: tuple[tuple[str, tuple[int, ...]], ...]
     shares: dict[str, tuple[int, ...]]
     nodes: dict[str, NodeState]  # the touched nodes by name
+    bus: float | None = None  # the placement's bus bandwidth when known (one node: cached)
 
     def better_than(self, other: _Candidate | None) -> bool:
         """Higher score wins; equal scores go to the smaller (node, GPUs) list."""
@@ -392,6 +441,17 @@ def _check_names(nodes: Sequence[NodeState]) -> None:
 def _infeasible_reason(groups: list[_Group], tally: _Tally, gang: GangRequest,
                        node_count: int) -> str:
     g, r, total = gang.gpus_per_replica, gang.replicas, gang.total_gpus
+    if groups:
+        # The common answer first: when the free GPUs hold r replicas (a running sum over
+        # a handful of free counts, stopped once it gets there), every check below passes
+        # (r x g <= free GPUs <= the cluster's; g <= most free <= largest), so the totals
+        # and messages are not worked out: ~250 bytecodes of a new gang's ~400 here.
+        per_node = gang.per_node
+        room = 0
+        for f, count in tally.frees.items():
+            room += min(f // g, per_node) * count
+            if room >= r:
+                return ""
     shape = f"{r} x {g} GPU{'s' if g > 1 else ''}"
     if not groups:
         # the cluster view leaves activated nodes with unusable topology data out, too
@@ -560,6 +620,13 @@ def _group_nodes(nodes: Iterable[NodeState]) -> list[_Group]:
 
 
 _Tied = dict[object, tuple[_Group, _Option]]  # the groups tied for the best one-node key
+#: The tied groups' (smallest node name, key), ascending: the one-node winner is the first
+_Order = list[tuple[str, object]]
+#: Per gang size: (best one-node key, the groups tied for it, their name order or None,
+#: the bucket keys touched since the ties were worked out)
+_Single = tuple[tuple | None, _Tied, _Order | None, frozenset[_BucketKey]]
+#: Touched keys an entry may gather before it is dropped (worked out again when asked)
+_STALE_KEYS = 64
 
 
 def _best_single(items: Iterable[tuple[object, _Group]], n: int) -> tuple[tuple | None, _Tied]:
@@ -577,6 +644,29 @@ def _best_single(items: Iterable[tuple[object, _Group]], n: int) -> tuple[tuple 
         elif key == best_key:
             tied[at] = (grp, opt)
     return best_key, tied
+
+
+def _reordered(order: _Order | None, tied: _Tied, gone: Iterable[object],
+               fresh: _Tied) -> _Order | None:
+    """``order`` (of ``tied``) without the groups ``gone`` and with those of ``fresh``, or
+    None (worked out when asked) when there was none.
+
+    Why kept up to date rather than rebuilt: the winner's group is the one a gang just
+    took a node of, so it is replaced after almost every one-node gang, and a minimum over
+    every tied group (a few hundred for one GPU on the benchmark's cluster) then cost
+    ~2,800 bytecodes per new gang (bench/admission_profile.py --opcodes); a removal and an
+    insertion by bisection are a few dozen. A copy: the order of ``tied`` stays valid for
+    the copy it belongs to."""
+    if order is None:
+        return None
+    if not gone and not fresh:
+        return order
+    out = list(order)
+    for key in gone:
+        del out[bisect_left(out, (tied[key][0].first(), key))]
+    for key, (grp, _) in fresh.items():
+        insort(out, (grp.first(), key))
+    return out
 
 
 @dataclass(frozen=True)
@@ -627,10 +717,11 @@ class GroupedNodes(Sequence[NodeState]):
     half of a one-node solve, and the loops over a few hundred groups that follow it (the
     feasibility reasons, the best one-node share) most of the rest (docs/benchmarks.md,
     "Solver state kept across gangs"). :meth:`replaced` redoes the groups of the changed
-    nodes only and carries the tallies and the best one-node key per gang size over;
+    nodes only and carries the tallies and the best one-node key per gang size over (with
+    the tied groups in name order, brought up to date when the size is asked);
     :func:`solve` given a GroupedNodes starts from them. Answers are the same as for the
     plain list (the search never depends on the order of groups or of their nodes;
-    tests/placement/test_grouped_nodes.py).
+    tests/placement/test_grouped_nodes.py, test_grouped_nodes_upkeep.py).
 
     Read-only: a change is a new GroupedNodes (:meth:`replaced`); the old one stays valid.
     """
@@ -656,7 +747,7 @@ class GroupedNodes(Sequence[NodeState]):
         self._groups = {key: _group(key, list(members.values()), kinds_by_id)
                         for key, members in buckets.items()}
         self._tally = _Tally.of(self._groups.values())
-        self._single: dict[int, tuple[tuple | None, _Tied]] = {}
+        self._single: dict[int, _Single] = {}
         self._list: list[_Group] | None = None
         # the topologies of the last twin check, by id (held, so no id is reused meanwhile)
         self._tops: dict[int, Topology] = {}
@@ -693,7 +784,9 @@ class GroupedNodes(Sequence[NodeState]):
         new._tally = self._tally.copy()
         new._list = None
         new._tops, new._twins = self._tops, self._twins
-        touched: set[_BucketKey] = set()
+        # the touched buckets, each with its group before this change (None: new bucket)
+        touched: dict[_BucketKey, _Group | None] = {}
+        came: dict[_BucketKey, list[NodeState]] = {}  # the nodes each bucket gained
         for name, node in final.items():
             at = self._where[name]
             old = self._nodes[at]
@@ -703,45 +796,43 @@ class GroupedNodes(Sequence[NodeState]):
             for key, add in ((_bucket_key(old), False), (_bucket_key(node), True)):
                 members = new._buckets.get(key)
                 if key not in touched:
-                    touched.add(key)
+                    touched[key] = new._groups.get(key)
                     members = new._buckets[key] = dict(members) if members is not None else {}
-                    grp = new._groups.pop(key, None)
-                    if grp is not None:  # counted again below, with its new members
-                        new._tally.add(grp.kind, grp.network_gbps, -len(grp.nodes))
                 assert members is not None
                 if add:
                     members[name] = node
+                    came.setdefault(key, []).append(node)
                 else:
                     del members[name]
         kinds_by_id: dict[int, dict[frozenset[int], _Kind]] = {}
-        for key in touched:
+        for key, was in touched.items():
+            # the tally counts by what the key fixes (GPU count, free count, network), so a
+            # bucket's change is one count: its new size less its old
             members = new._buckets[key]
             if not members:
                 del new._buckets[key]
+                if was is not None:
+                    del new._groups[key]
+                    new._tally.add(was.kind, was.network_gbps, -len(was.nodes))
                 continue
+            # overwritten in place, not popped and added: a dict with deleted entries is
+            # copied entry by entry (4x slower), and every replacement copies these
             grp = new._groups[key] = _group(key, list(members.values()), kinds_by_id)
-            new._tally.add(grp.kind, grp.network_gbps, len(grp.nodes))
+            change = len(grp.nodes) - (len(was.nodes) if was is not None else 0)
+            if change:
+                new._tally.add(grp.kind, grp.network_gbps, change)
+            if was is not None:
+                grp.carry_first(was, final, came.get(key, ()))
         if any(key[0] not in self._tops for key in touched):
             new._tops = {}  # a topology object not seen yet: look for twins again
-        # The best one-node key per gang size: the tie dicts are shared between copies
-        # (never modified once made), so an untouched one costs nothing.
+        # The best one-node key per gang size is brought up to date when that size is
+        # asked (:meth:`best_single`), from the keys touched since: sizes not asked
+        # between two gangs cost a set union here, not a pass over their ties.
         new._single = {}
-        for n, (best, tied) in self._single.items():
-            kept = tied
-            if any(key in tied for key in touched):  # touched: a few keys; tied: hundreds
-                kept = dict(tied)
-                for key in touched:
-                    kept.pop(key, None)
-            if not kept and tied:
-                continue  # every group at the best changed: worked out again when asked
-            top, fresh = _best_single(((key, new._groups[key]) for key in touched
-                                       if key in new._groups), n)
-            if top is not None and (best is None or top > best):
-                new._single[n] = (top, fresh)
-            elif top is not None and top == best:
-                new._single[n] = (best, {**kept, **fresh})
-            else:
-                new._single[n] = (best, kept)
+        for n, (best, tied, order, stale) in self._single.items():
+            stale = stale.union(touched)
+            if len(stale) <= _STALE_KEYS:
+                new._single[n] = (best, tied, order, stale)
         return new
 
     def groups(self) -> list[_Group]:
@@ -759,12 +850,45 @@ class GroupedNodes(Sequence[NodeState]):
         """Nodes per GPU count, free-GPU count and network (read, never modify)."""
         return self._tally
 
-    def best_single(self, n: int) -> tuple[tuple | None, list[tuple[_Group, _Option]]]:
-        """The best one-node key for ``n`` GPUs and the groups that reach it."""
+    def best_single(self, n: int) -> tuple[_Group, _Option] | None:
+        """The one-node winner for ``n`` GPUs: of the groups that reach the best one-node
+        key, the one holding the smallest node name (names are unique, so that alone
+        breaks the tie), with its best share; None when no node has ``n`` free GPUs."""
         got = self._single.get(n)
+        if got is not None and got[3]:
+            got = self._refreshed(n, *got)
         if got is None:
-            got = self._single[n] = _best_single(self._groups.items(), n)
-        return got[0], list(got[1].values())
+            best, tied = _best_single(self._groups.items(), n)
+            got = (best, tied, None, frozenset())
+        best, tied, order, _ = got
+        if tied and order is None:
+            order = sorted([(grp.first(), key) for key, (grp, _) in tied.items()])
+            got = (best, tied, order, frozenset())
+        self._single[n] = got
+        return tied[order[0][1]] if tied and order else None
+
+    def _refreshed(self, n: int, best: tuple | None, tied: _Tied, order: _Order | None,
+                   stale: frozenset[_BucketKey]) -> _Single | None:
+        """The entry for ``n`` GPUs made for an earlier copy, brought up to date: the
+        groups of the ``stale`` keys (touched since) leave the ties and are rated again;
+        the others are the same groups as then. None when every group at the best changed
+        and none reaches it now (worked out again over every group)."""
+        gone = tied.keys() & stale  # at C speed: stale is a few keys, tied hundreds
+        top, fresh = _best_single(((key, self._groups[key]) for key in stale
+                                   if key in self._groups), n)
+        if top is not None and (best is None or top > best):
+            return top, fresh, None, frozenset()
+        if top is None or top != best:
+            fresh = {}  # below the best: not among the ties
+            if tied and len(gone) == len(tied):
+                return None
+        kept = tied
+        if gone or fresh:  # one copy of the ties (hundreds), never two
+            kept = dict(tied)
+            for key in gone - fresh.keys():  # still tied: overwritten in place
+                del kept[key]
+            kept.update(fresh)
+        return best, kept, _reordered(order, tied, gone, fresh), frozenset()
 
 
 class _Search:
@@ -802,15 +926,34 @@ class _Search:
         if self.per_node < self.r:
             return None  # the gang may not share one node
         if self.grouped is not None:
-            _, tied = self.grouped.best_single(self.n)
+            won = self.grouped.best_single(self.n)
         else:
-            tied = list(_best_single(enumerate(self.groups), self.n)[1].values())
-        if not tied:
+            tied = _best_single(enumerate(self.groups), self.n)[1]
+            # Names are unique, so the smallest name alone breaks the tie (name, GPUs).
+            won = min(tied.values(), key=_first_name, default=None)
+        if won is None:
             return None
-        # Names are unique, so the smallest name alone breaks the tie (name, GPUs).
-        name, grp, opt = min((grp.first(), grp, opt) for grp, opt in tied)
-        node = next(n for n in grp.nodes if n.name == name)
-        return self._candidate({name: opt.gpus}, {name: node})
+        grp, opt = won
+        return self._one_node(grp.kind, grp.first_node(), opt)
+
+    def _one_node(self, kind: _Kind, node: NodeState, opt: _Option) -> _Candidate:
+        """The whole gang on ``node`` (of ``kind``) as ``opt``, scored by the objective.
+
+        The score and bus bandwidth of one share read nothing of the node but its topology
+        and used GPUs (the kind), its network fields and the share itself (the node's name
+        only breaks ties), so they are kept on the kind per (gang size, share, network),
+        across solves: scoring it again (score_by_name) was ~1,200 bytecodes per new gang,
+        and the Placement worked the bus bandwidth out once more (--opcodes of
+        bench/admission_profile.py)."""
+        shares = {node.name: opt.gpus}
+        nodes = {node.name: node}
+        key = (self.n, opt.gpus, node.network_gbps, node.network_transport,
+               node.network_efficiency, node.transport_share)
+        got = kind.scored.get(key)
+        if got is None:
+            score = score_by_name(nodes, self.gang, shares)
+            got = kind.scored[key] = (score, _bus(self.gang, [node], shares, "node"))
+        return _Candidate(got[0], tie_break(shares), shares, nodes, got[1])
 
     # --- several nodes --------------------------------------------------------------
     def multi_node(self, best: _Candidate | None) -> _Candidate | None:
@@ -1217,17 +1360,7 @@ def _placement(gang: GangRequest, best: _Candidate) -> Placement:
             slots.append(ReplicaSlot(len(slots), name, tuple(gpus[start : start + g])))
     touched = [best.nodes[name] for name in sorted(best.shares)]
     span = span_of(touched)
-    if gang.total_gpus == 1:
-        bus = 0.0
-    else:
-        shares = [
-            NodeShare(
-                n.topology, tuple(sorted(best.shares[n.name])), n.network_gbps, n.network_transport,
-                n.network_efficiency, n.transport_share
-            )
-            for n in touched
-        ]
-        bus = gang_bus_bandwidth(shares, span=span)
+    bus = best.bus if best.bus is not None else _bus(gang, touched, best.shares, span)
     return Placement(
         feasible=True,
         slots=tuple(slots),
@@ -1235,6 +1368,24 @@ def _placement(gang: GangRequest, best: _Candidate) -> Placement:
         reason=_explain(gang, touched, best, bus, span),
         details={"score": best.score.to_json(), "span": span, "nodes": [n.name for n in touched]},
     )
+
+
+def _bus(gang: GangRequest, touched: list[NodeState], shares: dict[str, tuple[int, ...]],
+         span: str) -> float:
+    """The placement's predicted bus bandwidth (unrounded; 0 for one GPU)."""
+    if gang.total_gpus == 1:
+        return 0.0
+    return gang_bus_bandwidth([
+        NodeShare(n.topology, tuple(sorted(shares[n.name])), n.network_gbps,
+                  n.network_transport, n.network_efficiency, n.transport_share)
+        for n in touched
+    ], span=span)
+
+
+@lru_cache(maxsize=1 << 12)
+def _links_between(topology: Topology, gpus: tuple[int, ...]) -> str:
+    """The legend codes between the GPUs of a one-node share, sorted, for its reason."""
+    return ", ".join(sorted({topology.link(a, b) for a, b in combinations(gpus, 2)}))
 
 
 def _explain(
@@ -1246,11 +1397,10 @@ def _explain(
         head = f"{shape} on {touched[0].name}: one GPU does not communicate"
     elif len(touched) == 1:
         node = touched[0]
-        gpus = best.shares[node.name]
-        links = sorted({node.topology.link(a, b) for a, b in combinations(gpus, 2)})
+        links = _links_between(node.topology, tuple(best.shares[node.name]))
         head = (
             f"{shape} on one node {node.name}: predicted bus bandwidth {bus:.1f} GB/s "
-            f"(links between its GPUs: {', '.join(links)})"
+            f"(links between its GPUs: {links})"
         )
     else:
         head = (

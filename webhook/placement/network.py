@@ -198,15 +198,36 @@ def _user_host_ports(spec: Mapping[str, Any]) -> set[Port]:
     return claimed_ports(spec, host_network=False)
 
 
+#: _template_host_ports per replica-specs object, as webhook.jobs remembers a gang's size
+#: (a reader replaces a job's object when it changes, never modifies it); the entry holds
+#: the object, so its id is not reused while remembered.
+_TEMPLATE_PORTS: dict[int, tuple[Mapping[str, Any], tuple[str, ...], frozenset[Port]]] = {}
+
+
+def _template_host_ports(job: Job) -> frozenset[Port]:
+    """Explicit hostPorts of the job's GPU replica templates: the same for every pod of
+    the gang, so read once per job object (~130 bytecodes a pod)."""
+    types = tuple(job.gpu_types)
+    hit = _TEMPLATE_PORTS.get(id(job.specs))
+    if hit is not None and hit[0] is job.specs and hit[1] == types:
+        return hit[2]
+    out: frozenset[Port] = frozenset()
+    for rtype in types:
+        out |= _user_host_ports(_template_spec(job.specs, rtype))
+    if job.specs:
+        if len(_TEMPLATE_PORTS) >= 4096:
+            _TEMPLATE_PORTS.clear()
+        _TEMPLATE_PORTS[id(job.specs)] = (job.specs, types, out)
+    return out
+
+
 # --- before the solve ----------------------------------------------------------------------
 def needs(job: Job, *, mode: str, pod_spec: Mapping[str, Any],
           original_spec: Mapping[str, Any], pod_type: str | None) -> Needs:
     """What the gang's network plan needs from the solver, read from the job's spec and the
     admitted pod (after the policy's mutations; ``original_spec`` before them)."""
     warnings: list[str] = []
-    fixed = frozenset(_user_host_ports(original_spec))
-    for rtype in job.gpu_types:
-        fixed |= _user_host_ports(_template_spec(job.specs, rtype))
+    fixed = frozenset(_user_host_ports(original_spec)) | _template_host_ports(job)
     user_host = original_spec.get("hostNetwork") is True
     wants_host = pod_spec.get("hostNetwork") is True
     if not wants_host:
@@ -608,8 +629,27 @@ class GangNetwork:
     def plan_for(self, stored: Mapping[str, Any], slots: Sequence[ReplicaSlot]) -> Plan:
         """The plan stored with a reservation; for one written before plans existed, the
         plan this gang would get now (no host ports known: none are held)."""
-        plan = Plan.from_json(stored)
+        plan = _stored_plan(stored)
         if plan is not None:
             return plan
         made = self.decide(slots, {})
         return made if isinstance(made, Plan) else Plan(POD, made.reason)
+
+
+#: Plans read from reservations, per stored mapping: a reservation's plan never changes
+#: (each new version of a reservation carries the same mapping on, or a newly parsed one;
+#: nothing modifies it), and every GPU pod of a gang reads it (~110 bytecodes a pod). The
+#: entry holds the mapping, so its id is not reused while remembered; Plans are frozen.
+_PLANS: dict[int, tuple[Mapping[str, Any], Plan | None]] = {}
+
+
+def _stored_plan(stored: Mapping[str, Any]) -> Plan | None:
+    """:meth:`Plan.from_json` of a reservation's stored plan, read once per mapping."""
+    hit = _PLANS.get(id(stored))
+    if hit is not None and hit[0] is stored:
+        return hit[1]
+    plan = Plan.from_json(stored)
+    if len(_PLANS) >= 4096:
+        _PLANS.clear()
+    _PLANS[id(stored)] = (stored, plan)
+    return plan

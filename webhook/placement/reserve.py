@@ -217,8 +217,8 @@ def usable_pair(fit: list[NodeState], free: Sequence[NodeState],
     """``fit`` and its held-marked copy ``free`` (position for position) without the nodes
     the gang's network rules out (an unmovable host port held there; ``no_ports``: port
     range used up). The lists come back as they are when no node is ruled out."""
-    if net is None:
-        return fit, free
+    if net is None or (not net.need.fixed and not no_ports):
+        return fit, free  # nothing to rule out: no pass over (or copy of) every node
     keep = net.usable(fit)
     if len(keep) == len(fit) and not no_ports:
         return fit, free

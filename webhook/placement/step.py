@@ -115,8 +115,27 @@ def policy_name(policy: Policy | None) -> str:
 
 
 def gpu_counts_by_replica_type(job: JobInfo, gpu_resources: frozenset[str]) -> dict[str, int]:
-    """GPUs per pod of each GPU-requesting replica type of the job's spec."""
+    """GPUs per pod of each GPU-requesting replica type of the job's spec.
+
+    Remembered per replica-specs object, as :mod:`webhook.jobs` remembers a gang's size: a
+    reader replaces a job's object when it changes, never modifies it, and every pod of a
+    gang asks again (~280 bytecodes a pod, bench/admission_profile.py --opcodes)."""
     specs = job.spec.get(OWNER_KINDS.get((job.api_version, job.kind), ""), {})
+    hit = _COUNTS.get(id(specs))
+    if hit is not None and hit[0] is specs and hit[1] == gpu_resources:
+        return dict(hit[2])
+    out = _gpu_counts(specs, gpu_resources)
+    if specs:  # the entry holds the object, so its id is not reused while remembered
+        if len(_COUNTS) >= 4096:
+            _COUNTS.clear()
+        _COUNTS[id(specs)] = (specs, gpu_resources, out)
+    return dict(out)
+
+
+_COUNTS: dict[int, tuple[object, frozenset[str], dict[str, int]]] = {}
+
+
+def _gpu_counts(specs: object, gpu_resources: frozenset[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for rtype, rs in specs.items() if isinstance(specs, dict) else ():
         template = rs.get("template") if isinstance(rs, dict) else None
@@ -220,7 +239,12 @@ class PlacementStep:
             return
         resources = _gpu_resources(ctx.policy)
         gpus = job.gpus_per_pod
-        if gpus <= 0 or not gpu_containers(ctx.pod, resources):
+        if gpus <= 0:
+            return
+        # the GPU containers, found once: writing the slot and the network plan changes
+        # their env and ports, never which containers ask for GPUs (~190 bytecodes a look)
+        containers = gpu_containers(ctx.pod, resources)
+        if not containers:
             return
         what = f"{job.kind} {job.namespace}/{job.name}"
         if (ctx.pod.get("spec") or {}).get("nodeName"):
@@ -247,7 +271,8 @@ class PlacementStep:
             return
         counts = gpu_counts_by_replica_type(job, resources)
         net = self._net(ctx, settings, specs, counts)
-        ctx.warnings.extend(f"network: {w}" for w in net.need.warnings)
+        if net.need.warnings:
+            ctx.warnings.extend(f"network: {w}" for w in net.need.warnings)
         if net.need.cap is not None:
             ctx.warnings.append(f"placement: {what}: {net.need.cap_why}")
         gang = GangRequest(replicas=job.gang_size, gpus_per_replica=gpus,
@@ -266,9 +291,10 @@ class PlacementStep:
             with store_deadline(self.store):
                 outcome = self._grant(ctx, key, replica, gang, net)
         if isinstance(outcome, Granted):
-            self._write_slot(ctx, key, replica, outcome, net, preview=preview)
+            self._write_slot(ctx, key, replica, outcome, net, containers, preview=preview)
         else:
-            self._unplaced(ctx, key, replica, gang, outcome, settings, net, preview=preview)
+            self._unplaced(ctx, key, replica, gang, outcome, settings, net, containers,
+                           preview=preview)
 
     @staticmethod
     def _net(ctx: AdmissionContext, settings: PlacementSettings, specs: object,
@@ -417,11 +443,11 @@ class PlacementStep:
     # --- writing -------------------------------------------------------------------------
     def _write_slot(
         self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, granted: Granted,
-        net: network.GangNetwork, *, preview: bool,
+        net: network.GangNetwork, containers: list[dict[str, Any]], *, preview: bool,
     ) -> None:
         res, slot = granted.reservation, granted.slot
         visible = res.visible_gpus(slot.node)
-        record = placed_record(key, replica, res, slot)
+        record = placed_record(key, replica, res, slot, visible)
         plan = granted.plan
         if plan is not None:
             record["network"] = plan.to_json()
@@ -430,12 +456,11 @@ class PlacementStep:
             apply_slot(ctx.pod, node=slot.node, gpu_group=slot.gpus, gpu_visible=visible,
                        record=record, gpu_resources=_gpu_resources(policy),
                        warn_scheduler=_scheduler_unhandled(policy),
-                       gpu_env=placement_settings(policy).gpu_env)
+                       gpu_env=placement_settings(policy).gpu_env, containers=containers)
         )
         if plan is not None:
             ctx.warnings.extend(network.apply(
-                ctx.pod, ctx.original, plan, net.job, replica.wire(),
-                gpu_containers(ctx.pod, _gpu_resources(policy))))
+                ctx.pod, ctx.original, plan, net.job, replica.wire(), containers))
         if ctx.audit:
             ctx.warnings.append(
                 f"placement (audit): would pin this pod ({replica.wire()}) to node "
@@ -458,7 +483,8 @@ class PlacementStep:
 
     def _unplaced(
         self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, gang: GangRequest,
-        why: Unplaced, settings: PlacementSettings, net: network.GangNetwork, *, preview: bool,
+        why: Unplaced, settings: PlacementSettings, net: network.GangNetwork,
+        containers: list[dict[str, Any]], *, preview: bool,
     ) -> None:
         what = f"{key.kind} {key.namespace}/{key.name}"
         demand = f"{gang.replicas} pod(s) x {gang.gpus_per_replica} GPU(s)"
@@ -492,11 +518,11 @@ class PlacementStep:
             gated = GangRequest(gang.replicas, gang.gpus_per_replica, max_replicas_per_node=cap)
             record.update(waiting_record(key, gated, settings, plan, net.need.fixed))
             ctx.warnings.extend(network.apply(
-                ctx.pod, ctx.original, plan, net.job, replica.wire(),
-                gpu_containers(ctx.pod, _gpu_resources(ctx.policy))))
+                ctx.pod, ctx.original, plan, net.job, replica.wire(), containers))
             ctx.warnings.extend(apply_waiting(
                 ctx.pod, record=record, gpu_resources=_gpu_resources(ctx.policy),
-                warn_scheduler=_scheduler_unhandled(ctx.policy), gpu_env=settings.gpu_env))
+                warn_scheduler=_scheduler_unhandled(ctx.policy), gpu_env=settings.gpu_env,
+                containers=containers))
             prefix = "placement (audit): would gate" if ctx.audit else "placement:"
             ctx.warnings.append(
                 f"{prefix} {what} ({demand}) waits for a placement: {why.reason}; its pods "
@@ -517,8 +543,7 @@ class PlacementStep:
         ctx.warnings.extend(apply_unplaced(ctx.pod, record))
         if plan is not None:
             ctx.warnings.extend(network.apply(
-                ctx.pod, ctx.original, plan, net.job, replica.wire(),
-                gpu_containers(ctx.pod, _gpu_resources(ctx.policy))))
+                ctx.pod, ctx.original, plan, net.job, replica.wire(), containers))
         prefix = "placement (audit): would leave" if ctx.audit else "placement:"
         note = ("" if not wait else "; whenFull: wait needs the placement queue, which runs "
                 "only in a webhook with a live cluster")
@@ -530,9 +555,10 @@ class PlacementStep:
             metrics.PLACEMENTS.labels(result="unplaced").inc()
 
 
-def placed_record(key: GangKey, replica: ReplicaKey, res: GangReservation, slot: ReplicaSlot
-                  ) -> dict[str, Any]:
-    """The placement record of a replica in its slot (at admission or from the queue)."""
+def placed_record(key: GangKey, replica: ReplicaKey, res: GangReservation, slot: ReplicaSlot,
+                  visible: tuple[int, ...] | None = None) -> dict[str, Any]:
+    """The placement record of a replica in its slot (at admission or from the queue);
+    ``visible``: ``res.visible_gpus(slot.node)`` when the caller has it already."""
     return {
         "placed": True,
         "job": f"{key.kind} {key.namespace}/{key.name}",
@@ -540,7 +566,7 @@ def placed_record(key: GangKey, replica: ReplicaKey, res: GangReservation, slot:
         "replica": replica.wire(),
         "node": slot.node,
         "gpus": list(slot.gpus),
-        "gpuVisible": list(res.visible_gpus(slot.node)),
+        "gpuVisible": list(res.visible_gpus(slot.node) if visible is None else visible),
         "busBandwidthGBps": round(res.bus_bandwidth_gbps, 3),
         "reason": res.reason,
         **({"network": dict(res.network)} if res.network else {}),
