@@ -8,7 +8,9 @@ what is wrong") instead of a crash deep inside a mutation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from itertools import repeat
+from operator import methodcaller
 from typing import Any
 
 from webhook.quantity import parse_quantity
@@ -117,10 +119,132 @@ def _check_spec(pod: Mapping[str, Any]) -> None:
 
 
 def check_pod(pod: Mapping[str, Any]) -> Problem | None:
-    """None when the pod has the shape the pipeline relies on, else (field path, reason)."""
+    """None when the pod has the shape the pipeline relies on, else (field path, reason).
+
+    Why two ways: a well-formed pod is vouched for in one pass that leaves the per-field
+    work to C (:func:`_well_formed`, ~190 bytecodes for the benchmark's pods against
+    ~1,300 for :func:`check_pod_in_detail`); anything it does not vouch for goes to
+    :func:`check_pod_in_detail`, which decides and words every problem, so what passes
+    and every message stay that function's by construction."""
+    try:
+        if _well_formed(pod):
+            return None
+    except Exception:  # anything unexpected is simply not vouched for
+        pass
+    return check_pod_in_detail(pod)
+
+
+def check_pod_in_detail(pod: Mapping[str, Any]) -> Problem | None:
+    """:func:`check_pod`, field by field: the reference the fast pass agrees with."""
     try:
         _check_metadata(pod)
         _check_spec(pod)
     except _Bad as bad:
         return bad.path, bad.reason
     return None
+
+
+# --- the fast pass ------------------------------------------------------------------------
+# Each (key, accepted types) pair below is one _opt/_str_map/_list_of_dicts call of the
+# detailed checker; isinstance with (NoneType, T) accepts exactly what _opt(..., T) does
+# (None or a T; a JSON boolean is no str, dict or list). map/all/isinstance run in C.
+_NONE = type(None)
+_STR, _DICT, _LIST, _BOOL = (_NONE, str), (_NONE, dict), (_NONE, list), (_NONE, bool)
+_STRINGS, _DICTS = repeat(str), repeat(dict)
+_META_KEYS = ("name", "generateName", "namespace", "uid", "labels", "annotations",
+              "ownerReferences")
+_META_TYPES = (_STR, _STR, _STR, _STR, _DICT, _DICT, _LIST)
+_REF_KEYS = ("apiVersion", "kind", "name", "uid", "controller")
+_REF_TYPES = (str, str, str, _STR, _BOOL)
+_REF_REQUIRED = ("apiVersion", "kind", "name")  # and not empty
+_SPEC_KEYS = ("containers", "initContainers", "volumes", "nodeSelector", "hostNetwork",
+              "hostIPC", "hostPID", "dnsPolicy", "schedulerName", "nodeName",
+              "securityContext", "affinity")
+_SPEC_TYPES = (list, _LIST, _LIST, _DICT, _BOOL, _BOOL, _BOOL, _STR, _STR, _STR, _DICT,
+               _DICT)
+_CONTAINER_KEYS = ("resources", "volumeMounts", "env", "name", "securityContext")
+_CONTAINER_TYPES = (_DICT, _LIST, _LIST, str, _DICT)
+_PARTS = ("requests", "limits")
+_name = methodcaller("get", "name")
+_mount_path = methodcaller("get", "mountPath")
+#: (type, value) of the quantities parse_quantity accepted: the type keeps 1, 1.0 and True
+#: apart. The values are the client's, so the set is kept small.
+_QUANTITIES: set[tuple[type, Any]] = set()
+
+
+def _strings_only(mapping: dict[Any, Any]) -> bool:
+    return all(map(isinstance, mapping, _STRINGS)) and all(
+        map(isinstance, mapping.values(), _STRINGS))
+
+
+def _named_dicts(items: list[Any]) -> bool:
+    return all(map(isinstance, items, _DICTS)) and all(
+        map(isinstance, map(_name, items), _STRINGS))
+
+
+def _quantities(values: Iterable[Any]) -> bool:
+    """True when every value is a quantity parse_quantity accepts."""
+    if _QUANTITIES.issuperset(zip(map(type, values), values, strict=True)):
+        return True  # (an unhashable value raised TypeError)
+    for value in values:
+        try:
+            parse_quantity(value)
+        except ValueError:
+            return False
+        if len(_QUANTITIES) >= 4096:
+            _QUANTITIES.clear()
+        _QUANTITIES.add((type(value), value))
+    return True
+
+
+def _well_formed(pod: Mapping[str, Any]) -> bool:
+    """True only when :func:`check_pod_in_detail` finds nothing wrong with ``pod``; False
+    (or an exception) when unsure, never a wrong True."""
+    meta = pod.get("metadata")
+    if meta is not None:
+        if not isinstance(meta, dict):
+            return False
+        fields = tuple(map(meta.get, _META_KEYS))
+        if not all(map(isinstance, fields, _META_TYPES)):
+            return False
+        _, _, _, _, labels, annotations, refs = fields
+        if (labels and not _strings_only(labels)) or (
+                annotations and not _strings_only(annotations)):
+            return False
+        if refs:
+            if not all(map(isinstance, refs, _DICTS)):
+                return False
+            for ref in refs:
+                if not all(map(isinstance, map(ref.get, _REF_KEYS), _REF_TYPES)) or not all(
+                        map(ref.get, _REF_REQUIRED)):
+                    return False
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return False
+    fields = tuple(map(spec.get, _SPEC_KEYS))
+    if not all(map(isinstance, fields, _SPEC_TYPES)):
+        return False
+    containers, init_containers, volumes, node_selector = fields[:4]
+    if (node_selector and not _strings_only(node_selector)) or (
+            volumes and not _named_dicts(volumes)):
+        return False
+    if init_containers:
+        containers = containers + init_containers
+    if not all(map(isinstance, containers, _DICTS)):
+        return False
+    for container in containers:
+        resources, mounts, env, _, _ = fields = tuple(map(container.get, _CONTAINER_KEYS))
+        if not all(map(isinstance, fields, _CONTAINER_TYPES)):
+            return False
+        if resources:
+            for values in map(resources.get, _PARTS):
+                if values is not None and not (isinstance(values, dict)
+                                               and all(map(isinstance, values, _STRINGS))
+                                               and _quantities(values.values())):
+                    return False
+        if mounts and not (_named_dicts(mounts) and all(
+                map(isinstance, map(_mount_path, mounts), _STRINGS))):
+            return False
+        if env and not _named_dicts(env):
+            return False
+    return True

@@ -24,6 +24,7 @@ import base64
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Literal
 
 import orjson
@@ -77,14 +78,13 @@ class AdmissionRequest:
     @property
     def is_pod_create(self) -> bool:
         """True only for CREATE of the ``pods`` resource itself (no subresource)."""
-        return (
-            self.operation == "CREATE"
-            and self.kind.group == ""
-            and self.kind.kind == "Pod"
-            and self.resource.group == ""
-            and self.resource.resource == "pods"
-            and not self.sub_resource
-        )
+        kind, resource = self.kind, self.resource
+        # one tuple comparison (in C) instead of five chained ones: 20 bytecodes, not 33
+        return (self.operation, kind.group, kind.kind, resource.group, resource.resource
+                ) == _POD_CREATE and not self.sub_resource
+
+
+_POD_CREATE = ("CREATE", "", "Pod", "", "pods")
 
 
 @dataclass
@@ -157,11 +157,98 @@ def decode_json(body: bytes | str) -> Any:
 
 
 def parse_review(body: bytes | str) -> AdmissionRequest:
-    """Parse and check an AdmissionReview body; :class:`BadReview` says what is wrong."""
+    """Parse and check an AdmissionReview body; :class:`BadReview` says what is wrong.
+
+    Why two ways: a well-formed review (all but a hostile client's) is checked in one
+    straight pass, mostly in C (:func:`_well_formed_request`: ~80 bytecodes, against ~830
+    for the field-by-field :func:`checked_request`); anything it does not vouch for goes
+    to :func:`checked_request`, which decides and words every error, so what is accepted
+    and every message stay that function's by construction."""
     try:
         doc = decode_json(body)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise BadReview(f"body is not JSON: {exc}") from exc
+    return _well_formed_request(doc) or checked_request(doc)
+
+
+#: The fields of ``request`` the fast path reads, in this order; absent optional ones take
+#: the value the checker gives them (``_get(...) or ""``). An explicit null stays None and
+#: fails the type test: the checker takes it from there.
+_REQUEST_FIELDS = itemgetter("uid", "kind", "resource", "subResource", "operation",
+                             "namespace", "name", "dryRun", "object")
+_REQUEST_DEFAULTS: dict[str, Any] = {"subResource": "", "namespace": "", "name": "",
+                                     "dryRun": False, "object": None}
+#: Exact types (JSON's, so ``type() is`` is ``isinstance`` minus bool-as-int): with and
+#: without ``object`` (DELETE and CONNECT send none).
+_REQUEST_TYPES = frozenset({(str, dict, dict, str, str, str, str, bool, dict),
+                            (str, dict, dict, str, str, str, str, bool, type(None))})
+_REVIEW_FIELDS = itemgetter("apiVersion", "kind", "request")
+_POD_FIELDS = itemgetter("kind", "apiVersion")
+_V1_POD = ("Pod", "v1")
+_GROUP_DEFAULT = {"group": ""}
+_GVK_FIELDS = itemgetter("group", "version", "kind")
+_GVR_FIELDS = itemgetter("group", "version", "resource")
+_STRINGS3 = (str, str, str)
+#: (GVK fields, GVR fields) -> (GroupVersionKind, GroupVersionResource, "a Pod in pods"):
+#: a cluster sends a handful of kinds; the frozen dataclasses are immutable, so one
+#: instance serves every review (their generated __init__ was ~50 bytecodes a review).
+_KINDS: dict[tuple[tuple[str, ...], tuple[str, ...]],
+             tuple[GroupVersionKind, GroupVersionResource, bool]] = {}
+_new_object = object.__new__
+
+
+def _well_formed_request(doc: Any) -> AdmissionRequest | None:
+    """The request of a well-formed review, exactly as :func:`checked_request` returns it;
+    None whenever anything is off or unusual (the checker then decides). ``doc`` is what
+    :func:`decode_json` returned: subscripting or unpacking anything but the dict expected
+    raises TypeError or KeyError, which here only means "not vouched for"."""
+    try:
+        api_version, kind, req = _REVIEW_FIELDS(doc)
+        values = _REQUEST_FIELDS({**_REQUEST_DEFAULTS, **req})
+        if (api_version != API_VERSION or kind != KIND  # req: a dict, or ** raised
+                or tuple(map(type, values)) not in _REQUEST_TYPES):
+            return None
+        uid, raw_kind, raw_resource, sub_resource, operation, namespace, name, dry_run, obj = (
+            values)
+        key = (_GVK_FIELDS({**_GROUP_DEFAULT, **raw_kind}),
+               _GVR_FIELDS({**_GROUP_DEFAULT, **raw_resource}))
+        kinds = _KINDS.get(key)
+        if kinds is None:
+            if tuple(map(type, key[0])) != _STRINGS3 or tuple(map(type, key[1])) != _STRINGS3:
+                return None
+            kinds = _kinds(key)
+        if kinds[2] and operation == "CREATE" and not sub_resource:  # a Pod CREATE
+            if _POD_FIELDS(obj) != _V1_POD:  # (obj None: TypeError)
+                return None
+        elif obj is None and operation in ("CREATE", "UPDATE"):
+            return None
+    except (KeyError, TypeError):
+        return None
+    if not uid:
+        return None
+    request = _new_object(AdmissionRequest)  # frozen: fill its __dict__ as __init__ would
+    request.__dict__.update(uid=uid, kind=kinds[0], resource=kinds[1],
+                            sub_resource=sub_resource, operation=operation,
+                            namespace=namespace, name=name, object=obj, dry_run=dry_run)
+    return request
+
+
+def _kinds(key: tuple[tuple[str, ...], tuple[str, ...]]
+           ) -> tuple[GroupVersionKind, GroupVersionResource, bool]:
+    (group, version, kind), (rgroup, rversion, resource) = key
+    if len(_KINDS) >= 64:  # the strings are the client's: keep the table small
+        _KINDS.clear()
+    kinds = _KINDS[key] = (
+        GroupVersionKind(group=group, version=version, kind=kind),
+        GroupVersionResource(group=rgroup, version=rversion, resource=resource),
+        (group, kind, rgroup, resource) == ("", "Pod", "", "pods"),
+    )
+    return kinds
+
+
+def checked_request(doc: Any) -> AdmissionRequest:
+    """The request of a decoded review, every field checked one by one; :class:`BadReview`
+    names the first that is wrong. The reference :func:`parse_review` agrees with."""
     if not isinstance(doc, dict):
         raise BadReview("body is not a JSON object")
     api_version = doc.get("apiVersion")
