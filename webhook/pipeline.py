@@ -218,14 +218,15 @@ class Admitter:
         check_pod_shape(request)  # BadReview: HTTP 400 (a pod we will read must be sound)
         gpu_resources = frozenset().union(*(p.gpu_resources for p in policies))
         try:
-            job = resolve_job(pod, ns_name, cluster, gpu_resources)
+            job = resolve_job(pod, ns_name, cluster, gpu_resources, owner=ref)
         except JobNotFound as exc:
             return Decision(outcome="unchanged", warnings=[
                 f"gputopo: {exc.message}; gang size unknown, pod admitted unchanged"])
         if job is None or not job.requests_gpu:
             return _SKIPPED
+        pod_labels = _labels(pod)
         matched = [p for p in policies
-                   if matches(p, namespace_labels=ns_labels, job=job, pod_labels=_labels(pod))]
+                   if matches(p, namespace_labels=ns_labels, job=job, pod_labels=pod_labels)]
         if not matched:
             return _SKIPPED
         return pod, namespace, job, matched
