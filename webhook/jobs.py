@@ -53,19 +53,28 @@ def gpu_count_problems(spec: Mapping[str, Any], gpu_resources: Iterable[str]) ->
     field: negative, fractional or non-numeric values, requests without limits, and
     requests that differ from limits (the API server requires them equal for GPUs).
 
-    Why two ways: nearly every spec has nothing wrong, which :func:`_gpu_counts_sound`
+    Why two ways: nearly every spec has nothing wrong, which :func:`_sound_pod_gpus`
     confirms from the GPU names a container really has (~40 bytecodes a container);
     :func:`gpu_count_problems_in_detail` walked every name of every container building
     its messages on the way (~210 bytecodes). Anything the first does not vouch for goes
     to the second, which finds and words the problems, as before."""
+    if _sound_pod_gpus(spec, gpu_resources) is not None:
+        return []
+    return gpu_count_problems_in_detail(spec, gpu_resources)
+
+
+def _sound_pod_gpus(spec: Mapping[str, Any], gpu_resources: Iterable[str]) -> int | None:
+    """``pod_gpus(spec, gpu_resources)`` when :func:`gpu_count_problems` has nothing to
+    say about the spec, else None (not vouched for: ask the detailed check). One walk
+    for both questions, which the pipeline asks of every job pod and job template."""
     if isinstance(gpu_resources, _REUSABLE):
         try:
             names_ = _str_names(gpu_resources)
-            if names_ is not None and _gpu_counts_sound(spec, names_):
-                return []
+            if names_ is not None:
+                return _sound_gpus(spec, names_)
         except Exception:  # an unhashable value, say: not vouched for
             pass
-    return gpu_count_problems_in_detail(spec, gpu_resources)
+    return None
 
 
 _REUSABLE = (frozenset, tuple)  # hashable, and not an iterator the fast try would use up
@@ -92,8 +101,12 @@ def _gpu_count(raw: object) -> Fraction | None:
     return value if value >= 0 and value.denominator == 1 else None
 
 
-def _gpu_counts_sound(spec: Mapping[str, Any], names_: frozenset[str]) -> bool:
-    """True only when :func:`gpu_count_problems_in_detail` finds no problem."""
+def _sound_gpus(spec: Mapping[str, Any], names_: frozenset[str]) -> int | None:
+    """GPUs of the spec (as :func:`pod_gpus` counts them) when
+    :func:`gpu_count_problems_in_detail` finds no problem in it, else None. With sound
+    counts (whole, not negative, requests only where limits are), a container's GPUs are
+    its limits: what container_gpus reads first."""
+    total = largest_init = 0
     for key in _CONTAINER_LISTS:
         items = spec.get(key)
         if not isinstance(items, list):
@@ -106,12 +119,18 @@ def _gpu_counts_sound(spec: Mapping[str, Any], names_: frozenset[str]) -> bool:
             limited = names_.intersection(limits) if isinstance(limits, dict) else _NO_NAMES
             asked = names_.intersection(requests) if isinstance(requests, dict) else _NO_NAMES
             if not asked <= limited:
-                return False  # a request without a limit
+                return None  # a request without a limit
+            gpus = 0
             for name in limited:
                 value = _gpu_count(limits[name])
                 if value is None or (name in asked and _gpu_count(requests[name]) != value):
-                    return False
-    return True
+                    return None
+                gpus += value.numerator  # whole: numerator is the count
+            if key == "containers":
+                total += gpus
+            elif gpus > largest_init:
+                largest_init = gpus
+    return max(total, largest_init)
 
 
 def gpu_count_problems_in_detail(spec: Mapping[str, Any], gpu_resources: Iterable[str]
@@ -294,10 +313,13 @@ def gang_size(specs: Mapping[str, Any], gpu_resources: Iterable[str]) -> int:
             raise ValueError(f"replica spec {key!r} is not a mapping")
         template = rs.get("template") if isinstance(rs.get("template"), dict) else {}
         tspec = template.get("spec") if isinstance(template.get("spec"), dict) else {}
-        problems = gpu_count_problems(tspec, names_)
-        if problems:
-            raise ValueError(f"replica spec {key}: {problems[0]}")
-        if pod_gpus(tspec, names_) > 0:
+        gpus = _sound_pod_gpus(tspec, names_)  # None: sound or not, the detail says
+        if gpus is None:
+            problems = gpu_count_problems_in_detail(tspec, names_)
+            if problems:
+                raise ValueError(f"replica spec {key}: {problems[0]}")
+            gpus = pod_gpus(tspec, names_)
+        if gpus > 0:
             total += _replicas(rs)
     return total
 
@@ -342,9 +364,11 @@ def resolve_job(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
     if ref is None or not is_job_owner(ref):
         return None
     pspec = own if isinstance(own := pod.get("spec"), dict) else {}
-    problems = gpu_count_problems(pspec, gpu_resources)
-    if problems:
-        raise BadGpuCount("; ".join(problems) + ": not placed, GPU resource not renamed")
+    gpus = _sound_pod_gpus(pspec, gpu_resources)  # None: sound or not, the detail says
+    if gpus is None:
+        problems = gpu_count_problems_in_detail(pspec, gpu_resources)
+        if problems:
+            raise BadGpuCount("; ".join(problems) + ": not placed, GPU resource not renamed")
     via_batch = (ref.api_version, ref.kind) == BATCH_JOB
     if via_batch:
         batch = cluster.object(api_version=ref.api_version, kind=ref.kind,
@@ -375,7 +399,8 @@ def resolve_job(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
     rtype = _replica_type(labels, specs, via_batch)
     raw_index = _label(labels, names.REPLICA_INDEX_LABEL, names.LEGACY_REPLICA_INDEX_LABELS)
     index = int(raw_index) if raw_index is not None and raw_index.isdigit() else None
-    gpus = pod_gpus(pspec, names_)
+    if gpus is None:
+        gpus = pod_gpus(pspec, names_)
     jmeta = raw if isinstance(raw := job.get("metadata"), dict) else {}
     jlabels = raw if isinstance(raw := jmeta.get("labels"), dict) else {}
     info = _new_object(JobInfo)  # frozen: fill __dict__ as __init__ would (see _new_object)

@@ -295,10 +295,16 @@ def check_pod_shape(request: AdmissionRequest) -> None:
     past its namespace and owner, so its shape is the API server's business; checking it
     cost a third of an out-of-scope review (docs/benchmarks.md)."""
     if request.is_pod_create and request.object is not None:
-        problem = check_pod(request.object)
-        if problem is not None:
-            where, reason = problem
-            raise BadReview(reason, path=f"request.object{where}")
+        check_pod_object(request.object)
+
+
+def check_pod_object(pod: dict[str, Any]) -> None:
+    """:func:`check_pod_shape` for a caller that knows the request is a Pod CREATE and
+    holds its pod (the pipeline's scope: not asking ``is_pod_create`` again)."""
+    problem = check_pod(pod)
+    if problem is not None:
+        where, reason = problem
+        raise BadReview(reason, path=f"request.object{where}")
 
 
 # --- responding ---------------------------------------------------------------------------

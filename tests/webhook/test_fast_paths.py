@@ -389,6 +389,8 @@ name_sets = st.one_of(st.just(frozenset(GPU_NAMES)), st.just(GPU_NAMES),
 @given(spec=st.one_of(gpu_specs, corrupted(gpu_specs, gpu_values)), gpu_names=name_sets)
 def test_gpu_count_problems_are_found_the_same_both_ways(spec, gpu_names):
     assert gpu_count_problems(spec, gpu_names) == gpu_count_problems_in_detail(spec, gpu_names)
+    sound = jobs._sound_pod_gpus(spec, gpu_names)
+    assert sound is None or sound == pod_gpus(spec, gpu_names)
 
 
 def gpu_spec() -> dict[str, Any]:
@@ -397,18 +399,22 @@ def gpu_spec() -> dict[str, Any]:
         {"name": "a", "resources": {"limits": {gpu: 2, "cpu": "1"},
                                     "requests": {gpu: "2", "cpu": "1"}}},
         {"name": "b", "resources": {"limits": {names.TOPOLOGY_GPU_RESOURCE: "1"}}}],
-        "initContainers": [{"name": "i", "resources": {"limits": {gpu: 1},
-                                                        "requests": {gpu: 1}}}]}
+        "initContainers": [{"name": "i", "resources": {"limits": {gpu: 4},
+                                                        "requests": {gpu: 4}}},
+                           {"name": "j", "resources": {"limits": {gpu: 1}}}]}
 
 
 def test_every_single_field_corruption_of_gpu_counts_is_found_the_same_both_ways():
     assert gpu_count_problems(gpu_spec(), GPU_NAMES) == []
+    assert jobs._sound_pod_gpus(gpu_spec(), GPU_NAMES) == pod_gpus(gpu_spec(), GPU_NAMES) == 4
     found = 0
     for path, spec in each_corruption(gpu_spec()):
         for gpu_names in (GPU_NAMES, frozenset(GPU_NAMES)):
             detailed = gpu_count_problems_in_detail(spec, gpu_names)
             assert gpu_count_problems(spec, gpu_names) == detailed, path
             found += bool(detailed)
+            sound = jobs._sound_pod_gpus(spec, gpu_names)
+            assert sound is None or sound == pod_gpus(spec, gpu_names), path
     assert found > 50
 
 
