@@ -37,6 +37,8 @@ from webhook.policy.store import PolicyStore
 from webhook.review import (
     API_VERSION,
     KIND,
+    POD_GVK,
+    PODS_GVR,
     AdmissionRequest,
     BadReview,
     Decision,
@@ -227,7 +229,11 @@ class Admitter:
         the cluster only through ``cluster`` and changes nothing. Out of scope is
         :data:`_SKIPPED` (for the callers here to answer, never to hand out)."""
         pod = request.object
-        if pod is None or not request.is_pod_create:
+        # a Pod CREATE parse_review vouched for shares POD_GVK: no is_pod_create property
+        # call (~15 us of a cold review on the benchmark guest, for 20 bytecodes)
+        if pod is None or not ((request.kind is POD_GVK and request.operation == "CREATE"
+                               and request.resource is PODS_GVR and not request.sub_resource)
+                               or request.is_pod_create):
             return _SKIPPED
         if not self.store.ready:
             return Decision(outcome="skipped",
@@ -244,6 +250,10 @@ class Admitter:
             ns_labels = {}
         if ns_labels.get(_INJECT_LABEL) != _INJECT_VALUE:
             return _SKIPPED
+        meta = pod.get("metadata")
+        refs = meta.get("ownerReferences") if isinstance(meta, dict) else None
+        if not refs or not isinstance(refs, list):
+            return _SKIPPED  # controller_ref would find none: a plain pod, skipped as fast
         policies = self.store.policies()
         if not policies:
             return _SKIPPED

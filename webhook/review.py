@@ -197,12 +197,44 @@ _KINDS: dict[tuple[tuple[str, ...], tuple[str, ...]],
 _new_object = object.__new__
 
 
+#: A Pod CREATE's ``request.kind`` and ``request.resource`` as the API server sends them,
+#: and the one GroupVersionKind/Resource every such request shares.
+_POD_KIND = {"group": "", "version": "v1", "kind": "Pod"}
+_POD_RESOURCE = {"group": "", "version": "v1", "resource": "pods"}
+POD_GVK = GroupVersionKind(group="", version="v1", kind="Pod")
+PODS_GVR = GroupVersionResource(group="", version="v1", resource="pods")
+
+
 def _well_formed_request(doc: Any) -> AdmissionRequest | None:
     """The request of a well-formed review, exactly as :func:`checked_request` returns it;
     None whenever anything is off or unusual (the checker then decides). ``doc`` is what
     :func:`decode_json` returned: subscripting or unpacking anything but the dict expected
-    raises TypeError or KeyError, which here only means "not vouched for"."""
+    raises TypeError or KeyError, which here only means "not vouched for".
+
+    A Pod CREATE (nearly every review: the webhook is registered for nothing else) is
+    vouched for with plain subscripts and comparisons only. Why: on the idle benchmark
+    guest each review starts cold, and its CPU grows with the distinct code it touches
+    more than with its bytecodes; the general pass below (itemgetter, map, type, dict
+    merges, the kinds table) cost ~40 us cold over the decode, this one ~10."""
     try:
+        req = doc["request"]
+        if (req["kind"] == _POD_KIND and req["resource"] == _POD_RESOURCE
+                and req["operation"] == "CREATE"):
+            uid, obj = req["uid"], req["object"]
+            namespace, name = req.get("namespace", ""), req.get("name", "")
+            dry_run = req.get("dryRun", False)
+            if (doc["apiVersion"] == API_VERSION and doc["kind"] == KIND
+                    and type(uid) is str and uid and type(namespace) is str
+                    and type(name) is str and (dry_run is False or dry_run is True)
+                    and req.get("subResource", "") == "" and type(obj) is dict
+                    and obj.get("kind") == "Pod" and obj.get("apiVersion") == "v1"):
+                request = _new_object(AdmissionRequest)  # frozen: fill __dict__ as __init__
+                request.__dict__.update(uid=uid, kind=POD_GVK, resource=PODS_GVR,
+                                        sub_resource="", operation="CREATE",
+                                        namespace=namespace, name=name, object=obj,
+                                        dry_run=dry_run)
+                return request
+        # anything else (a subresource, another kind, an odd field): the general pass
         api_version, kind, req = _REVIEW_FIELDS(doc)
         values = _REQUEST_FIELDS({**_REQUEST_DEFAULTS, **req})
         if (api_version != API_VERSION or kind != KIND  # req: a dict, or ** raised
