@@ -93,8 +93,19 @@ DELETED = object()
 
 
 def each_corruption(doc: Any) -> Any:
-    """``doc`` with one value replaced by each of ODD_VALUES or deleted, everywhere."""
+    """``doc`` with one value replaced by each of ODD_VALUES or deleted, everywhere; and
+    each mapping with a key that is not a string added (YAML allows them; JSON not)."""
     for path in _paths(doc):
+        target = doc
+        for key in path:
+            target = target[key]
+        if isinstance(target, dict):
+            bad = copy.deepcopy(doc)
+            parent = bad
+            for key in path:
+                parent = parent[key]
+            parent[1] = "1"
+            yield (*path, 1), bad
         if not path:
             continue
         for value in [DELETED, *ODD_VALUES]:
