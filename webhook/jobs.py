@@ -358,11 +358,15 @@ def resolve_job(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
 
     Raises :class:`JobNotFound` when the pod names a job owner the cluster does not hold or
     whose spec cannot be read — the caller must then not guess a gang size. ``owner``: the
-    pod's :func:`controller_ref`, when the caller has it already (not looked up again).
+    pod's :func:`controller_ref`, when the caller has it already and found it a job owner
+    (:func:`is_job_owner`): neither is asked again.
     """
-    ref = controller_ref(pod) if owner is None else owner
-    if ref is None or not is_job_owner(ref):
-        return None
+    if owner is None:
+        ref = controller_ref(pod)
+        if ref is None or not is_job_owner(ref):
+            return None
+    else:
+        ref = owner
     pspec = own if isinstance(own := pod.get("spec"), dict) else {}
     gpus = _sound_pod_gpus(pspec, gpu_resources)  # None: sound or not, the detail says
     if gpus is None:

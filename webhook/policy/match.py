@@ -44,12 +44,15 @@ def matches(policy: Policy, *, namespace_labels: Mapping[str, str], job: JobInfo
             pod_labels: Mapping[str, str]) -> bool:
     """True when every condition of ``policy.match`` holds (AND), opt-in included."""
     m = policy.match
-    if not namespace_opted_in(namespace_labels):
+    # namespace_opted_in and empty selectors inline: each pod asks this of every policy,
+    # and each call touched is a cost of its own on a cold review (docs/benchmarks.md)
+    if namespace_labels.get(names.INJECT_LABEL) != names.INJECT_VALUE:
         return False
-    if not _subset(m.namespace_labels, namespace_labels):
+    if m.namespace_labels and not _subset(m.namespace_labels, namespace_labels):
         return False
     if (job.api_version, job.kind) not in _owner_pairs(m.owners):  # the same strings' ==
         return False
     if m.roles and job.role not in m.roles:
         return False
-    return _subset(m.pod_labels, pod_labels) and _subset(m.job_labels, job.labels)
+    return (not m.pod_labels or _subset(m.pod_labels, pod_labels)) and (
+        not m.job_labels or _subset(m.job_labels, job.labels))
