@@ -74,7 +74,7 @@ class _TalliedValue:
     ``__next__`` of an ``itertools.count``, atomic under the GIL, no Python code run).
 
     Why: ``child.inc()`` runs ~55 Python bytecodes (observability checks, a lock, a float
-    add) and the pipeline counts once per review; an out-of-scope review is ~250
+    add) and the pipeline counts once per review; an out-of-scope review is ~360
     bytecodes in all. What ``/metrics`` shows is unchanged: ``get`` returns the float the
     plain value would hold, ``inc``/``set`` (``reset``) and exemplars still work."""
 
