@@ -117,10 +117,168 @@ def _check_spec(pod: Mapping[str, Any]) -> None:
 
 
 def check_pod(pod: Mapping[str, Any]) -> Problem | None:
-    """None when the pod has the shape the pipeline relies on, else (field path, reason)."""
+    """None when the pod has the shape the pipeline relies on, else (field path, reason).
+
+    Why two ways: a well-formed pod is vouched for in one straight pass
+    (:func:`_well_formed`: ~2 us a benchmark pod hot, ~35 cold, against ~1,300 bytecodes
+    for :func:`check_pod_in_detail`); anything it does not vouch for goes to
+    :func:`check_pod_in_detail`, which decides and words every problem, so what passes
+    and every message stay that function's by construction."""
+    try:
+        if _well_formed(pod):
+            return None
+    except Exception:  # anything unexpected is simply not vouched for
+        pass
+    return check_pod_in_detail(pod)
+
+
+def check_pod_in_detail(pod: Mapping[str, Any]) -> Problem | None:
+    """:func:`check_pod`, field by field: the reference the fast pass agrees with."""
     try:
         _check_metadata(pod)
         _check_spec(pod)
     except _Bad as bad:
         return bad.path, bad.reason
     return None
+
+
+# --- the fast pass ------------------------------------------------------------------------
+# Why plain subscripts and comparisons, not map/all/isinstance over field tables (tried
+# first: 285 bytecodes a pod against 609): the table version cost 5.1 us a pod hot and
+# ~68 us cold (after 20 ms idle on the benchmark guest), this one 2.0 and ~35. The C
+# helpers' own work is not in a bytecode count, and cold, each distinct one touched costs.
+_META_STRINGS = ("name", "generateName", "namespace", "uid")
+_SPEC_BOOLS = ("hostNetwork", "hostIPC", "hostPID")
+_SPEC_STRINGS = ("dnsPolicy", "schedulerName", "nodeName")
+_SPEC_MAPS = ("securityContext", "affinity")  # nodeSelector: a string map, below
+_PARTS = ("requests", "limits")
+#: (type, value) of the quantities parse_quantity accepted: the type keeps 1, 1.0 and True
+#: apart. The values are the client's, so the set is kept small.
+_QUANTITIES: set[tuple[type, Any]] = set()
+
+
+def _learn_quantity(value: Any) -> bool:
+    """True when parse_quantity accepts ``value`` (then remembered)."""
+    try:
+        parse_quantity(value)
+    except ValueError:
+        return False
+    if len(_QUANTITIES) >= 4096:
+        _QUANTITIES.clear()
+    _QUANTITIES.add((type(value), value))
+    return True
+
+
+def _string_map(value: Any) -> bool:
+    if type(value) is not dict:
+        return False
+    for k, v in value.items():  # noqa: SIM110 - a loop, not a generator (see above)
+        if type(k) is not str or type(v) is not str:
+            return False
+    return True
+
+
+def _well_formed(pod: Mapping[str, Any]) -> bool:
+    """True only when :func:`check_pod_in_detail` finds nothing wrong with ``pod``; False
+    (or an exception) when unsure, never a wrong True. Every test is one the detailed
+    checker makes, with ``type(x) is T`` for its ``isinstance`` (stricter: a subclass is
+    not vouched for) and ``is True/False`` for a boolean."""
+    meta = pod.get("metadata")
+    if meta is not None:
+        if type(meta) is not dict:
+            return False
+        for key in _META_STRINGS:
+            value = meta.get(key)
+            if value is not None and type(value) is not str:
+                return False
+        labels = meta.get("labels")
+        if labels is not None and not _string_map(labels):
+            return False
+        annotations = meta.get("annotations")
+        if annotations is not None and not _string_map(annotations):
+            return False
+        refs = meta.get("ownerReferences")
+        if refs is not None:
+            if type(refs) is not list:
+                return False
+            for ref in refs:
+                if type(ref) is not dict:
+                    return False
+                api_version, kind, name = (ref.get("apiVersion"), ref.get("kind"),
+                                           ref.get("name"))
+                if not (type(api_version) is str and api_version and type(kind) is str and kind
+                        and type(name) is str and name):
+                    return False
+                uid, controller = ref.get("uid"), ref.get("controller")
+                if (uid is not None and type(uid) is not str) or not (
+                        controller is None or controller is True or controller is False):
+                    return False
+    spec = pod.get("spec")
+    if type(spec) is not dict:
+        return False
+    containers = spec.get("containers")
+    if type(containers) is not list:
+        return False
+    init = spec.get("initContainers")
+    if init is not None:
+        if type(init) is not list:
+            return False
+        containers = containers + init
+    for key in _SPEC_BOOLS:
+        value = spec.get(key)
+        if not (value is None or value is True or value is False):
+            return False
+    for key in _SPEC_STRINGS:
+        value = spec.get(key)
+        if value is not None and type(value) is not str:
+            return False
+    for key in _SPEC_MAPS:
+        value = spec.get(key)
+        if value is not None and type(value) is not dict:
+            return False
+    value = spec.get("nodeSelector")
+    if value is not None and not _string_map(value):
+        return False
+    volumes = spec.get("volumes")
+    if volumes is not None:
+        if type(volumes) is not list:
+            return False
+        for vol in volumes:
+            if type(vol) is not dict or type(vol.get("name")) is not str:
+                return False
+    for c in containers:
+        if type(c) is not dict or type(c.get("name")) is not str:
+            return False
+        resources = c.get("resources")
+        if resources is not None:
+            if type(resources) is not dict:
+                return False
+            for part in _PARTS:
+                values = resources.get(part)
+                if values is not None:
+                    if type(values) is not dict:
+                        return False
+                    for k, v in values.items():
+                        if type(k) is not str:
+                            return False
+                        if (type(v), v) not in _QUANTITIES and not _learn_quantity(v):
+                            return False
+        mounts = c.get("volumeMounts")
+        if mounts is not None:
+            if type(mounts) is not list:
+                return False
+            for m in mounts:
+                if (type(m) is not dict or type(m.get("name")) is not str
+                        or type(m.get("mountPath")) is not str):
+                    return False
+        env = c.get("env")
+        if env is not None:
+            if type(env) is not list:
+                return False
+            for e in env:
+                if type(e) is not dict or type(e.get("name")) is not str:
+                    return False
+        value = c.get("securityContext")
+        if value is not None and type(value) is not dict:
+            return False
+    return True

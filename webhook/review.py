@@ -24,6 +24,7 @@ import base64
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any, Literal
 
 import orjson
@@ -77,14 +78,13 @@ class AdmissionRequest:
     @property
     def is_pod_create(self) -> bool:
         """True only for CREATE of the ``pods`` resource itself (no subresource)."""
-        return (
-            self.operation == "CREATE"
-            and self.kind.group == ""
-            and self.kind.kind == "Pod"
-            and self.resource.group == ""
-            and self.resource.resource == "pods"
-            and not self.sub_resource
-        )
+        kind, resource = self.kind, self.resource
+        # one tuple comparison (in C) instead of five chained ones: 20 bytecodes, not 33
+        return (self.operation, kind.group, kind.kind, resource.group, resource.resource
+                ) == _POD_CREATE and not self.sub_resource
+
+
+_POD_CREATE = ("CREATE", "", "Pod", "", "pods")
 
 
 @dataclass
@@ -157,11 +157,131 @@ def decode_json(body: bytes | str) -> Any:
 
 
 def parse_review(body: bytes | str) -> AdmissionRequest:
-    """Parse and check an AdmissionReview body; :class:`BadReview` says what is wrong."""
+    """Parse and check an AdmissionReview body; :class:`BadReview` says what is wrong.
+
+    Why two ways: a well-formed review (all but a hostile client's) is checked in one
+    straight pass (:func:`_well_formed_request`: ~150 bytecodes for a Pod CREATE, against
+    ~840 for the field-by-field :func:`checked_request`, and less code touched); anything
+    it does not vouch for goes to :func:`checked_request`, which decides and words every
+    error, so what is accepted and every message stay that function's by construction."""
     try:
         doc = decode_json(body)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise BadReview(f"body is not JSON: {exc}") from exc
+    return _well_formed_request(doc) or checked_request(doc)
+
+
+#: The fields of ``request`` the fast path reads, in this order; absent optional ones take
+#: the value the checker gives them (``_get(...) or ""``). An explicit null stays None and
+#: fails the type test: the checker takes it from there.
+_REQUEST_FIELDS = itemgetter("uid", "kind", "resource", "subResource", "operation",
+                             "namespace", "name", "dryRun", "object")
+_REQUEST_DEFAULTS: dict[str, Any] = {"subResource": "", "namespace": "", "name": "",
+                                     "dryRun": False, "object": None}
+#: Exact types (JSON's, so ``type() is`` is ``isinstance`` minus bool-as-int): with and
+#: without ``object`` (DELETE and CONNECT send none).
+_REQUEST_TYPES = frozenset({(str, dict, dict, str, str, str, str, bool, dict),
+                            (str, dict, dict, str, str, str, str, bool, type(None))})
+_REVIEW_FIELDS = itemgetter("apiVersion", "kind", "request")
+_POD_FIELDS = itemgetter("kind", "apiVersion")
+_V1_POD = ("Pod", "v1")
+_GROUP_DEFAULT = {"group": ""}
+_GVK_FIELDS = itemgetter("group", "version", "kind")
+_GVR_FIELDS = itemgetter("group", "version", "resource")
+_STRINGS3 = (str, str, str)
+#: (GVK fields, GVR fields) -> (GroupVersionKind, GroupVersionResource, "a Pod in pods"):
+#: a cluster sends a handful of kinds; the frozen dataclasses are immutable, so one
+#: instance serves every review (their generated __init__ was ~50 bytecodes a review).
+_KINDS: dict[tuple[tuple[str, ...], tuple[str, ...]],
+             tuple[GroupVersionKind, GroupVersionResource, bool]] = {}
+_new_object = object.__new__
+
+
+#: A Pod CREATE's ``request.kind`` and ``request.resource`` as the API server sends them,
+#: and the one GroupVersionKind/Resource every such request shares.
+_POD_KIND = {"group": "", "version": "v1", "kind": "Pod"}
+_POD_RESOURCE = {"group": "", "version": "v1", "resource": "pods"}
+POD_GVK = GroupVersionKind(group="", version="v1", kind="Pod")
+PODS_GVR = GroupVersionResource(group="", version="v1", resource="pods")
+
+
+def _well_formed_request(doc: Any) -> AdmissionRequest | None:
+    """The request of a well-formed review, exactly as :func:`checked_request` returns it;
+    None whenever anything is off or unusual (the checker then decides). ``doc`` is what
+    :func:`decode_json` returned: subscripting or unpacking anything but the dict expected
+    raises TypeError or KeyError, which here only means "not vouched for".
+
+    A Pod CREATE (nearly every review: the webhook is registered for nothing else) is
+    vouched for with plain subscripts and comparisons only. Why: on the idle benchmark
+    guest each review starts cold, and its CPU grows with the distinct code it touches
+    more than with its bytecodes; the general pass below (itemgetter, map, type, dict
+    merges, the kinds table: ~120 bytecodes) cost ~40 us cold over the decode, this one
+    (~150 bytecodes) ~15."""
+    try:
+        req = doc["request"]
+        if (req["kind"] == _POD_KIND and req["resource"] == _POD_RESOURCE
+                and req["operation"] == "CREATE"):
+            uid, obj = req["uid"], req["object"]
+            namespace, name = req.get("namespace", ""), req.get("name", "")
+            dry_run = req.get("dryRun", False)
+            if (doc["apiVersion"] == API_VERSION and doc["kind"] == KIND
+                    and type(uid) is str and uid and type(namespace) is str
+                    and type(name) is str and (dry_run is False or dry_run is True)
+                    and req.get("subResource", "") == "" and type(obj) is dict
+                    and obj.get("kind") == "Pod" and obj.get("apiVersion") == "v1"):
+                request = _new_object(AdmissionRequest)  # frozen: fill __dict__ as __init__
+                request.__dict__.update(uid=uid, kind=POD_GVK, resource=PODS_GVR,
+                                        sub_resource="", operation="CREATE",
+                                        namespace=namespace, name=name, object=obj,
+                                        dry_run=dry_run)
+                return request
+        # anything else (a subresource, another kind, an odd field): the general pass
+        api_version, kind, req = _REVIEW_FIELDS(doc)
+        values = _REQUEST_FIELDS({**_REQUEST_DEFAULTS, **req})
+        if (api_version != API_VERSION or kind != KIND  # req: a dict, or ** raised
+                or tuple(map(type, values)) not in _REQUEST_TYPES):
+            return None
+        uid, raw_kind, raw_resource, sub_resource, operation, namespace, name, dry_run, obj = (
+            values)
+        key = (_GVK_FIELDS({**_GROUP_DEFAULT, **raw_kind}),
+               _GVR_FIELDS({**_GROUP_DEFAULT, **raw_resource}))
+        kinds = _KINDS.get(key)
+        if kinds is None:
+            if tuple(map(type, key[0])) != _STRINGS3 or tuple(map(type, key[1])) != _STRINGS3:
+                return None
+            kinds = _kinds(key)
+        if kinds[2] and operation == "CREATE" and not sub_resource:  # a Pod CREATE
+            if _POD_FIELDS(obj) != _V1_POD:  # (obj None: TypeError)
+                return None
+        elif obj is None and operation in ("CREATE", "UPDATE"):
+            return None
+    except (KeyError, TypeError):
+        return None
+    if not uid:
+        return None
+    request = _new_object(AdmissionRequest)  # frozen: fill its __dict__ as __init__ would
+    request.__dict__.update(uid=uid, kind=kinds[0], resource=kinds[1],
+                            sub_resource=sub_resource, operation=operation,
+                            namespace=namespace, name=name, object=obj, dry_run=dry_run)
+    return request
+
+
+def _kinds(key: tuple[tuple[str, ...], tuple[str, ...]]
+           ) -> tuple[GroupVersionKind, GroupVersionResource, bool]:
+    (group, version, kind), (rgroup, rversion, resource) = key
+    if len(_KINDS) >= 64:  # the strings are the client's: keep the table small
+        _KINDS.clear()
+    kinds = _KINDS[key] = (
+        GroupVersionKind(group=group, version=version, kind=kind),
+        GroupVersionResource(group=rgroup, version=rversion, resource=resource),
+        (group, kind, rgroup, resource) == ("", "Pod", "", "pods"),
+    )
+    return kinds
+
+
+def checked_request(doc: Any) -> AdmissionRequest:
+    """The request of a decoded review, every field checked one by one; :class:`BadReview`
+    names the first that is wrong. The reference :func:`parse_review` agrees with."""
     if not isinstance(doc, dict):
         raise BadReview("body is not a JSON object")
     api_version = doc.get("apiVersion")
@@ -208,10 +328,16 @@ def check_pod_shape(request: AdmissionRequest) -> None:
     past its namespace and owner, so its shape is the API server's business; checking it
     cost a third of an out-of-scope review (docs/benchmarks.md)."""
     if request.is_pod_create and request.object is not None:
-        problem = check_pod(request.object)
-        if problem is not None:
-            where, reason = problem
-            raise BadReview(reason, path=f"request.object{where}")
+        check_pod_object(request.object)
+
+
+def check_pod_object(pod: dict[str, Any]) -> None:
+    """:func:`check_pod_shape` for a caller that knows the request is a Pod CREATE and
+    holds its pod (the pipeline's scope: not asking ``is_pod_create`` again)."""
+    problem = check_pod(pod)
+    if problem is not None:
+        where, reason = problem
+        raise BadReview(reason, path=f"request.object{where}")
 
 
 # --- responding ---------------------------------------------------------------------------
