@@ -653,3 +653,47 @@ def _stored_plan(stored: Mapping[str, Any]) -> Plan | None:
         _PLANS.clear()
     _PLANS[id(stored)] = (stored, plan)
     return plan
+
+
+#: Networks of gangs whose pods do not ask for the host network, per replica-specs object
+#: (held by the entry, so its id is not reused while remembered; a reader replaces a job's
+#: object when it changes, never modifies it): every later pod of a gang asked again.
+_NETWORKS: dict[int, tuple[Mapping[str, Any], tuple[Any, ...], GangNetwork]] = {}
+
+
+def gang_network(api_version: str, kind: str, name: str, specs: Mapping[str, Any],
+                 gpu_types: Mapping[str, int], *, mode: str, pod_spec: Mapping[str, Any],
+                 original_spec: Mapping[str, Any], pod_type: str | None,
+                 host_ports: tuple[int, int]) -> GangNetwork:
+    """``GangNetwork(job_facts(...), needs(...), host_ports)``, remembered per job when the
+    pod does not ask for the host network.
+
+    Why exact: without ``hostNetwork`` on the (mutated) pod, :func:`needs` takes its first
+    branch whatever the mode, and reads the pod only through the explicit hostPorts of the
+    pod as it came in (``claimed_ports(original_spec, host_network=False)``, once as the
+    user's fixed ports, once as the ports of its replica type); the rest is the job's. So
+    the key is the job's facts, the pod's type, those ports and the port range
+    (tests/placement_step/test_network_memo.py compares with the plain computation).
+    Why: job_facts + needs + the GangNetwork cost ~65 us cold a later pod of a gang
+    (bench/admission_profile.py --components --gap-ms 20), three frozen dataclasses and a
+    dozen helpers cold each time; a hit is one walk of the pod's ports and one lookup."""
+    specs = specs if isinstance(specs, dict) else {}
+    if pod_spec.get("hostNetwork") is True or not specs:
+        facts = job_facts(api_version, kind, name, specs, gpu_types)
+        return GangNetwork(job=facts, need=needs(facts, mode=mode, pod_spec=pod_spec,
+                                                 original_spec=original_spec,
+                                                 pod_type=pod_type),
+                           host_ports=host_ports)
+    key = (api_version, kind, name, tuple(gpu_types.items()), pod_type, host_ports,
+           frozenset(_user_host_ports(original_spec)))
+    hit = _NETWORKS.get(id(specs))
+    if hit is not None and hit[0] is specs and hit[1] == key:
+        return hit[2]
+    facts = job_facts(api_version, kind, name, specs, gpu_types)
+    made = GangNetwork(job=facts, need=needs(facts, mode=mode, pod_spec=pod_spec,
+                                             original_spec=original_spec, pod_type=pod_type),
+                       host_ports=host_ports)
+    if len(_NETWORKS) >= 4096:
+        _NETWORKS.clear()
+    _NETWORKS[id(specs)] = (specs, key, made)
+    return made
