@@ -653,3 +653,86 @@ def _stored_plan(stored: Mapping[str, Any]) -> Plan | None:
         _PLANS.clear()
     _PLANS[id(stored)] = (stored, plan)
     return plan
+
+
+
+#: Networks of gangs, per replica-specs object (held by the entry, so its id is not reused
+#: while remembered; a reader replaces a job's object when it changes, never modifies it),
+#: with the key of what :func:`needs` read of the pod: every later pod of a gang asks again.
+_NETWORKS: dict[int, tuple[Mapping[str, Any], tuple[Any, ...], GangNetwork]] = {}
+_ENV_READ = (RDZV_ENV, "MASTER_PORT", TF_CONFIG_ENV)
+
+
+def _pod_inputs(spec: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """Everything :func:`needs` reads of the admitted pod's spec besides ``hostNetwork``:
+    each declared port as :func:`~gputopo.cluster.objects.claimed_ports` reads it (name,
+    protocol, hostPort, containerPort) and the first value of each env variable
+    :func:`env_value` is asked for. None when a container or port is a mapping of another
+    type than dict (the two readers differ there): not remembered."""
+    ports: list[tuple[Any, ...]] = []
+    env: list[Any] = [None, None, None]
+    found = [False, False, False]
+    for key in ("initContainers", "containers"):
+        items = spec.get(key)
+        if not isinstance(items, list):
+            continue
+        for c in items:
+            if not isinstance(c, dict):
+                if isinstance(c, Mapping):
+                    return None
+                continue
+            declared = c.get("ports")
+            for p in declared if isinstance(declared, list) else ():
+                if isinstance(p, dict):  # with the types: 1 == True, but True is no port
+                    n, proto, host, number = (p.get("name"), p.get("protocol"),
+                                              p.get("hostPort"), p.get("containerPort"))
+                    ports.append((n, type(n), proto, type(proto), host, type(host), number,
+                                  type(number)))
+                elif isinstance(p, Mapping):
+                    return None
+            variables = c.get("env")
+            for item in variables if isinstance(variables, list) else ():
+                if not isinstance(item, dict):
+                    continue
+                name = item.get("name")
+                for i, wanted in enumerate(_ENV_READ):
+                    if not found[i] and name == wanted:
+                        found[i] = True
+                        value = item.get("value")
+                        env[i] = value if isinstance(value, str) else None
+    return (tuple(ports), *env)
+
+
+def gang_network(api_version: str, kind: str, name: str, specs: Mapping[str, Any],
+                 gpu_types: Mapping[str, int], *, mode: str, pod_spec: Mapping[str, Any],
+                 original_spec: Mapping[str, Any], pod_type: str | None,
+                 host_ports: tuple[int, int]) -> GangNetwork:
+    """``GangNetwork(job_facts(...), needs(...), host_ports)``, remembered per job.
+
+    Why exact: :func:`needs` reads the job's facts, the mode, the pod's type, both specs'
+    ``hostNetwork``, the explicit hostPorts of the pod as it came in
+    (``claimed_ports(original_spec, host_network=False)``) and of the admitted pod its
+    ports and three env values (:func:`_pod_inputs`); all are in the key
+    (tests/placement_step/test_network_memo.py compares with the plain computation on
+    generated pods). Why: job_facts + needs + the GangNetwork cost ~70 us cold a later pod
+    of a gang (bench/admission_profile.py --components --gap-ms 20: three frozen dataclasses
+    and a dozen helpers, cold each time); a hit is one walk of the pod's containers."""
+    specs = specs if isinstance(specs, dict) else {}
+    inputs = _pod_inputs(pod_spec) if specs else None
+    key: tuple[Any, ...] = ()
+    if inputs is not None:  # compared, never hashed: any value of a review will do
+        key = (api_version, kind, name, tuple(gpu_types.items()), pod_type, host_ports, mode,
+               pod_spec.get("hostNetwork") is True, original_spec.get("hostNetwork") is True,
+               frozenset(_user_host_ports(original_spec)), inputs)
+        hit = _NETWORKS.get(id(specs))
+        if hit is not None and hit[0] is specs and hit[1] == key:
+            return hit[2]
+    facts = job_facts(api_version, kind, name, specs, gpu_types)
+    made = GangNetwork(job=facts, need=needs(facts, mode=mode, pod_spec=pod_spec,
+                                             original_spec=original_spec, pod_type=pod_type),
+                       host_ports=host_ports)
+    if inputs is not None:
+        if len(_NETWORKS) >= 4096:
+            _NETWORKS.clear()
+        _NETWORKS[id(specs)] = (specs, key, made)
+    return made

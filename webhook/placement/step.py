@@ -190,6 +190,61 @@ def nodes_for_pod(ctx: AdmissionContext) -> tuple[list[NodeState], int]:
 
 _ruled_out = ruled_out
 
+#: Keys and gang requests already made, by their fields: every GPU pod made a GangKey, a
+#: ReplicaKey and a GangRequest, frozen dataclasses whose generated ``__init__`` (and the
+#: keys' validating ``__post_init__``) cost ~20 us cold a later pod of a gang
+#: (bench/admission_profile.py --gap-ms 20); all three are frozen, so one instance serves
+#: every pod that asks with the same fields. Bounded: cleared at 4,096 entries.
+_GANG_KEYS: dict[tuple[object, ...], GangKey] = {}
+_REPLICA_KEYS: dict[tuple[object, int], ReplicaKey] = {}
+_GANG_REQUESTS: dict[tuple[int, int, int | None], GangRequest] = {}
+
+
+def gang_key(namespace: str, kind: str, name: str, uid: str) -> GangKey:
+    """``GangKey(namespace, kind, name, uid)``, one instance per value (invalid fields raise
+    as the constructor does: only keys it made are remembered)."""
+    fields = (namespace, kind, name, uid)
+    key = _GANG_KEYS.get(fields)
+    if key is None:
+        key = GangKey(namespace, kind, name, uid)
+        if len(_GANG_KEYS) >= 4096:
+            _GANG_KEYS.clear()
+        _GANG_KEYS[fields] = key
+    return key
+
+
+def replica_key(replica_type: str, index: int) -> ReplicaKey:
+    """``ReplicaKey(replica_type, index)``, one instance per value (as :func:`gang_key`;
+    a plain int index only: ``True == 1``, but a key made with True says ``worker/True``)."""
+    if type(index) is not int:
+        return ReplicaKey(replica_type, index)
+    fields = (replica_type, index)
+    key = _REPLICA_KEYS.get(fields)
+    if key is None:
+        key = ReplicaKey(replica_type, index)
+        if len(_REPLICA_KEYS) >= 4096:
+            _REPLICA_KEYS.clear()
+        _REPLICA_KEYS[fields] = key
+    return key
+
+
+def gang_request(replicas: int, gpus_per_replica: int, cap: int | None) -> GangRequest:
+    """``GangRequest(replicas, gpus_per_replica, max_replicas_per_node=cap)``, one instance
+    per value (plain ints only, as :func:`replica_key`)."""
+    if type(replicas) is not int or type(gpus_per_replica) is not int or (
+            cap is not None and type(cap) is not int):
+        return GangRequest(replicas=replicas, gpus_per_replica=gpus_per_replica,
+                           max_replicas_per_node=cap)
+    fields = (replicas, gpus_per_replica, cap)
+    gang = _GANG_REQUESTS.get(fields)
+    if gang is None:
+        gang = GangRequest(replicas=replicas, gpus_per_replica=gpus_per_replica,
+                           max_replicas_per_node=cap)
+        if len(_GANG_REQUESTS) >= 4096:
+            _GANG_REQUESTS.clear()
+        _GANG_REQUESTS[fields] = gang
+    return gang
+
 
 class PlacementStep:
     """The pipeline step (``webhook.steps.Step``): name ``placement``, ``apply(ctx)``."""
@@ -263,8 +318,8 @@ class PlacementStep:
                 f"never share a slot)")
             return
         try:
-            key = GangKey(job.namespace, job.kind, job.name, job.uid)
-            replica = ReplicaKey(rtype, index)
+            key = gang_key(job.namespace, job.kind, job.name, job.uid)
+            replica = replica_key(rtype, index)
         except (TypeError, ValueError) as exc:
             ctx.warnings.append(f"placement: {what}: cannot identify the replica ({exc}); "
                                 f"pod admitted unplaced")
@@ -275,8 +330,7 @@ class PlacementStep:
             ctx.warnings.extend(f"network: {w}" for w in net.need.warnings)
         if net.need.cap is not None:
             ctx.warnings.append(f"placement: {what}: {net.need.cap_why}")
-        gang = GangRequest(replicas=job.gang_size, gpus_per_replica=gpus,
-                           max_replicas_per_node=net.need.cap)
+        gang = gang_request(job.gang_size, gpus, net.need.cap)
         preview = ctx.audit or ctx.request.dry_run
         if len(set(counts.values())) > 1:
             shown = ", ".join(f"{t}: {n}" for t, n in sorted(counts.items()))
@@ -301,13 +355,12 @@ class PlacementStep:
              counts: Mapping[str, int]) -> network.GangNetwork:
         job = ctx.job
         assert job is not None
-        facts = network.job_facts(job.api_version, job.kind, job.name,
-                                  specs if isinstance(specs, dict) else {}, counts)
         spec = ctx.pod.get("spec") if isinstance(ctx.pod.get("spec"), dict) else {}
         ospec = ctx.original.get("spec") if isinstance(ctx.original.get("spec"), dict) else {}
-        need = network.needs(facts, mode=settings.network, pod_spec=spec, original_spec=ospec,
-                             pod_type=job.replica_type)
-        return network.GangNetwork(job=facts, need=need, host_ports=settings.host_ports)
+        return network.gang_network(job.api_version, job.kind, job.name,
+                                    specs if isinstance(specs, dict) else {}, counts,
+                                    mode=settings.network, pod_spec=spec, original_spec=ospec,
+                                    pod_type=job.replica_type, host_ports=settings.host_ports)
 
     # --- deciding ------------------------------------------------------------------------
     def _grant(
@@ -447,10 +500,10 @@ class PlacementStep:
     ) -> None:
         res, slot = granted.reservation, granted.slot
         visible = res.visible_gpus(slot.node)
-        record = placed_record(key, replica, res, slot, visible)
         plan = granted.plan
-        if plan is not None:
-            record["network"] = plan.to_json()
+        # the plan's JSON replaces the stored one: not copied first (only its JSON is kept)
+        record = placed_record(key, replica, res, slot, visible,
+                               network=None if plan is None else plan.to_json())
         policy = ctx.policy
         ctx.warnings.extend(
             apply_slot(ctx.pod, node=slot.node, gpu_group=slot.gpus, gpu_visible=visible,
@@ -473,13 +526,11 @@ class PlacementStep:
                 f"{gpu_list(slot.gpus)}: {granted.moved}"
             )
         if not preview:
-            metrics.PLACEMENTS.labels(result="moved" if granted.moved else
-                                      "placed" if granted.fresh else "reused").inc()
+            metrics.tally(metrics.PLACEMENTS, "moved" if granted.moved else
+                          "placed" if granted.fresh else "reused")()
         if not ctx.request.dry_run:
-            metrics.MUTATIONS.labels(
-                kind="placement", policy=policy_name(policy),
-                mode="audit" if ctx.audit else "enforce",
-            ).inc()
+            metrics.tally(metrics.MUTATIONS, "placement", policy_name(policy),
+                          "audit" if ctx.audit else "enforce")()
 
     def _unplaced(
         self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, gang: GangRequest,
@@ -556,9 +607,24 @@ class PlacementStep:
 
 
 def placed_record(key: GangKey, replica: ReplicaKey, res: GangReservation, slot: ReplicaSlot,
-                  visible: tuple[int, ...] | None = None) -> dict[str, Any]:
+                  visible: tuple[int, ...] | None = None, *,
+                  network: dict[str, Any] | None = None) -> dict[str, Any]:
     """The placement record of a replica in its slot (at admission or from the queue);
-    ``visible``: ``res.visible_gpus(slot.node)`` when the caller has it already."""
+    ``visible``: ``res.visible_gpus(slot.node)`` when the caller has it already;
+    ``network``: the plan's JSON, in place of the one stored with the reservation."""
+    if network is not None:
+        return {
+            "placed": True,
+            "job": f"{key.kind} {key.namespace}/{key.name}",
+            "jobUid": key.uid,
+            "replica": replica.wire(),
+            "node": slot.node,
+            "gpus": list(slot.gpus),
+            "gpuVisible": list(res.visible_gpus(slot.node) if visible is None else visible),
+            "busBandwidthGBps": round(res.bus_bandwidth_gbps, 3),
+            "reason": res.reason,
+            "network": network,
+        }
     return {
         "placed": True,
         "job": f"{key.kind} {key.namespace}/{key.name}",
@@ -600,7 +666,12 @@ def store_deadline(store: object) -> AbstractContextManager[None]:
     """The store's per-admission deadline (API-backed stores have one), else nothing: an
     admission must answer inside the webhook's timeout even when the API is slow."""
     deadline = getattr(store, "deadline", None)
-    return deadline(STORE_SECONDS) if deadline is not None else contextlib.nullcontext()
+    return deadline(STORE_SECONDS) if deadline is not None else _NO_DEADLINE
+
+
+#: One "nothing" for every admission: a nullcontext keeps no state, so it can be entered
+#: again and again (one object fewer to build per GPU pod).
+_NO_DEADLINE: AbstractContextManager[None] = contextlib.nullcontext()
 
 
 def _gpu_resources(policy: Policy | None) -> frozenset[str]:
