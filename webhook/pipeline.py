@@ -44,7 +44,10 @@ from webhook.review import (
     Decision,
     build_response,
     check_pod_object,
+    decode_json,
     parse_review,
+    pod_create_request,
+    review_request,
 )
 from webhook.steps import AdmissionContext, JobInfo, Step
 
@@ -115,6 +118,7 @@ def _gpu_resources(policies: list[Policy]) -> frozenset[str]:
 
 
 _INJECT_LABEL, _INJECT_VALUE = names.INJECT_LABEL, names.INJECT_VALUE
+_NO_CLUSTER = object()  # what Admitter._readers holds before the first review
 _Scope = tuple[dict[str, Any], "dict[str, Any] | None", JobInfo, "list[Policy]"]
 
 
@@ -137,6 +141,17 @@ class Admitter:
         self.store = store
         self.cluster = cluster
         self.steps = list(steps or [])
+        self._readers: tuple[object, Any, Callable[[str], bool | None] | None] = (
+            _NO_CLUSTER, None, None)
+
+    def _remember_readers(self) -> tuple[object, Any, Callable[[str], bool | None] | None]:
+        """(cluster, its memory-only reader or None, that reader's kept opt-in answers or
+        None), asked once per cluster object: ``memory_only()`` and the attribute lookups
+        were a call and ~4 us of each cold review."""
+        memory_only = getattr(self.cluster, "memory_only", None)
+        reader = memory_only() if memory_only is not None else None
+        self._readers = (self.cluster, reader, getattr(reader, "namespace_opted_in", None))
+        return self._readers
 
     @property
     def ready(self) -> bool:
@@ -187,15 +202,40 @@ class Admitter:
         ``memory_only()`` reader, which raises WouldBlock instead of waiting.
         """
         try:
-            request = parse_review(body)
-        except BadReview as exc:
-            _count("bad_request")
-            return 400, {"error": exc.line()}
-        memory_only = getattr(self.cluster, "memory_only", None)
-        if memory_only is None:
+            doc = decode_json(body)
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            return self.handle_body(body)  # parse_review words it, as it always did
+        held = self._readers
+        if held[0] is not self.cluster:
+            held = self._remember_readers()
+        reader, opted_in = held[1], held[2]
+        request = pod_create_request(doc)
+        if request is None:  # anything but a well-formed Pod CREATE: the general parse
+            try:
+                request = review_request(doc)
+            except BadReview as exc:
+                _count("bad_request")
+                return 400, {"error": exc.line()}
+        elif opted_in is not None and self.store.in_force is not None and request.namespace:
+            # Out of scope by the namespace's kept opt-in answer, or a pod without owner
+            # references in one that opted in: _scope's first answers, without its calls
+            # (the policy set and the opt-in are read, not asked for). Why: each function
+            # a cold review touches costs on its own (docs/benchmarks.md, "Cold CPU: the
+            # event loop's share"). Anything else (a namespace not in memory, no policies
+            # loaded yet, a pod with owners) goes through _scope, which decides in full.
+            opted = opted_in(request.namespace)
+            if opted is True:
+                meta = request.object.get("metadata")  # type: ignore[union-attr]
+                refs = meta.get("ownerReferences") if isinstance(meta, dict) else None
+                opted = None if refs and isinstance(refs, list) else False
+            if opted is False:
+                (_COUNTERS.get("skipped") or _counter("skipped"))()
+                return 200, {"apiVersion": API_VERSION, "kind": KIND,
+                             "response": {"uid": request.uid, "allowed": True}}
+        if reader is None:
             return request
         try:
-            scope = self._scope(request, memory_only())
+            scope = self._scope(request, reader)
         except WouldBlock:
             return request
         except BadReview as exc:
