@@ -306,7 +306,8 @@ class Admitter:
         problem = check_pod(pod)  # check_pod_object, inline: one function fewer
         if problem is not None:  # BadReview: HTTP 400 (a pod we will read must be sound)
             raise BadReview(problem[1], path=f"request.object{problem[0]}")
-        gpu_resources = _gpu_resources(policies)
+        held = _GPU_NAMES  # _gpu_resources' hit, inline
+        gpu_resources = held[1] if held[0] is policies else _gpu_resources(policies)
         try:
             job = resolve_job(pod, ns_name, cluster, gpu_resources, owner=ref)
         except JobNotFound as exc:
@@ -318,8 +319,10 @@ class Admitter:
         pod_labels = meta.get("labels") if isinstance(meta, dict) else None
         if not isinstance(pod_labels, dict):
             pod_labels = {}
-        matched = [p for p in policies
-                   if matches(p, namespace_labels=ns_labels, job=job, pod_labels=pod_labels)]
+        matched = []  # a loop, not a comprehension: its own function in Python 3.11
+        for policy in policies:
+            if matches(policy, namespace_labels=ns_labels, job=job, pod_labels=pod_labels):
+                matched.append(policy)
         if not matched:
             return _SKIPPED
         return pod, namespace, job, matched
