@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from gputopo import names
@@ -45,7 +44,8 @@ from webhook.review import (
     build_response,
     decode_json,
     parse_review,
-    pod_create_request,
+    pod_create,
+    pod_create_fields,
     review_request,
 )
 from webhook.steps import AdmissionContext, JobInfo, Step
@@ -122,15 +122,23 @@ _NO_CLUSTER = object()  # what Admitter._readers holds before the first review
 _Scope = tuple[dict[str, Any], "dict[str, Any] | None", JobInfo, "list[Policy]"]
 
 
-@dataclass(frozen=True)
 class InScope:
     """A request :meth:`Admitter.answer_at_once` found in scope, with what deciding that
     read (the pod, its namespace, its job, the matching policies): the admitter thread
     goes on from there instead of reading them again (~a quarter of the event loop's
-    share of an in-scope review, docs/benchmarks.md)."""
+    share of an in-scope review, docs/benchmarks.md). Not a tuple (the server takes a
+    tuple for the answer itself). Slots, filled without ``__init__`` by answer_at_once:
+    a frozen dataclass instance (its ``__dict__``) cost ~10 us of a cold review on the
+    benchmark guest, this ~2."""
+
+    __slots__ = ("request", "scope")
 
     request: AdmissionRequest
     scope: _Scope
+
+    def __init__(self, request: AdmissionRequest, scope: _Scope) -> None:
+        self.request = request
+        self.scope = scope
 
 
 class Admitter:
@@ -209,29 +217,33 @@ class Admitter:
         if held[0] is not self.cluster:
             held = self._remember_readers()
         reader, opted_in = held[1], held[2]
-        request = pod_create_request(doc)
-        if request is None:  # anything but a well-formed Pod CREATE: the general parse
+        fields = pod_create_fields(doc)
+        if fields is None:  # anything but a well-formed Pod CREATE: the general parse
             try:
                 request = review_request(doc)
             except BadReview as exc:
                 _count("bad_request")
                 return 400, {"error": exc.line()}
-        elif opted_in is not None and self.store.in_force is not None and request.namespace:
-            # Out of scope by the namespace's kept opt-in answer, or a pod without owner
-            # references in one that opted in: _scope's first answers, without its calls
-            # (the policy set and the opt-in are read, not asked for). Why: each function
-            # a cold review touches costs on its own (docs/benchmarks.md, "Cold CPU: the
-            # event loop's share"). Anything else (a namespace not in memory, no policies
-            # loaded yet, a pod with owners) goes through _scope, which decides in full.
-            opted = opted_in(request.namespace)
-            if opted is True:
-                meta = request.object.get("metadata")  # type: ignore[union-attr]
-                refs = meta.get("ownerReferences") if isinstance(meta, dict) else None
-                opted = None if refs and isinstance(refs, list) else False
-            if opted is False:
-                (_COUNTERS.get("skipped") or _counter("skipped"))()
-                return 200, {"apiVersion": API_VERSION, "kind": KIND,
-                             "response": {"uid": request.uid, "allowed": True}}
+        else:
+            if opted_in is not None and self.store.in_force is not None and fields[1]:
+                # Out of scope by the namespace's kept opt-in answer, or a pod without
+                # owner references in one that opted in: _scope's first answers, without
+                # its calls (the policy set and the opt-in are read, not asked for) and
+                # without an AdmissionRequest (an instance made is ~10 us cold). Why: each
+                # function and object a cold review touches costs on its own
+                # (docs/benchmarks.md, "Cold CPU: the event loop's share"). Anything else (a
+                # namespace not in memory, no policies loaded yet, a pod with owners) goes
+                # through _scope, which decides in full.
+                opted = opted_in(fields[1])
+                if opted is True:
+                    meta = fields[3].get("metadata")
+                    refs = meta.get("ownerReferences") if isinstance(meta, dict) else None
+                    opted = None if refs and isinstance(refs, list) else False
+                if opted is False:
+                    (_COUNTERS.get("skipped") or _counter("skipped"))()
+                    return 200, {"apiVersion": API_VERSION, "kind": KIND,
+                                 "response": {"uid": fields[0], "allowed": True}}
+            request = pod_create(fields)
         if reader is None:
             return request
         try:
@@ -246,8 +258,9 @@ class Admitter:
             return 200, {"apiVersion": API_VERSION, "kind": KIND,
                          "response": {"uid": request.uid, "allowed": True}}
         if not isinstance(scope, Decision):
-            found = _new_object(InScope)  # frozen: fill __dict__ as __init__ would (a call
-            found.__dict__.update(request=request, scope=scope)  # fewer, ~5 us cold)
+            found = _new_object(InScope)  # InScope(request, scope) without its __init__
+            found.request = request
+            found.scope = scope
             return found  # mutations and steps: on the admitter thread
         return self._answer(request, scope)
 
