@@ -506,5 +506,10 @@ def _remember_job(job: Mapping[str, Any], gpu_resources: Iterable[str], key: tup
             replica_types.setdefault(k.lower(), k)
     if len(_JOB_FACTS) >= 4096:
         _JOB_FACTS.clear()
-    _JOB_FACTS[id(job)] = _JobFacts(job, gpu_resources, key, uid, str(uid or ""), specs,
-                                    size, dict(job_labels), spec, replica_types)
+    # _JobFacts(...) without the named tuple's own __new__ (a Python function)
+    _JOB_FACTS[id(job)] = _new_tuple(_JobFacts, (job, gpu_resources, key, uid, str(uid or ""),
+                                                 specs, size, dict(job_labels), spec,
+                                                 replica_types))
+
+
+_new_tuple = tuple.__new__
