@@ -386,7 +386,14 @@ def resolve_job(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
     else:
         ref = owner
     pspec = own if isinstance(own := pod.get("spec"), dict) else {}
-    gpus = _sound_pod_gpus(pspec, gpu_resources)  # None: sound or not, the detail says
+    gpus = None  # _sound_pod_gpus, inline (a function fewer cold): None, the detail says
+    if isinstance(gpu_resources, _REUSABLE):
+        try:
+            names_ = _str_names(gpu_resources)
+            if names_ is not None:
+                gpus = _sound_gpus(pspec, names_)
+        except Exception:  # an unhashable value, say: not vouched for
+            pass
     if gpus is None:
         problems = gpu_count_problems_in_detail(pspec, gpu_resources)
         if problems:

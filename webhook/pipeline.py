@@ -29,7 +29,7 @@ from webhook import metrics
 from webhook.jobs import BATCH_JOB, JobNotFound, controller_ref, resolve_job
 from webhook.mutations import apply_policy
 from webhook.patch import copy_document, make_patch
-from webhook.podshape import check_pod
+from webhook.podshape import check_pod_in_detail, well_formed_pod
 from webhook.policy.match import matches
 from webhook.policy.schema import OWNER_KINDS, Policy
 from webhook.policy.store import PolicyStore
@@ -316,9 +316,14 @@ class Admitter:
         if ref is None or ((ref.api_version, ref.kind) not in OWNER_KINDS
                            and (ref.api_version, ref.kind) != BATCH_JOB):
             return _SKIPPED  # not a job's pod (is_job_owner, inline): nothing reads it
-        problem = check_pod(pod)  # check_pod_object, inline: one function fewer
-        if problem is not None:  # BadReview: HTTP 400 (a pod we will read must be sound)
-            raise BadReview(problem[1], path=f"request.object{problem[0]}")
+        try:  # check_pod_object and check_pod, inline: two functions fewer
+            sound = well_formed_pod(pod)
+        except Exception:  # anything unexpected is simply not vouched for
+            sound = False
+        if not sound:
+            problem = check_pod_in_detail(pod)
+            if problem is not None:  # BadReview: HTTP 400 (a pod we read must be sound)
+                raise BadReview(problem[1], path=f"request.object{problem[0]}")
         held = _GPU_NAMES  # _gpu_resources' hit, inline
         gpu_resources = held[1] if held[0] is policies else _gpu_resources(policies)
         try:
