@@ -20,19 +20,18 @@ Safe defaults, all documented in docs/policies.md:
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
-from dataclasses import dataclass
-from operator import is_
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from gputopo import names
 from gputopo.cluster.source import ClusterReader, WouldBlock
 from webhook import metrics
-from webhook.jobs import JobNotFound, controller_ref, is_job_owner, resolve_job
+from webhook.jobs import BATCH_JOB, JobNotFound, controller_ref, resolve_job
 from webhook.mutations import apply_policy
 from webhook.patch import copy_document, make_patch
+from webhook.podshape import check_pod_in_detail, well_formed_pod
 from webhook.policy.match import matches
-from webhook.policy.schema import Policy
+from webhook.policy.schema import OWNER_KINDS, Policy
 from webhook.policy.store import PolicyStore
 from webhook.review import (
     API_VERSION,
@@ -43,8 +42,11 @@ from webhook.review import (
     BadReview,
     Decision,
     build_response,
-    check_pod_object,
+    decode_json,
     parse_review,
+    pod_create,
+    pod_create_fields,
+    review_request,
 )
 from webhook.steps import AdmissionContext, JobInfo, Step
 
@@ -99,15 +101,15 @@ def _labels(obj: dict[str, Any] | None) -> dict[str, str]:
     return labels if isinstance(labels, dict) else {}
 
 
-#: The policies of the last review and the GPU resource names of them all: the store hands
-#: out a new list each time, of the same Policy objects until a reload (~30 bytecodes).
-_GPU_NAMES: tuple[list[Policy], frozenset[str]] = ([], frozenset())
+#: The policy set of the last review and the GPU resource names of them all: the store's
+#: ``in_force`` is one tuple until a reload replaces it (one identity test).
+_GPU_NAMES: tuple[Sequence[Policy], frozenset[str]] = ((), frozenset())
 
 
-def _gpu_resources(policies: list[Policy]) -> frozenset[str]:
+def _gpu_resources(policies: Sequence[Policy]) -> frozenset[str]:
     global _GPU_NAMES
     held, names_ = _GPU_NAMES
-    if len(held) == len(policies) and all(map(is_, held, policies)):
+    if held is policies:
         return names_
     names_ = frozenset().union(*(p.gpu_resources for p in policies))
     _GPU_NAMES = (policies, names_)
@@ -115,18 +117,28 @@ def _gpu_resources(policies: list[Policy]) -> frozenset[str]:
 
 
 _INJECT_LABEL, _INJECT_VALUE = names.INJECT_LABEL, names.INJECT_VALUE
+_new_object = object.__new__
+_NO_CLUSTER = object()  # what Admitter._readers holds before the first review
 _Scope = tuple[dict[str, Any], "dict[str, Any] | None", JobInfo, "list[Policy]"]
 
 
-@dataclass(frozen=True)
 class InScope:
     """A request :meth:`Admitter.answer_at_once` found in scope, with what deciding that
     read (the pod, its namespace, its job, the matching policies): the admitter thread
     goes on from there instead of reading them again (~a quarter of the event loop's
-    share of an in-scope review, docs/benchmarks.md)."""
+    share of an in-scope review, docs/benchmarks.md). Not a tuple (the server takes a
+    tuple for the answer itself). Slots, filled without ``__init__`` by answer_at_once:
+    a frozen dataclass instance (its ``__dict__``) cost ~10 us of a cold review on the
+    benchmark guest, this ~2."""
+
+    __slots__ = ("request", "scope")
 
     request: AdmissionRequest
     scope: _Scope
+
+    def __init__(self, request: AdmissionRequest, scope: _Scope) -> None:
+        self.request = request
+        self.scope = scope
 
 
 class Admitter:
@@ -137,6 +149,17 @@ class Admitter:
         self.store = store
         self.cluster = cluster
         self.steps = list(steps or [])
+        self._readers: tuple[object, Any, Callable[[str], bool | None] | None] = (
+            _NO_CLUSTER, None, None)
+
+    def _remember_readers(self) -> tuple[object, Any, Callable[[str], bool | None] | None]:
+        """(cluster, its memory-only reader or None, that reader's kept opt-in answers or
+        None), asked once per cluster object: ``memory_only()`` and the attribute lookups
+        were a call and ~4 us of each cold review."""
+        memory_only = getattr(self.cluster, "memory_only", None)
+        reader = memory_only() if memory_only is not None else None
+        self._readers = (self.cluster, reader, getattr(reader, "namespace_opted_in", None))
+        return self._readers
 
     @property
     def ready(self) -> bool:
@@ -187,15 +210,44 @@ class Admitter:
         ``memory_only()`` reader, which raises WouldBlock instead of waiting.
         """
         try:
-            request = parse_review(body)
-        except BadReview as exc:
-            _count("bad_request")
-            return 400, {"error": exc.line()}
-        memory_only = getattr(self.cluster, "memory_only", None)
-        if memory_only is None:
+            doc = decode_json(body)
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            return self.handle_body(body)  # parse_review words it, as it always did
+        held = self._readers
+        if held[0] is not self.cluster:
+            held = self._remember_readers()
+        reader, opted_in = held[1], held[2]
+        fields = pod_create_fields(doc)
+        if fields is None:  # anything but a well-formed Pod CREATE: the general parse
+            try:
+                request = review_request(doc)
+            except BadReview as exc:
+                _count("bad_request")
+                return 400, {"error": exc.line()}
+        else:
+            if opted_in is not None and self.store.in_force is not None and fields[1]:
+                # Out of scope by the namespace's kept opt-in answer, or a pod without
+                # owner references in one that opted in: _scope's first answers, without
+                # its calls (the policy set and the opt-in are read, not asked for) and
+                # without an AdmissionRequest (an instance made is ~10 us cold). Why: each
+                # function and object a cold review touches costs on its own
+                # (docs/benchmarks.md, "Cold CPU: the event loop's share"). Anything else (a
+                # namespace not in memory, no policies loaded yet, a pod with owners) goes
+                # through _scope, which decides in full.
+                opted = opted_in(fields[1])
+                if opted is True:
+                    meta = fields[3].get("metadata")
+                    refs = meta.get("ownerReferences") if isinstance(meta, dict) else None
+                    opted = None if refs and isinstance(refs, list) else False
+                if opted is False:
+                    (_COUNTERS.get("skipped") or _counter("skipped"))()
+                    return 200, {"apiVersion": API_VERSION, "kind": KIND,
+                                 "response": {"uid": fields[0], "allowed": True}}
+            request = pod_create(fields)
+        if reader is None:
             return request
         try:
-            scope = self._scope(request, memory_only())
+            scope = self._scope(request, reader)
         except WouldBlock:
             return request
         except BadReview as exc:
@@ -206,7 +258,10 @@ class Admitter:
             return 200, {"apiVersion": API_VERSION, "kind": KIND,
                          "response": {"uid": request.uid, "allowed": True}}
         if not isinstance(scope, Decision):
-            return InScope(request, scope)  # mutations and steps: on the admitter thread
+            found = _new_object(InScope)  # InScope(request, scope) without its __init__
+            found.request = request
+            found.scope = scope
+            return found  # mutations and steps: on the admitter thread
         return self._answer(request, scope)
 
     def _answer(self, request: AdmissionRequest, decision: Decision
@@ -235,7 +290,8 @@ class Admitter:
                                and request.resource is PODS_GVR and not request.sub_resource)
                                or request.is_pod_create):
             return _SKIPPED
-        if not self.store.ready:
+        policies = self.store.in_force  # None: not ready (the property and policies(),
+        if policies is None:            # lock and copy, in one attribute read)
             return Decision(outcome="skipped",
                             warnings=["gputopo: no policies loaded yet; pod admitted unchanged"])
         ns_name = request.namespace
@@ -254,14 +310,22 @@ class Admitter:
         refs = meta.get("ownerReferences") if isinstance(meta, dict) else None
         if not refs or not isinstance(refs, list):
             return _SKIPPED  # controller_ref would find none: a plain pod, skipped as fast
-        policies = self.store.policies()
         if not policies:
             return _SKIPPED
         ref = controller_ref(pod)
-        if ref is None or not is_job_owner(ref):
-            return _SKIPPED  # not a job's pod: nothing here reads it
-        check_pod_object(pod)  # BadReview: HTTP 400 (a pod we will read must be sound)
-        gpu_resources = _gpu_resources(policies)
+        if ref is None or ((ref.api_version, ref.kind) not in OWNER_KINDS
+                           and (ref.api_version, ref.kind) != BATCH_JOB):
+            return _SKIPPED  # not a job's pod (is_job_owner, inline): nothing reads it
+        try:  # check_pod_object and check_pod, inline: two functions fewer
+            sound = well_formed_pod(pod)
+        except Exception:  # anything unexpected is simply not vouched for
+            sound = False
+        if not sound:
+            problem = check_pod_in_detail(pod)
+            if problem is not None:  # BadReview: HTTP 400 (a pod we read must be sound)
+                raise BadReview(problem[1], path=f"request.object{problem[0]}")
+        held = _GPU_NAMES  # _gpu_resources' hit, inline
+        gpu_resources = held[1] if held[0] is policies else _gpu_resources(policies)
         try:
             job = resolve_job(pod, ns_name, cluster, gpu_resources, owner=ref)
         except JobNotFound as exc:
@@ -269,9 +333,14 @@ class Admitter:
                 f"gputopo: {exc.message}; gang size unknown, pod admitted unchanged"])
         if job is None or not job.requests_gpu:
             return _SKIPPED
-        pod_labels = _labels(pod)
-        matched = [p for p in policies
-                   if matches(p, namespace_labels=ns_labels, job=job, pod_labels=pod_labels)]
+        meta = pod.get("metadata")  # _labels(pod), inline
+        pod_labels = meta.get("labels") if isinstance(meta, dict) else None
+        if not isinstance(pod_labels, dict):
+            pod_labels = {}
+        matched = []  # a loop, not a comprehension: its own function in Python 3.11
+        for policy in policies:
+            if matches(policy, namespace_labels=ns_labels, job=job, pod_labels=pod_labels):
+                matched.append(policy)
         if not matched:
             return _SKIPPED
         return pod, namespace, job, matched

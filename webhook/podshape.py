@@ -120,12 +120,12 @@ def check_pod(pod: Mapping[str, Any]) -> Problem | None:
     """None when the pod has the shape the pipeline relies on, else (field path, reason).
 
     Why two ways: a well-formed pod is vouched for in one straight pass
-    (:func:`_well_formed`: ~2 us a benchmark pod hot, ~35 cold, against ~1,300 bytecodes
+    (:func:`well_formed_pod`: ~2 us a benchmark pod hot, ~35 cold, against ~1,300 bytecodes
     for :func:`check_pod_in_detail`); anything it does not vouch for goes to
     :func:`check_pod_in_detail`, which decides and words every problem, so what passes
     and every message stay that function's by construction."""
     try:
-        if _well_formed(pod):
+        if well_formed_pod(pod):
             return None
     except Exception:  # anything unexpected is simply not vouched for
         pass
@@ -178,7 +178,7 @@ def _string_map(value: Any) -> bool:
     return True
 
 
-def _well_formed(pod: Mapping[str, Any]) -> bool:
+def well_formed_pod(pod: Mapping[str, Any]) -> bool:
     """True only when :func:`check_pod_in_detail` finds nothing wrong with ``pod``; False
     (or an exception) when unsure, never a wrong True. Every test is one the detailed
     checker makes, with ``type(x) is T`` for its ``isinstance`` (stricter: a subclass is
@@ -191,9 +191,13 @@ def _well_formed(pod: Mapping[str, Any]) -> bool:
             value = meta.get(key)
             if value is not None and type(value) is not str:
                 return False
-        labels = meta.get("labels")
-        if labels is not None and not _string_map(labels):
-            return False
+        labels = meta.get("labels")  # _string_map, inline: every pod has labels
+        if labels is not None:
+            if type(labels) is not dict:
+                return False
+            for k, v in labels.items():
+                if type(k) is not str or type(v) is not str:
+                    return False
         annotations = meta.get("annotations")
         if annotations is not None and not _string_map(annotations):
             return False
@@ -282,3 +286,6 @@ def _well_formed(pod: Mapping[str, Any]) -> bool:
         if value is not None and type(value) is not dict:
             return False
     return True
+
+
+_well_formed = well_formed_pod  # its name before the pipeline called it directly

@@ -14,6 +14,7 @@ from typing import Any
 
 from gputopo import names
 from gputopo.cluster import objects as ob
+from gputopo.cluster.source import namespace_opted_in
 from gputopo.errors import InputError, TopologyError
 from gputopo.placement.types import NodeState
 from gputopo.yamlio import load_documents
@@ -38,6 +39,17 @@ class ClusterSnapshot:
 
     def __post_init__(self) -> None:
         self._index: dict[Key, dict[str, Any]] = {}
+        #: Namespace name -> its object, and -> whether it opted in: kept by ``add`` (the
+        #: only way an object changes here), filled in place, never replaced, so that
+        #: ``namespace_opted_in`` can be their own C ``get``.
+        self._namespaces: dict[str, dict[str, Any]] = {}
+        self._opted_in: dict[str, bool] = {}
+        #: The memory-only reader's opt-in answer per namespace name (None: no such
+        #: Namespace here). Why a bound ``dict.get``: the server's event loop asks it of
+        #: every review, and on the idle benchmark guest each Python function a review
+        #: touches costs on its own cold (``namespace()`` and its key: ~10 us, against
+        #: ~3 for this and no Namespace object read; docs/benchmarks.md).
+        self.namespace_opted_in = self._opted_in.get
         self._states: list[NodeState] | None = None  # node_states() until the next add()
         for obj in self.objects:
             self.add(obj)
@@ -79,10 +91,13 @@ class ClusterSnapshot:
         elif obj not in self.objects:
             self.objects.append(obj)
         self._index[key] = obj
+        if key[0] == "" and key[1] == "Namespace" and key[2] == "":  # what namespace() finds
+            self._namespaces[key[3]] = obj
+            self._opted_in[key[3]] = namespace_opted_in(obj)
 
     # --- ClusterReader ------------------------------------------------------------------
     def namespace(self, name: str) -> dict[str, Any] | None:
-        return self._index.get(object_key("v1", "Namespace", None, name))
+        return self._namespaces.get(name)  # the object_key("v1", "Namespace", None, name)
 
     def memory_only(self) -> ClusterSnapshot:
         """A reader that never waits (see ``ClusterView.memory_only``): a snapshot holds
@@ -92,7 +107,9 @@ class ClusterSnapshot:
     def object(
         self, *, api_version: str, kind: str, namespace: str | None, name: str
     ) -> dict[str, Any] | None:
-        return self._index.get(object_key(api_version, kind, namespace, name))
+        # object_key, inline: every job pod's review asks this (one function fewer cold)
+        group = api_version.split("/")[0] if "/" in api_version else ""
+        return self._index.get((group, kind, namespace or "", name))
 
     def of_kind(self, kind: str) -> list[dict[str, Any]]:
         """All objects of one kind, in file order."""

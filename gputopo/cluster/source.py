@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from gputopo import names
 from gputopo.placement.types import NodeState
 
 
@@ -44,3 +45,12 @@ def node_state_named(cluster: ClusterReader, name: str) -> NodeState | None:
         found: NodeState | None = look(name)
         return found
     return next((n for n in cluster.node_states() if n.name == name), None)
+
+
+def namespace_opted_in(namespace: object) -> bool:
+    """True when a Namespace object carries ``gputopo.io/inject=enabled``: the answer the
+    readers keep per namespace (``namespace_opted_in`` of a memory-only reader), computed
+    when the object is stored, with the same tests the pipeline applies to its labels."""
+    meta = namespace.get("metadata") if isinstance(namespace, dict) else None
+    labels = meta.get("labels") if isinstance(meta, dict) else None
+    return isinstance(labels, dict) and labels.get(names.INJECT_LABEL) == names.INJECT_VALUE

@@ -50,7 +50,7 @@ from gputopo.cluster.reservations import (
     admission_deadline,
 )
 from gputopo.cluster.snapshot import object_key
-from gputopo.cluster.source import WouldBlock
+from gputopo.cluster.source import WouldBlock, namespace_opted_in
 from gputopo.cluster.watch_feed import WatchFeed
 from gputopo.errors import TopologyError
 from gputopo.kubeaccess import NoClusterAccess, cluster_configuration
@@ -373,6 +373,11 @@ class ClusterView:
         self._base: dict[str, NodeState | None] = {}  # node → state without usage (None: bad)
         self._final: dict[str, NodeState] = {}  # node → state with its used GPUs
         self._states: list[NodeState] | None = None
+        #: Namespace name -> opted in, for every Namespace the watch holds (kept by
+        #: _changed; filled in place, never replaced: the memory-only reader hands out its
+        #: ``get``). Why: see :attr:`_MemoryOnly.namespace_opted_in`.
+        self._opted_in: dict[str, bool] = {}
+        self._quick: _MemoryOnly | None = None
         self._on_demand: dict[tuple[str, str, str, str], tuple[float, dict[str, Any] | None]] = {}
         self._api_quiet_until = 0.0
         #: Called with the watched kind's name after every change, under the view's lock
@@ -466,6 +471,12 @@ class ClusterView:
                 self._invalidate_node(name[: -len(names.ACK_REPORT_SUFFIX)])
         elif kind.name == "pods":
             self._pod_changed(old, new)
+        elif kind.name == "namespaces":
+            name = str(ob.meta(obj).get("name", ""))
+            if new is None:
+                self._opted_in.pop(name, None)
+            else:
+                self._opted_in[name] = namespace_opted_in(new)
         elif kind.kind in names.TRAINING_JOB_KINDS and new is not None:
             # Not for jobs found finished by the first list (often thousands, kept for
             # their logs): one release thread and LIST each at every start; the reconciler
@@ -652,8 +663,12 @@ class ClusterView:
         """A reader of what the watches hold that never waits: no GET for what they do not
         hold, no waiting for the lock while a watch writes; it raises
         :class:`~gputopo.cluster.source.WouldBlock` instead. For the server's event loop,
-        which decides out-of-scope reviews at once and must never block."""
-        return _MemoryOnly(self)
+        which decides out-of-scope reviews at once and must never block. One reader per
+        view (it holds no state of its own)."""
+        quick = self._quick
+        if quick is None:
+            quick = self._quick = _MemoryOnly(self)
+        return quick
 
     def _fetch(self, api_version: str, kind: str, namespace: str | None, name: str
                ) -> dict[str, Any] | None:
@@ -778,6 +793,12 @@ class _MemoryOnly:
 
     def __init__(self, view: ClusterView) -> None:
         self._view = view
+        #: Whether the Namespace the watch holds under a name opted in (None: it holds
+        #: none; ``namespace`` then says WouldBlock). The view's own ``dict.get``, without
+        #: the lock: one dict read is atomic, and the watch replaces the answer with the
+        #: object, under the lock. Why: the server's event loop asks it of every review,
+        #: and each Python function a cold review touches costs on its own (docs/benchmarks.md).
+        self.namespace_opted_in = view._opted_in.get
 
     def namespace(self, name: str) -> dict[str, Any] | None:
         view = self._view
