@@ -82,7 +82,9 @@ def corrupted(draw: Any, base: st.SearchStrategy, replacement: st.SearchStrategy
         if draw(st.integers(0, 4)) == 0:
             del parent[last]
         else:
-            parent[last] = draw(replacement)
+            # a copy: sampled values are shared objects, and a later corruption may
+            # write inside this one (a shared [1] once became a list inside itself)
+            parent[last] = copy.deepcopy(draw(replacement))
     return doc
 
 
