@@ -612,20 +612,7 @@ def placed_record(key: GangKey, replica: ReplicaKey, res: GangReservation, slot:
     """The placement record of a replica in its slot (at admission or from the queue);
     ``visible``: ``res.visible_gpus(slot.node)`` when the caller has it already;
     ``network``: the plan's JSON, in place of the one stored with the reservation."""
-    if network is not None:
-        return {
-            "placed": True,
-            "job": f"{key.kind} {key.namespace}/{key.name}",
-            "jobUid": key.uid,
-            "replica": replica.wire(),
-            "node": slot.node,
-            "gpus": list(slot.gpus),
-            "gpuVisible": list(res.visible_gpus(slot.node) if visible is None else visible),
-            "busBandwidthGBps": round(res.bus_bandwidth_gbps, 3),
-            "reason": res.reason,
-            "network": network,
-        }
-    return {
+    record = {
         "placed": True,
         "job": f"{key.kind} {key.namespace}/{key.name}",
         "jobUid": key.uid,
@@ -635,8 +622,12 @@ def placed_record(key: GangKey, replica: ReplicaKey, res: GangReservation, slot:
         "gpuVisible": list(res.visible_gpus(slot.node) if visible is None else visible),
         "busBandwidthGBps": round(res.bus_bandwidth_gbps, 3),
         "reason": res.reason,
-        **({"network": dict(res.network)} if res.network else {}),
     }
+    if network is not None:
+        record["network"] = network
+    elif res.network:
+        record["network"] = dict(res.network)
+    return record
 
 
 def waiting_record(key: GangKey, gang: GangRequest, settings: PlacementSettings,
