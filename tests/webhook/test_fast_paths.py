@@ -349,7 +349,7 @@ def test_every_single_field_corruption_of_a_pod_is_checked_the_same_both_ways():
 def fast_verdict(pod: Any) -> bool | None:
     """What the fast pass says: True (sound), False (not vouched for), None (it raised)."""
     try:
-        return podshape._well_formed(pod)
+        return podshape.well_formed_pod(pod)
     except Exception:
         return None
 
@@ -377,9 +377,9 @@ def test_the_benchmark_pod_takes_the_fast_path():
     pod["spec"]["containers"][0]["env"] = [{"name": "A", "value": "1"}]
     pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "d", "mountPath": "/d"}]
     pod["spec"]["volumes"] = [{"name": "d", "emptyDir": {}}]
-    assert podshape._well_formed(pod) is True
+    assert podshape.well_formed_pod(pod) is True
     pod["spec"]["containers"][0]["resources"]["limits"]["cpu"] = "lots"
-    assert podshape._well_formed(pod) is False
+    assert podshape.well_formed_pod(pod) is False
     problem = check_pod_in_detail(pod)
     assert problem is not None and check_pod(pod) == problem
 
