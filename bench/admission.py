@@ -38,7 +38,7 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-from admission_cluster import cluster_objects, request_stream  # noqa: E402
+from admission_cluster import Workload, cluster_objects, request_stream  # noqa: E402
 from admission_load import percentile  # noqa: E402
 
 from generator.certs import write_serving_certs  # noqa: E402
@@ -159,23 +159,39 @@ def run(rates: list[float], duration: float, nodes: int, connections: int) -> di
     return results
 
 
+def warmed_admitter(nodes: int, count: int, tag: str, *, can_wait: bool = False
+                    ) -> tuple[Any, Workload]:
+    """The admitter the benchmark server builds (shipped policies, the placement step, a
+    ``nodes``-node cluster holding the workload's jobs), after the same warm-up, and the
+    ``count`` reviews to send it (job names carry ``tag``). ``can_wait``: gangs that may
+    wait take a placement only above GOOD_SHARE of their ideal bandwidth, as with a
+    placement queue. The in-process benchmarks all start from here, so they measure the
+    same thing."""
+    from gputopo.cluster.snapshot import ClusterSnapshot
+    from webhook.assembly import build_admitter
+    from webhook.placement.step import PlacementStep, placement_step_for
+
+    workload = request_stream(count, tag=tag)
+    warm = request_stream(WARMUP_REQUESTS, seed=5, tag=f"{tag}-warm")
+    cluster = ClusterSnapshot.from_objects(cluster_objects(nodes) + warm.jobs + workload.jobs)
+    cluster.node_states()
+    admitter = build_admitter(None, cluster, placement=placement_step_for(cluster),
+                              reload_interval_s=0)
+    if can_wait:
+        for step in admitter.steps:
+            if isinstance(step, PlacementStep):
+                step.can_wait = True
+    for body in warm.bodies:
+        admitter.handle_body(body)
+    return admitter, workload
+
+
 def in_process(nodes: int, count: int) -> dict[str, Any]:
     """The pipeline's own cost per request kind: the same workload through
     ``Admitter.handle_body`` in this process (no HTTP, no TLS, no queueing), after the same
     warm-up. What the server adds on top is transport and waiting for the one admitter
     thread."""
-    from gputopo.cluster.snapshot import ClusterSnapshot
-    from webhook.assembly import build_admitter
-    from webhook.placement.step import placement_step_for
-
-    workload = request_stream(count, tag="inproc")
-    warm = request_stream(WARMUP_REQUESTS, seed=5, tag="inproc-warm")
-    cluster = ClusterSnapshot.from_objects(cluster_objects(nodes) + warm.jobs + workload.jobs)
-    cluster.node_states()
-    admitter = build_admitter(None, cluster, placement=placement_step_for(cluster),
-                              reload_interval_s=0)
-    for body in warm.bodies:
-        admitter.handle_body(body)
+    admitter, workload = warmed_admitter(nodes, count, "inproc")
     times: dict[str, list[float]] = {}
     cpu: dict[str, float] = {}
     for body, kind in zip(workload.bodies, workload.kinds, strict=True):

@@ -22,6 +22,7 @@ Run: ``python bench/admission_ab.py --base DIR`` (DIR: a checkout of the other t
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -37,23 +38,9 @@ BENCH = Path(__file__).resolve().parent
 def worker(count: int, nodes: int, gap_s: float) -> int:
     """Build the admitter, say ready, then run review i for each i read from stdin."""
     sys.path.insert(0, str(BENCH))
-    from admission import WARMUP_REQUESTS
-    from admission_cluster import cluster_objects, request_stream
+    from admission import warmed_admitter
 
-    from gputopo.cluster.snapshot import ClusterSnapshot
-    from webhook.assembly import build_admitter
-    from webhook.placement.step import placement_step_for
-
-    workload = request_stream(count, tag="ab")
-    warm = request_stream(WARMUP_REQUESTS, seed=5, tag="ab-warm")
-    cluster = ClusterSnapshot.from_objects(cluster_objects(nodes) + warm.jobs + workload.jobs)
-    cluster.node_states()
-    admitter = build_admitter(None, cluster, placement=placement_step_for(cluster),
-                              reload_interval_s=0)
-    for body in warm.bodies:
-        admitter.handle_body(body)
-    import gc
-
+    admitter, workload = warmed_admitter(nodes, count, "ab")
     gc.collect()
     gc.freeze()  # as the server does once it is built
     out = sys.stdout

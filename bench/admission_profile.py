@@ -38,8 +38,7 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-from admission import WARMUP_REQUESTS  # noqa: E402
-from admission_cluster import cluster_objects, request_stream  # noqa: E402
+from admission import warmed_admitter  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,25 +63,8 @@ def main(argv: list[str] | None = None) -> int:
                          "reviews (20: like 50 reviews/s): the cold-cache cost per review")
     args = ap.parse_args(argv)
 
-    from gputopo.cluster.snapshot import ClusterSnapshot
-    from webhook.assembly import build_admitter
-    from webhook.placement.step import placement_step_for
-
-    workload = request_stream(args.count, tag="prof")
-    warm = request_stream(WARMUP_REQUESTS, seed=5, tag="prof-warm")
-    cluster = ClusterSnapshot.from_objects(cluster_objects(args.nodes) + warm.jobs
-                                           + workload.jobs)
-    cluster.node_states()
-    admitter = build_admitter(None, cluster, placement=placement_step_for(cluster),
-                              reload_interval_s=0)
-    if args.can_wait:
-        from webhook.placement.step import PlacementStep
-
-        for step in admitter.steps:
-            if isinstance(step, PlacementStep):
-                step.can_wait = True
-    for body in warm.bodies:
-        admitter.handle_body(body)
+    admitter, workload = warmed_admitter(args.nodes, args.count, "prof",
+                                         can_wait=args.can_wait)
     if args.parts:
         return parts(admitter, workload.bodies)
     if args.opcodes:
