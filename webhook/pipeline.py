@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from gputopo import names
 from gputopo.cluster.source import ClusterReader, WouldBlock
@@ -53,30 +53,9 @@ from webhook.steps import AdmissionContext, JobInfo, Step
 __all__ = ["Admitter", "make_patch"]
 
 
-class _Tally(NamedTuple):
-    """What :func:`_child` gives: ``inc()`` adds 1 to the labelled series."""
-
-    inc: Callable[[], object]
-
-
-#: One :class:`_Tally` per (counter, label values): ``labels()`` takes a lock and builds a
-#: key on every call, and the child's ``inc()`` runs ~55 bytecodes; :func:`metrics.tally`
-#: counts into the same series with one C call.
-_CHILDREN: dict[tuple[int, tuple[str, ...]], _Tally] = {}
-
-
-def _child(counter: Any, *values: str) -> _Tally:
-    """The labelled series of ``counter``, to ``inc()`` by 1 (made at first use, so it
-    shows on ``/metrics`` from then on, as ``labels()`` made it)."""
-    key = (id(counter), values)
-    child = _CHILDREN.get(key)
-    if child is None:
-        child = _CHILDREN[key] = _Tally(metrics.tally(counter, *values))
-    return child
-
-
-#: Adders of ``gputopo_admission_requests_total`` by outcome (one dict lookup, not
-#: :func:`_child`'s key), each made at the first review with that outcome.
+#: Adders of ``gputopo_admission_requests_total`` by outcome (one dict lookup by the
+#: outcome, not :func:`metrics.tally`'s by counter and labels: every review counts once),
+#: each made at the first review with that outcome.
 _COUNTERS: dict[str, Callable[[], object]] = {}
 
 
@@ -361,7 +340,7 @@ class Admitter:
                     warnings.append(f"policy {policy.name} (audit): would apply "
                                     f"{', '.join(result.kinds)}")
             for kind in result.kinds:
-                _child(metrics.MUTATIONS, kind, policy.name, policy.mode).inc()
+                metrics.tally(metrics.MUTATIONS, kind, policy.name, policy.mode)()
             warnings.extend(f"policy {policy.name}: {text}" for text in result.conflicts)
         primary = matched[0]
         ctx = AdmissionContext(
