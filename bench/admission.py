@@ -41,7 +41,7 @@ sys.path.insert(0, str(BENCH))
 from admission_cluster import Workload, cluster_objects, request_stream  # noqa: E402
 from admission_load import percentile  # noqa: E402
 
-from generator.certs import write_serving_certs  # noqa: E402
+from gputopo.certs import write_serving_certs  # noqa: E402
 
 #: Requests sent (and not measured) before each rate: the first admission imports the solver
 #: and the first gang of each shape fills its caches (~120 ms and ~30-60 ms, measured once);

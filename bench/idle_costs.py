@@ -37,7 +37,7 @@ sys.path.insert(0, str(BENCH))
 
 from admission_cluster import cluster_objects  # noqa: E402
 
-from generator.certs import write_serving_certs  # noqa: E402
+from gputopo.certs import write_serving_certs  # noqa: E402
 
 
 def idle_cpu(seconds: float, nodes: int = 1000) -> dict[str, float]:

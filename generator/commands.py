@@ -2,7 +2,7 @@
 
 Why here: the command names and flags are part of the outside contract (CONTRACT.md); the
 work is done by :mod:`generator.scheduler_config`, :mod:`generator.manifests` and
-:mod:`generator.certs`. Bad options raise InputError (one line, exit 2).
+:mod:`gputopo.certs`. Bad options raise InputError (one line, exit 2).
 """
 
 from __future__ import annotations
@@ -168,11 +168,7 @@ def _manifests(args: argparse.Namespace) -> int:
 
 
 def _certs(args: argparse.Namespace) -> int:
-    try:
-        from generator.certs import write_serving_certs
-    except ImportError as exc:  # pragma: no cover - only while generator/certs.py is missing
-        raise InputError("certificate support (generator/certs.py) is not installed yet",
-                         obj="generate certs") from exc
+    from gputopo.certs import write_serving_certs
     from gputopo.names import GPUTOPO_NAMESPACE, WEBHOOK_SERVICE
 
     _not_stdout(args.output, "generate certs")

@@ -4,7 +4,7 @@
   whose Secret (``tls.crt``, ``tls.key``, ``ca.crt``) the webhook mounts as ``--cert-dir``;
   cert-manager's CA injector copies the CA into the webhook configuration because of the
   ``cert-manager.io/inject-ca-from`` annotation, and renews before expiry.
-- ``self-signed``: :func:`generator.certs.write_serving_certs` makes a CA and a serving
+- ``self-signed``: :func:`gputopo.certs.write_serving_certs` makes a CA and a serving
   certificate at generation time; the Secret and the ``caBundle`` are written inline. This
   puts a private key in the output, so it is only for ``-o`` into an operator's directory,
   never for the repository (tests check that ``manifests/`` holds no key).
@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from generator import k8s
-from gputopo.errors import InputError
 from gputopo.names import GPUTOPO_NAMESPACE, WEBHOOK_NAME, WEBHOOK_SERVICE, WEBHOOK_TLS_SECRET
 
 CERT_MODES = ("cert-manager", "self-signed")
@@ -67,11 +66,8 @@ def cert_manager_annotations() -> dict[str, str]:
 
 def self_signed_objects(*, days: int = 365) -> tuple[list[dict[str, Any]], str]:
     """A ``kubernetes.io/tls`` Secret made now, and the base64 caBundle for the webhook."""
-    try:
-        from generator.certs import write_serving_certs
-    except ImportError as exc:  # pragma: no cover - only while generator/certs.py is missing
-        raise InputError("certificate support (generator/certs.py) is not installed",
-                         obj="--certs self-signed") from exc
+    from gputopo.certs import write_serving_certs
+
     with tempfile.TemporaryDirectory(prefix="gputopo-certs-") as tmp:
         out = Path(tmp)
         write_serving_certs(out, service=WEBHOOK_SERVICE, namespace=GPUTOPO_NAMESPACE, days=days)

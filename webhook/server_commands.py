@@ -217,7 +217,7 @@ class _ReadyWhenSynced:
 
 
 def _self_made_certs(cert_dir: Path) -> None:
-    from generator.certs import write_serving_certs
+    from gputopo.certs import write_serving_certs
 
     write_serving_certs(cert_dir, extra_dns=("localhost", "127.0.0.1", "::1"), days=30)
     _say(

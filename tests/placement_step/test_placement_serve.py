@@ -24,7 +24,7 @@ import httpx
 import pytest
 from placement_jobs import mpijob, worker_pod
 
-from generator.certs import write_serving_certs
+from gputopo.certs import write_serving_certs
 from gputopo import names
 from gputopo.cluster.demo import demo_cluster_path
 from gputopo.cluster.k8s_reservations import KubernetesReservationStore

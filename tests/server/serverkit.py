@@ -3,7 +3,7 @@ server over TLS on 127.0.0.1 in a thread.
 
 A server is started in a thread with its own event loop (uvicorn
 installs no signal handlers off the main thread) and spoken to with real HTTPS by httpx,
-trusting the CA ``generator.certs`` made. The certificate directory has the layout the
+trusting the CA ``gputopo.certs`` made. The certificate directory has the layout the
 kubelet gives a mounted ``kubernetes.io/tls`` Secret, so rotation tests swap it the way the
 kubelet does.
 """
@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from generator.certs import write_serving_certs
+from gputopo.certs import write_serving_certs
 from webhook.server import WebhookServer, create_app
 from webhook.tls import CertificateReloader
 

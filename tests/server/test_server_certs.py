@@ -1,4 +1,4 @@
-"""``gputopo generate certs`` and generator.certs, checked with cryptography as a client would."""
+"""``gputopo generate certs`` and gputopo.certs, checked with cryptography as a client would."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from generator.certs import write_serving_certs
+from gputopo.certs import write_serving_certs
 from gputopo.cli import main
 from gputopo.errors import InputError
 from gputopo.names import GPUTOPO_NAMESPACE, WEBHOOK_SERVICE
