@@ -80,7 +80,8 @@ def _profile_flags(parser: argparse.ArgumentParser) -> None:
                         help="v1 (default) or v1beta3 for Kubernetes 1.23-1.24")
     parser.add_argument("--gpu-resource", default=None,
                         help=f"GPU resource the profile packs (default {d.gpu_resource}; "
-                             f"with --platform: the platform's)")
+                             f"with --platform: the platform's) and the device plugin "
+                             f"serves; shipped policies must rename the GPU to it")
     parser.add_argument("--permit-wait-seconds", type=int, default=d.permit_wait_seconds,
                         help="gang wait timeout at Permit (default %(default)s)")
     parser.add_argument("--pod-group-backoff-seconds", type=int, default=None,
@@ -160,6 +161,8 @@ def _manifests(args: argparse.Namespace) -> int:
     )
     _not_stdout(args.output, "generate manifests")
     written = manifests.write(opts, args.output)
+    for warning in manifests.gpu_resource_warnings(opts):
+        print(f"gputopo: WARNING: {warning}", file=sys.stderr)
     print(f"wrote {len(written)} files to {args.output}", file=sys.stderr)
     if opts.certs == "self-signed":
         print(f"note: {args.output}/webhook-tls.yaml holds a private key; keep it out of git",

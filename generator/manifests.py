@@ -11,13 +11,13 @@ run to run (fresh keys), which is why the repository uses the cert-manager mode.
 
 from __future__ import annotations
 
-import dataclasses
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from generator import (
+    gpu_resource,
     platforms,
     policy_objects,
     reporter_objects,
@@ -54,7 +54,9 @@ class ManifestOptions:
     reporter_runtime_class: str | None = None
     #: Let the webhook read ACK's ``kube-system/<node>-gputopo-report`` ConfigMaps.
     ack_reports: bool = True
-    profile: ProfileOptions = field(default_factory=ProfileOptions)
+    #: the scheduler profile; its ``gpu_resource`` is also what the device plugin serves.
+    #: None: the defaults, packing by the platform's GPU resource.
+    profile: ProfileOptions | None = None
 
 
 def check_options(opts: ManifestOptions) -> None:
@@ -71,7 +73,7 @@ def check_options(opts: ManifestOptions) -> None:
     for flag, image in (("--image", opts.image), ("--scheduler-image", opts.scheduler_image)):
         if not image or any(c.isspace() for c in image):
             raise InputError(f"{image!r} is not an image reference", obj=flag)
-    _check_api_version_for_image(opts.profile.api_version, opts.scheduler_image)
+    _check_api_version_for_image(profile(opts).api_version, opts.scheduler_image)
     rc = opts.reporter_runtime_class
     if rc is not None and not (len(rc) <= 253 and _DNS_SUBDOMAIN.fullmatch(rc)):
         # runtimeClassName must name a RuntimeClass: a DNS-1123 subdomain (API validation)
@@ -138,7 +140,7 @@ def _device_plugin(opts: ManifestOptions) -> list[dict[str, Any]]:
     from generator.device_plugin_objects import device_plugin_objects
 
     return device_plugin_objects(image=opts.image,
-                                 resource=platforms.platform(opts.platform).gpu_resource,
+                                 resource=profile(opts).gpu_resource,
                                  namespace="kube-system",
                                  runtime_class=opts.reporter_runtime_class)
 
@@ -156,17 +158,27 @@ def _policies(opts: ManifestOptions, platform: platforms.Platform) -> dict[str, 
                                               platform.policies)
 
 
-def _profile(opts: ManifestOptions, platform: platforms.Platform) -> ProfileOptions:
-    """The scheduler profile; left at its defaults it packs by the platform's GPU resource."""
-    if opts.profile == ProfileOptions():
-        return dataclasses.replace(opts.profile, gpu_resource=platform.gpu_resource)
-    return opts.profile
+def profile(opts: ManifestOptions) -> ProfileOptions:
+    """The scheduler profile: the one given, else the defaults with the platform's GPU
+    resource. Its GPU resource is the deployment's: the device plugin serves it too."""
+    if opts.profile is not None:
+        return opts.profile
+    return ProfileOptions(gpu_resource=platforms.platform(opts.platform).gpu_resource)
+
+
+def gpu_resource_warnings(opts: ManifestOptions) -> list[str]:
+    """What the generator should say loudly about the GPU resource (generator/gpu_resource.py);
+    a disagreement with the shipped policies raises InputError instead."""
+    policies = _policies(opts, platforms.platform(opts.platform))
+    return gpu_resource.check(profile(opts).gpu_resource, policies)
 
 
 def build_files(opts: ManifestOptions) -> dict[str, list[dict[str, Any]]]:
     """``{file name: objects}`` in apply order (the kustomization lists them in this order)."""
     check_options(opts)
     platform = platforms.platform(opts.platform)
+    policies = _policies(opts, platform)
+    gpu_resource.check(profile(opts).gpu_resource, policies)
     if opts.certs == "cert-manager":
         tls = tls_objects.cert_manager_objects()
         mwc = webhook_objects.mutating_webhook_configuration(
@@ -182,7 +194,7 @@ def build_files(opts: ManifestOptions) -> dict[str, list[dict[str, Any]]]:
         "namespace.yaml": [namespace()],
         "webhook-rbac.yaml": webhook_objects.rbac(ack_reports=opts.ack_reports),
         "webhook-tls.yaml": tls,
-        "policies.yaml": [_policies(opts, platform)],
+        "policies.yaml": [policies],
         "webhook.yaml": [
             webhook_objects.service(),
             webhook_objects.deployment(image=opts.image, replicas=opts.webhook_replicas),
@@ -191,7 +203,7 @@ def build_files(opts: ManifestOptions) -> dict[str, list[dict[str, Any]]]:
         "webhook-configuration.yaml": [mwc],
         "scheduler-rbac.yaml": scheduler_objects.rbac(),
         "scheduler.yaml": [
-            scheduler_objects.config_map(build_config(_profile(opts, platform))),
+            scheduler_objects.config_map(build_config(profile(opts))),
             scheduler_objects.deployment(image=opts.scheduler_image,
                                          replicas=opts.scheduler_replicas),
         ],
