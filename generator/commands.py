@@ -77,7 +77,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _profile_flags(parser: argparse.ArgumentParser) -> None:
     d = ProfileOptions()
     parser.add_argument("--api-version", default="v1",
-                        help="v1 (default) or v1beta3 for Kubernetes 1.23-1.24")
+                        help="v1 (default); v1beta3 only for scheduler-plugins images up "
+                             "to v0.28 (Kubernetes 1.28 and older)")
     parser.add_argument("--gpu-resource", default=None,
                         help=f"GPU resource the profile packs (default {d.gpu_resource}; "
                              f"with --platform: the platform's) and the device plugin "
