@@ -92,7 +92,7 @@ def test_a_documented_command_runs(cmd: DocCommand, tmp_path: Path, capsys,
             argv += ["-o", str(tmp_path / "out")]
     monkeypatch.chdir(REPO)
     code = main(argv)
-    out, err = capsys.readouterr()
+    err = capsys.readouterr().err
     assert code == 0, f"{cmd.page}: `{cmd.text}` exited {code}: {err.strip()[-400:]}"
     assert "Traceback" not in err
 
