@@ -6,7 +6,7 @@ read :data:`ROWS`. Every row names where its measured figure was read; nothing h
 made up, and no row is fitted on its own except where the row says so (the TCP share is
 set from the seeds, see gputopo/topology/transport.py).
 
-The seeds (../shared/seeds/arena-mpi-gputopology.en.md) ran tf_cnn_benchmarks with Horovod on
+The seeds (Alibaba Cloud's Arena GPU-topology MPIJob document) ran tf_cnn_benchmarks with Horovod on
 4 V100 workers of two 8-GPU DGX-1-class nodes, batch 64 per GPU, fp32, NCCL over TCP
 sockets (``NCCL_SOCKET_IFNAME=eth0``, ``--mca btl ^openib``):
 

@@ -1,8 +1,8 @@
 """Every Kubernetes name gputopo reads or writes, in one place.
 
-Why: the outside contract (../shared/CONTRACT.md) fixes these names for users, Arena and the
-ACK-style device plumbing. Code elsewhere imports them from here and never spells a label
-or annotation by hand.
+Why: the outside contract (the names README.md and docs/policies.md promise) fixes these
+names for users, Arena and the ACK-style device plumbing. Code elsewhere imports them from
+here and never spells a label or annotation by hand.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """NVIDIA go-gpuallocator's BestEffort policy, rebuilt in Python for comparison.
 
 Source read: NVIDIA/go-gpuallocator ``gpuallocator/besteffort_policy.go`` and
-``internal/links/device.go``; facts in ../shared/fixtures/interconnect.md. The NVIDIA device
+``internal/links/device.go``; link facts as in docs/topology.md. The NVIDIA device
 plugin uses it to choose GPU ids *on the node kube-scheduler already chose*, so here it sits
 behind the default scheduler's LeastAllocated node choice, pod by pod.
 

@@ -3,7 +3,7 @@
 Why a table: most nodes publish only the legend matrix (X, NV#, PIX, PXB, PHB, NODE, SYS),
 not measured bandwidths, yet the solver and the cost model need numbers to compare GPU sets.
 The figures are per direction, in GB/s (10^9 bytes/s), and are *line rates* from public
-sources (../shared/fixtures/interconnect.md, copied with sources into docs/topology.md).
+sources (each named in docs/topology.md's link bandwidth table).
 Real NCCL traffic reaches roughly 75-95% of them; what matters to placement is that the
 ratios between link kinds are right. Measured ``bandwidthGBps`` in the node annotation
 always wins over this table (see :attr:`gputopo.topology.model.Topology.bandwidth_matrix`).
