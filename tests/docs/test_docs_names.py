@@ -106,3 +106,17 @@ def test_the_checks_see_what_they_check() -> None:
     assert _missing_path("tests/test_layers.py::test_the_tree_keeps_the_layers") is None
     assert _missing_path("tests/test_layers.py::no_such_test") is not None
     assert not _registered("gputopo_no_such_metric_total")
+
+
+def test_design_mds_file_table_names_real_files() -> None:
+    # design.md names files by their base name inside each folder's row
+    missing = []
+    for line in (REPO / "docs" / "design.md").read_text(encoding="utf-8").splitlines():
+        row = re.match(r"\| `([a-z_]+(?:/[a-z_]+)*)/", line)
+        if not row:
+            continue
+        folder = REPO / row.group(1)
+        for name in re.findall(r"`([a-z_0-9/]+\.py)`", line):
+            if not ((REPO / name).exists() or any(folder.rglob(name.rsplit("/", 1)[-1]))):
+                missing.append(f"{row.group(1)}: {name}")
+    assert missing == []
