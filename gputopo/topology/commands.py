@@ -187,6 +187,9 @@ def _report(args: argparse.Namespace) -> int:
         raise InputError("no node name: pass --node or set NODE_NAME (downward API)")
     topo = node_topology_from_args(args)
     patch = annotation_patch(topo)
+    domain = nvlink_domain_from_args(args)
+    if domain:
+        patch["metadata"]["annotations"][names.NVLINK_DOMAIN_DETECTED_ANNOTATION] = domain
     found = _probe(args)
     # with --transport off nothing is detected and nothing about the transport is written
     detected = found.transport if found is not None else None
@@ -203,6 +206,8 @@ def _report(args: argparse.Namespace) -> int:
     api = _core_api(args.kubeconfig)
     now = _patch_node(api, node, patch)
     extra, why = transport_annotations(now, detected, args.transport)
+    if domain is None and names.NVLINK_DOMAIN_DETECTED_ANNOTATION in now:
+        extra[names.NVLINK_DOMAIN_DETECTED_ANNOTATION] = None  # the fabric no longer says one
     if extra:
         _patch_node(api, node, {"metadata": {"annotations": extra}})
     print(f"patched node {node}: {names.TOPOLOGY_ANNOTATION} ({len(topo.gpus)} GPUs); "
@@ -228,6 +233,17 @@ def node_topology_from_args(args: argparse.Namespace) -> Topology:
     from gputopo.topology import nvml
 
     return nvml.local_topology(args.nvml_recorded)
+
+
+def nvlink_domain_from_args(args: argparse.Namespace) -> str | bool | None:
+    """The node's NVLink domain from NVML's fabric info (gputopo.topology.nvml_fabric), None
+    when NVML says none; False with ``--nvidia-smi`` (no NVML asked: left as it is)."""
+    if args.nvidia_smi:
+        return False
+    from gputopo.topology import nvml
+    from gputopo.topology.nvml_fabric import nvlink_domain_from_nvml
+
+    return nvlink_domain_from_nvml(nvml.local_source(args.nvml_recorded))
 
 
 def annotation_patch(topo: Topology) -> dict[str, Any]:
