@@ -681,6 +681,24 @@ def network_explanation(line_gbps: float, transport: str, span: str = "rack") ->
     }
 
 
+def fabric_explanation(topology: Topology, trays: int) -> dict[str, Any]:
+    """What a gang over ``trays`` nodes of one NVLink domain gets between them (assumption
+    8): the GPU's NVLink line rate into the fabric, the efficiency, the bus bandwidth."""
+    line = fabric_gbps(topology)
+    eff = link_efficiency(topology)
+    return {
+        "span": "nvlink-domain",
+        "trays": trays,
+        "generation": infer_generation(topology),
+        "fabricLineGBps": line,
+        "linkEfficiency": eff,
+        "busBandwidthGBps": round(domain_gbps(topology) / 8.0, 3),
+        "why": (f"one NVLink domain ({trays} trays): GPUs of different nodes reach each other "
+                f"over NVLink through the fabric's switches, not the network; NCCL needs "
+                f"matching fabric cluster UUID and clique id and an IMEX channel in the pod"),
+    }
+
+
 # --- time -------------------------------------------------------------------------------
 def allreduce_time_s(bus_bw_gbps: float, nbytes: float, n_gpus: int) -> float:
     """Seconds to all-reduce ``nbytes`` over ``n_gpus`` at bus bandwidth ``bus_bw_gbps``.
