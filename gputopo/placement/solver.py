@@ -715,7 +715,8 @@ class _Tally:
         frees: dict[int, int] = {}
         nets: dict[float, int] = {}
         for grp in groups:  # one pass, every solve of a plain list: kept plain
-            kind, count, net = grp.kind, len(grp.nodes), grp.reach()
+            kind, count = grp.kind, len(grp.nodes)
+            net = grp.network_gbps if grp.domain is None else grp.reach()
             sizes[kind.size] = sizes.get(kind.size, 0) + count
             frees[kind.free] = frees.get(kind.free, 0) + count
             nets[net] = nets.get(net, 0) + count
