@@ -125,3 +125,33 @@ def test_place_and_nodes_on_two_nvl72_domains(tmp_path, capsys) -> None:
         f"NVLINK DOMAIN {UUID_A}.2: 18 nodes, 72/72 GPUs free, largest free block 72 GPUs "
         "(18 whole free nodes)",
     ]
+
+
+def test_admission_places_a_pytorchjob_in_one_domain_and_the_record_says_so(
+        tmp_path, capsys) -> None:
+    """``gputopo mutate``, the admission code path: a PyTorchJob of 4 pods x 4 GPUs on two
+    NVL72 domains lands on 4 trays of one domain, and each pod's placement record says so."""
+    cluster = tmp_path / "nvl72.yaml"
+    cluster.write_text(yaml.safe_dump_all(
+        nvl72(UUID_A, 1, "rack-a", 18) + nvl72(UUID_A, 2, "rack-b", 18)
+        + [{"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "ml", "labels": {names.INJECT_LABEL: names.INJECT_VALUE}}}]))
+    replica = {"replicas": 1, "restartPolicy": "OnFailure", "template": {"spec": {
+        "containers": [{"name": "pytorch", "image": "pytorch:latest",
+                        "resources": {"limits": {"nvidia.com/gpu": 4}}}]}}}
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+           "metadata": {"name": "llm", "namespace": "ml", "uid": "u-1"},
+           "spec": {"pytorchReplicaSpecs": {"Master": replica,
+                                            "Worker": {**replica, "replicas": 3}}}}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    assert main(["mutate", "--cluster", str(cluster), str(path)]) == 0
+    pods = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d and d["kind"] == "Pod"]
+    assert len(pods) == 4
+    records = [json.loads(p["metadata"]["annotations"][names.PLACEMENT_ANNOTATION])
+               for p in pods]
+    assert all(r["placed"] for r in records)
+    assert len({r["node"].split("-tray")[0] for r in records}) == 1
+    assert len({r["node"] for r in records}) == 4
+    assert all("one NVLink domain (4 trays)" in r["reason"] for r in records)
+    assert records[0]["busBandwidthGBps"] == pytest.approx(745.875)
