@@ -133,3 +133,16 @@ def test_fewest_domains_comes_before_cluster_health() -> None:
                    nvlink_domain="c") for i in range(4)]
     p = solve(nodes, GangRequest(replicas=31, gpus_per_replica=1))
     assert set(domains_of(nodes, p)) == {"b", "c"}
+
+
+def test_a_policys_transport_shares_keep_the_domain() -> None:
+    """with_transport_shares copies nodes by hand: the domain must survive the copy, or a
+    policy with transport shares would place NVL72 trays as islands."""
+    from gputopo.placement.types import with_transport_shares
+
+    nodes = nvl72("a", trays=4)
+    shared = with_transport_shares(nodes, {"gdr": 0.5})
+    assert all(n is not m for n, m in zip(nodes, shared, strict=True))
+    assert [n.nvlink_domain for n in shared] == ["a"] * 4
+    p = solve(shared, GangRequest(replicas=2, gpus_per_replica=4))
+    assert p.details["span"] == "nvlink-domain"
