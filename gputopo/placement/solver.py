@@ -19,7 +19,10 @@ The search, for ``R`` replicas of ``G`` GPUs (``n = R*G``):
 
 1. One node. For every class with ``n`` free GPUs, its best ``n``-subset by (bus
    bandwidth, slowest pair, blocks kept); the best class wins.
-2. Several nodes, inside each *scope*: every rack, every zone, the whole cluster (a scope's
+2. Several nodes, inside each *scope*: every NVLink domain (nodes of one NVLink fabric,
+   a GB200 NVL72 rack's trays: between them the fabric's rate, cost.domain_gbps, stands
+   where the network's does below), every rack (one that is exactly a domain is searched
+   as the domain), every zone, the whole cluster (a scope's
    span is an upper bound of the placement's real span; a placement that is narrower is also
    found in the narrower scope, where it is rated exactly). The cost model's gang bandwidth
    for ``m`` nodes is ``f(m, I, N) = min(-I, N x span factor / 8)`` where ``I`` is the worst
@@ -36,7 +39,9 @@ The search, for ``R`` replicas of ``G`` GPUs (``n = R*G``):
       every feasible triple with the same rounded value ties, and of those only the
       smallest ``m`` (the objective's ``nodes`` term) goes on;
    b. among those, the highest slowest-pair threshold that stays feasible;
-   c. among those, a DP over classes that maximises the blocks kept and then packing.
+   c. among those, a DP over classes that minimises the NVLink domains touched (a class
+      is of one domain, and a domain's classes come together: a domain costs once), then
+      maximises the blocks kept and then packing.
 
    Scopes are visited best upper bound first — a bound of the whole objective, term by
    term (``_Search._bound``) — and the search stops at the first that cannot win; scopes
