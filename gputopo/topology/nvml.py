@@ -268,7 +268,14 @@ class PynvmlSource:  # pragma: no cover - needs a GPU and its driver
             info = self._nvml.nvmlDeviceGetGpuFabricInfo(self._handles[index])
         except (AttributeError, self._nvml.NVMLError):
             return None  # no fabric on this GPU or driver
-        raw = bytes(info.clusterUuid)[:16]
+        # a ``c_char * 16`` field reads as bytes cut at the first NUL: read the 16 raw bytes
+        try:
+            import ctypes
+
+            at = ctypes.addressof(info) + type(info).clusterUuid.offset
+            raw = ctypes.string_at(at, 16)
+        except (AttributeError, TypeError):
+            raw = bytes(info.clusterUuid)[:16].ljust(16, b"\0")
         h = raw.hex()
         uuid = f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
         return uuid, int(info.cliqueId), int(info.state), int(info.status)
