@@ -52,6 +52,7 @@ from gputopo.topology.load import read_topology_file  # noqa: E402
 from gputopo.topology.model import Topology  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "topologies"
+NVL72 = ROOT / "tests" / "fixtures" / "nvl72"
 BATCH = 64
 N_GPUS = 4
 V100_OVER_P100_FP32 = 15.7 / 10.6  # peak fp32 TFLOPS, V100 SXM2 / P100 SXM2
@@ -176,6 +177,30 @@ def _nodes(name: str, gpus: tuple[int, ...], count: int, gbps: float, transport:
     return predict
 
 
+def _domain(count: int) -> Callable[[], float]:
+    """``count`` full GB200 trays of one NVLink domain (docs/topology.md, assumption 8)."""
+    def predict() -> float:
+        tray = read_topology_file(str(NVL72 / "gb200-tray.json"))
+        return gang_bus_bandwidth(
+            [NodeShare(tray, (0, 1, 2, 3), 1600.0, "gdr") for _ in range(count)],
+            span="nvlink-domain")
+
+    predict.transport = "nvlink"  # type: ignore[attr-defined]  # shown in the table
+    return predict
+
+
+def _trays(count: int, gbps: float, transport: str) -> Callable[[], float]:
+    """``count`` full GB200 trays in different domains: the network between them."""
+    def predict() -> float:
+        tray = read_topology_file(str(NVL72 / "gb200-tray.json"))
+        return gang_bus_bandwidth(
+            [NodeShare(tray, (0, 1, 2, 3), gbps, transport) for _ in range(count)],
+            span="rack")
+
+    predict.transport = transport  # type: ignore[attr-defined]  # shown in the table
+    return predict
+
+
 def _seeds(model: Model) -> Callable[[], float]:
     def predict() -> float:
         return predicted_ratio(model)
@@ -200,6 +225,29 @@ ROWS: tuple[Row, ...] = (
         232.54, "GB/s", _one_node("dgx-a100.txt", EIGHT), 0.15),
     Row("NVIDIA/nccl #527", "p4dn.24xlarge (8x A100 SXM4, NVSwitch), one node, 8 GPUs, 1 GiB",
         230.77, "GB/s", _one_node("dgx-a100.txt", EIGHT), 0.15),
+    # --- HGX H100 / H200, one node ----------------------------------------------------------
+    Row("FACTS.md (NVLink domains)", "8x H100 SXM (NVSwitch, NV18), one node, rings "
+        "(NVLink SHARP off)", 367.5, "GB/s", _one_node("hopper-nv18.tsv", EIGHT), 0.15,
+        "published 365-370 GB/s with rings; the model's channel figure, 18 x 26.562 x 0.78"),
+    Row("FACTS.md (NVLink domains)", "8x H100 SXM, one node, NVLink SHARP (NVLS, default)",
+        478.0, "GB/s", _one_node("hopper-nv18.tsv", EIGHT), 0.25,
+        "published 476-480 GB/s; the model has no in-switch reduction and keeps the ring "
+        "figure (0.78 of it), hence +-25 %"),
+    Row("NVIDIA/nccl-tests #272", "8x H200 (NVLink 4), one node, NCCL 2.20.3 defaults",
+        475.0, "GB/s", _one_node("hopper-nv18.tsv", EIGHT), 0.25,
+        "NVLS, as the row above: the same links as H100, the same prediction"),
+    # --- GB200 NVL72: NVLink across trays (MNNVL) and InfiniBand between domains ----------
+    Row("FACTS.md (NVLink domains)", "8 GB200 GPUs on 2 trays of one NVL72, MNNVL",
+        811.0, "GB/s", _domain(2), 0.15,
+        "the fabric at NVLink 5 (18 x 53.125 GB/s) x 0.78; NCCL uses NVLS there too"),
+    Row("coreweave/nccl-tests #43", "72 GB200 GPUs, one full NVL72 rack (18 trays), MNNVL",
+        841.0, "GB/s", _domain(18), 0.15,
+        "835-847 GB/s at 4-8 GiB (in- and out-of-place); the model does not depend on the "
+        "tray count inside a domain"),
+    Row("NVIDIA/nccl #1801", "12 GB200 GPUs: 3 trays in different racks, InfiniBand only, "
+        "rings", 196.7, "GB/s", _trays(3, 1600.0, "gdr"), 0.15,
+        "NVLS off, NVL partitions of 4 GPUs on different racks; 4 x 400 Gbit/s NICs per "
+        "tray (GB200 NVL72's scale-out), GPUDirect as NVL72 racks ship"),
     # --- gdr: RDMA with GPUDirect (the NIC reads and writes GPU memory) ---------------------
     Row("NVIDIA/nccl-tests #175", "2 nodes x 8 A100, 4x 200 Gbit/s InfiniBand each",
         86.0, "GB/s", _nodes("dgx-a100.txt", EIGHT, 2, 800.0, "gdr"), 0.15,

@@ -72,6 +72,9 @@ def rbac(*, ack_reports: bool = True) -> list[dict[str, Any]]:
         k8s.rule(["batch"], ["jobs"], ["get"]),  # MPIJob v2beta1 launcher's owner, on demand
         # the PodGroup a gang label names must exist: watched, created when missing
         k8s.rule([POD_GROUP_API_GROUP], [POD_GROUP_PLURAL], ["list", "watch", "create"]),
+        # placement.computeDomain: create: a gang's ComputeDomain (NVIDIA DRA driver), made
+        # once per gang; deleted with the job by its ownerReference, never by gputopo
+        k8s.rule(["resource.nvidia.com"], ["computedomains"], ["create"]),
     ]
     reports_rules = [k8s.rule([""], ["configmaps"], ["list", "watch"])]
     # reservations: full PUTs with resourceVersion (optimistic concurrency); the GPU

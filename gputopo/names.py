@@ -40,6 +40,18 @@ DEFAULT_NETWORK_TRANSPORT = "tcp"
 #: Per-node override of the transport's default share of the line rate (0 < share <= 1),
 #: for a node whose achieved all-reduce rate was measured (nccl-tests across nodes).
 NETWORK_EFFICIENCY_ANNOTATION = "gputopo.io/network-efficiency"
+#: NVLink domains across nodes (GB200/GB300 NVL72, docs/topology.md "NVLink domains"):
+#: nodes whose GPUs share one NVLink fabric. Read, first found wins: the manual override
+#: annotation, GPU Feature Discovery's clique label (``<ClusterUUID>.<CliqueId>``, the whole
+#: value: a clique id is unique only within its cluster), what gputopo's reporter read of
+#: NVML's fabric info (same form).
+NVLINK_DOMAIN_ANNOTATION = "gputopo.io/nvlink-domain"
+GPU_CLIQUE_LABEL = "nvidia.com/gpu.clique"
+NVLINK_DOMAIN_DETECTED_ANNOTATION = "gputopo.io/nvlink-domain-detected"
+#: GFD's GPU model label ("NVIDIA-B200", "NVIDIA-H100-80GB-HBM3"): the NVLink generation when
+#: the topology annotation does not name it (an ``nvidia-smi topo -m`` of a B200 reads NV18
+#: like an H100's).
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 # --- resources -------------------------------------------------------------------------
 SOURCE_GPU_RESOURCE = "nvidia.com/gpu"

@@ -51,7 +51,7 @@ def _reserved(objects: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
 
 
 def _nodes(args: argparse.Namespace) -> int:
-    from gputopo.cluster.node_table import format_rows, gangs_by_node, node_rows
+    from gputopo.cluster.node_table import domain_rows, format_rows, gangs_by_node, node_rows
 
     if args.live:
         from gputopo.cluster.live_snapshot import live_snapshot
@@ -70,6 +70,8 @@ def _nodes(args: argparse.Namespace) -> int:
         print(json.dumps([asdict(r) for r in rows], indent=2))
     elif rows:
         sys.stdout.write(format_rows(rows))
+        for domain in domain_rows(states):
+            print(domain.line())
     else:
         print("no activated nodes (label ack.node.gpu.schedule=topology and a GPU topology "
               "annotation or ACK report)", file=sys.stderr)

@@ -6,8 +6,10 @@ the largest free *well-connected* block (the biggest k for which k free GPUs of 
 are as well connected as any k GPUs of it can be, :func:`gputopo.placement.objective.
 free_blocks` — a free 4-block on a DGX-1 is an NVLink quad), rack and zone, the network
 (line rate, transport, the node's own share if it states one),
-and the gangs holding GPUs there (from the pods' ``gpu-topology`` label, or their
-``gputopo.io/placement`` record, and from reservation records). Pure: objects in, rows out.
+the NVLink domain it shares with other nodes (GB200 NVL72 trays; a line per domain after
+the table: free GPUs, largest free block), and the gangs holding GPUs there (from the
+pods' ``gpu-topology`` label, or their ``gputopo.io/placement`` record, and from
+reservation records). Pure: objects in, rows out.
 """
 
 from __future__ import annotations
@@ -35,15 +37,50 @@ class NodeRow:
     zone: str
     network: str
     gangs: tuple[str, ...]
+    nvlink_domain: str = "-"
 
     def cells(self) -> list[str]:
         return [self.name, self.kind, f"{self.used}/{self.gpus}", str(self.gpus - self.used),
                 str(self.largest_block), self.rack, self.zone, self.network,
-                ",".join(self.gangs) or "-"]
+                self.nvlink_domain, ",".join(self.gangs) or "-"]
 
 
 HEADER = ["NAME", "GPU KIND", "USED", "FREE", "FREE BLOCK", "RACK", "ZONE", "NETWORK",
-          "GANGS"]
+          "NVLINK DOMAIN", "GANGS"]
+
+
+@dataclass(frozen=True)
+class DomainRow:
+    """One NVLink domain: its nodes, free GPUs, and the largest free block in it. Every
+    free GPU of a domain reaches every other over NVLink, so the largest free block of
+    the domain is all of its free GPUs; ``free_trays`` counts its nodes with no GPU in use
+    (what a gang of whole trays can take)."""
+
+    domain: str
+    nodes: int
+    gpus: int
+    free: int
+    free_trays: int
+
+    def line(self) -> str:
+        return (f"NVLINK DOMAIN {self.domain}: {self.nodes} nodes, {self.free}/{self.gpus} "
+                f"GPUs free, largest free block {self.free} GPUs "
+                f"({self.free_trays} whole free node{'s' if self.free_trays != 1 else ''})")
+
+
+def domain_rows(states: Iterable[NodeState]) -> list[DomainRow]:
+    """Per NVLink domain (nodes in none are left out), by domain name."""
+    per: dict[str, list[NodeState]] = {}
+    for s in states:
+        if s.nvlink_domain is not None:
+            per.setdefault(s.nvlink_domain, []).append(s)
+    return [
+        DomainRow(domain=d, nodes=len(members),
+                  gpus=sum(len(m.topology.gpus) for m in members),
+                  free=sum(len(m.topology.gpus) - len(m.used) for m in members),
+                  free_trays=sum(1 for m in members if not m.used))
+        for d, members in sorted(per.items())
+    ]
 
 
 def gpu_kind(state: NodeState) -> str:
@@ -115,6 +152,7 @@ def node_rows(states: Iterable[NodeState], gangs: Mapping[str, set[str]]) -> lis
             name=s.name, kind=gpu_kind(s), gpus=len(s.topology.gpus), used=len(s.used),
             largest_block=largest_free_block(s), rack=s.rack or "-", zone=s.zone or "-",
             network=network_cell(s), gangs=tuple(sorted(gangs.get(s.name, ()))),
+            nvlink_domain=s.nvlink_domain or "-",
         ))
     return rows
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from gputopo import names
 from gputopo.cluster.node_fit import NodeFacts
+from gputopo.cluster.nvlink_domain import nvlink_domain_of, topology_with_product, usable_domain
 from gputopo.errors import TopologyError
 from gputopo.placement.types import NodeState
 from gputopo.topology.model import Topology
@@ -250,7 +251,7 @@ def node_state(
     name = meta(node).get("name")
     if not isinstance(name, str) or not name:
         raise TopologyError("node has no metadata.name")
-    topo = node_topology(node, ack_report)
+    topo = topology_with_product(node_topology(node, ack_report), node)
     # A node whose device plugin advertises fewer GPUs than its topology lists has GPUs the
     # scheduler will not hand out (unhealthy, or the plugin is not up): placing a gang
     # there would pin pods to GPUs that never come. Left out, loudly, until they agree.
@@ -280,4 +281,5 @@ def node_state(
         network_efficiency=network_efficiency(node),
         facts=NodeFacts.of(node),
         host_ports=frozenset(host_ports),
+        nvlink_domain=usable_domain(topo, nvlink_domain_of(node)),
     )

@@ -22,9 +22,14 @@ on that node. Its :class:`Score` is compared lexicographically, larger is better
    counts; koordinator's quality measure). A set whose every pair is NVLink-connected wins
    over one of the same bus bandwidth that needs a PCIe or SYS link. A share of one GPU has
    no pairs and does not limit it.
-3. ``locality``: minus the span rank, node (0) < rack (1) < zone (2) < cluster (3): a
-   multi-node gang prefers one rack, then one zone. Nodes without a rack or zone label are
-   never assumed to share one.
+3. ``locality``: minus the span rank, node (0) < NVLink domain (1) < rack (2) < zone (3)
+   < cluster (4): a multi-node gang prefers one NVLink domain (nodes of one NVLink fabric,
+   a GB200 NVL72 rack's trays), then one rack, then one zone. Nodes without a domain, rack
+   or zone are never assumed to share one.
+   ``domains``: minus the number of NVLink domains a multi-node gang touches (nodes
+   without one count for none; a one-node gang uses no fabric: 0): a gang larger than any
+   domain uses the fewest, and one that may take domained or plain nodes leaves the
+   domains whole.
 4. ``blocks``: cluster health after the placement. For every block size k in
    :data:`BLOCK_SIZES` (largest first), the change on the touched nodes of the number of
    disjoint free *well-connected* k-GPU blocks, compared lexicographically. A k-block is
@@ -64,7 +69,7 @@ from gputopo.topology.model import Topology
 #: Block sizes whose free, well-connected count the health term tracks, largest first.
 BLOCK_SIZES: tuple[int, ...] = (64, 32, 16, 8, 4, 2)
 #: Span names from narrowest to widest; the rank is the index.
-SPANS: tuple[str, ...] = ("node", "rack", "zone", "cluster")
+SPANS: tuple[str, ...] = ("node", "nvlink-domain", "rack", "zone", "cluster")
 SPAN_RANK: dict[str, int] = {s: r for r, s in enumerate(SPANS)}
 #: Decimal places kept of bandwidths before comparing, so float noise never decides.
 ROUND = 6
@@ -82,6 +87,7 @@ class Score:
     nodes: int
     bottleneck_pair: float
     locality: int
+    domains: int
     blocks: tuple[int, ...]
     packing: int
 
@@ -91,6 +97,7 @@ class Score:
             "nodes": -self.nodes,
             "bottleneckPairGBps": None if self.bottleneck_pair == NO_PAIR else self.bottleneck_pair,
             "span": SPANS[-self.locality],
+            "nvlinkDomains": -self.domains,
             "blocksDelta": dict(zip(_BLOCK_KEYS, self.blocks, strict=True)),
             "emptyNodesOpened": -self.packing,
         }
@@ -271,9 +278,12 @@ def blocks_delta(topology: Topology, free_before: int, taken: int) -> tuple[int,
 
 # --- whole placement --------------------------------------------------------------------
 def span_of(nodes: Sequence[NodeState]) -> str:
-    """Widest locality a set of nodes crosses: node, rack, zone or cluster."""
+    """Widest locality a set of nodes crosses: node, nvlink-domain, rack, zone or cluster."""
     if len(nodes) == 1:
         return "node"
+    domain = nodes[0].nvlink_domain
+    if domain is not None and all(n.nvlink_domain == domain for n in nodes):
+        return "nvlink-domain"
     racks = {(n.zone, n.rack) for n in nodes}
     if len(racks) == 1 and nodes[0].rack is not None:
         return "rack"
@@ -341,6 +351,8 @@ def score_by_name(
         nodes=-len(touched),
         bottleneck_pair=pair,
         locality=-SPAN_RANK[span],
+        domains=0 if len(touched) == 1 else -len(
+            {n.nvlink_domain for n in touched if n.nvlink_domain is not None}),
         blocks=tuple(blocks),
         packing=-opened,
     )

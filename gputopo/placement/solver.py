@@ -19,7 +19,10 @@ The search, for ``R`` replicas of ``G`` GPUs (``n = R*G``):
 
 1. One node. For every class with ``n`` free GPUs, its best ``n``-subset by (bus
    bandwidth, slowest pair, blocks kept); the best class wins.
-2. Several nodes, inside each *scope*: every rack, every zone, the whole cluster (a scope's
+2. Several nodes, inside each *scope*: every NVLink domain (nodes of one NVLink fabric,
+   a GB200 NVL72 rack's trays: between them the fabric's rate, cost.domain_gbps, stands
+   where the network's does below), every rack (one that is exactly a domain is searched
+   as the domain), every zone, the whole cluster (a scope's
    span is an upper bound of the placement's real span; a placement that is narrower is also
    found in the narrower scope, where it is rated exactly). The cost model's gang bandwidth
    for ``m`` nodes is ``f(m, I, N) = min(-I, N x span factor / 8)`` where ``I`` is the worst
@@ -36,7 +39,9 @@ The search, for ``R`` replicas of ``G`` GPUs (``n = R*G``):
       every feasible triple with the same rounded value ties, and of those only the
       smallest ``m`` (the objective's ``nodes`` term) goes on;
    b. among those, the highest slowest-pair threshold that stays feasible;
-   c. among those, a DP over classes that maximises the blocks kept and then packing.
+   c. among those, a DP over classes that minimises the NVLink domains touched (a class
+      is of one domain, and a domain's classes come together: a domain costs once), then
+      maximises the blocks kept and then packing.
 
    Scopes are visited best upper bound first — a bound of the whole objective, term by
    term (``_Search._bound``) — and the search stops at the first that cannot win; scopes
@@ -63,6 +68,7 @@ from operator import attrgetter, itemgetter
 from typing import Any, overload
 
 from gputopo.errors import InputError
+from gputopo.placement.domains import domain_note, trays
 from gputopo.placement.objective import (
     BLOCK_SIZES,
     ROUND,
@@ -80,6 +86,7 @@ from gputopo.topology.cost import (
     SPAN_FACTOR,
     NodeShare,
     all_to_all,
+    domain_gbps,
     gang_bus_bandwidth,
     ring_bus_bandwidth,
 )
@@ -88,6 +95,9 @@ from gputopo.topology.model import Topology
 #: Base of the integer encoding of the blocks vector (order-preserving while every summed
 #: component stays within +-BASE/2; 64 touched nodes x 32 blocks is far below).
 BASE = 1 << 20
+#: Stage c's price of one more NVLink domain: above any sum of encoded blocks (one BASE
+#: digit per block size) and packing (one more digit), as the objective ranks ``domains``.
+DOMAIN_COST = BASE ** 8
 
 
 @dataclass(frozen=True)
@@ -316,10 +326,18 @@ class _Group:
     kind: _Kind
     network_gbps: float
     nodes: list[NodeState]
+    domain: str | None = None  # the NVLink domain of every node here (part of the key)
 
     def __post_init__(self) -> None:
         self._canon: tuple[str, tuple[int, ...], float] | None = None
         self._first: NodeState | None = None
+
+    def reach(self) -> float:
+        """The fastest rate its nodes can reach another node at: the effective network,
+        or inside an NVLink domain the fabric (cost.domain_gbps), whichever is higher."""
+        if self.domain is None:
+            return self.network_gbps
+        return max(self.network_gbps, domain_gbps(self.kind.topology))
 
     def first(self) -> str:
         """The smallest node name (the one-node search's tie-break; a GroupedNodes keeps
@@ -362,6 +380,8 @@ class _Class:
     nodes: list[NodeState]  # any order; :meth:`by_name` sorts them when a plan needs names
     canon: tuple[str, tuple[int, ...], float]
     kind: _Kind
+    domain: str | None = None  # the NVLink domain of its nodes
+    domain_index: int = -1  # its domain's place in the scope's order (-1: none)
 
     def __post_init__(self) -> None:
         self._sorted: list[NodeState] | None = None
@@ -539,31 +559,46 @@ def _grid(r: int) -> tuple[int, int]:
     return width, sum(row << (m * width) for m in range(r + 1))
 
 
-#: (bus bandwidth, -nodes, slowest pair, locality, encoded blocks, packing): Score's order
-_Bound = tuple[float, int, float, int, int, int]
+#: (bus bandwidth, -nodes, slowest pair, locality, -domains, encoded blocks, packing):
+#: Score's order
+_Bound = tuple[float, int, float, int, int, int, int]
 _Opts = list[dict[int, tuple[_Option, ...]]]  # per class: replicas on a node -> options
 _Plan = list[tuple[int, int, _Option]]  # per chosen node: (class position, replicas, share)
 
 
-def _classes(pieces: Iterable[tuple[_Group, list[NodeState]]]) -> list[_Class]:
-    """One scope's classes from its pieces of groups, in the search's order (by canon)."""
-    merged: dict[_Group, list[NodeState]] = {}
+def _classes(pieces: Iterable[tuple[_Group, list[NodeState]]], *,
+             fabric: bool = False) -> list[_Class]:
+    """One scope's classes from its pieces of groups, in the search's order (by canon).
+
+    ``fabric``: the scope is one NVLink domain, so nodes reach each other over NVLink: a
+    class's rate between nodes is the fabric's (cost.domain_gbps), not its network.
+    Classes of one NVLink domain come together (the domain term of stage c counts a
+    domain once, when its first class is used), domains in an order of their classes'
+    canons (so that scopes alike up to domain names share one plan), then by name."""
+    # inside one domain the network does not matter: groups of one kind are one class
+    merged: dict[object, tuple[_Group, list[NodeState]]] = {}
     for grp, members in pieces:
-        have = merged.get(grp)
-        merged[grp] = members if have is None else have + members
-    out = [
-        _Class(
-            topology=grp.kind.topology,
-            free_mask=grp.kind.free_mask,
-            network_gbps=grp.network_gbps,
-            opened=grp.kind.opened,
-            nodes=members,
-            canon=grp.canon(),
-            kind=grp.kind,
-        )
-        for grp, members in merged.items()
-    ]
-    out.sort(key=lambda c: c.canon)
+        at = grp.kind if fabric else grp
+        have = merged.get(at)
+        merged[at] = (grp, members if have is None else have[1] + members)
+    out = []
+    for grp, members in merged.values():
+        net = domain_gbps(grp.kind.topology) if fabric else grp.network_gbps
+        canon = grp.canon() if not fabric else (*grp.kind.head(), net)
+        out.append(_Class(topology=grp.kind.topology, free_mask=grp.kind.free_mask,
+                          network_gbps=net, opened=grp.kind.opened, nodes=members,
+                          canon=canon, kind=grp.kind, domain=grp.domain))
+    if all(c.domain is None for c in out):
+        out.sort(key=lambda c: c.canon)
+        return out
+    by_domain: dict[str, list[tuple[str, tuple[int, ...], float]]] = {}
+    for c in out:
+        if c.domain is not None:
+            by_domain.setdefault(c.domain, []).append(c.canon)
+    order = {d: i for i, d in enumerate(sorted(by_domain, key=lambda d: (sorted(by_domain[d]), d)))}
+    out.sort(key=lambda c: (-1 if c.domain is None else order[c.domain], c.canon))
+    for c in out:
+        c.domain_index = -1 if c.domain is None else order[c.domain]
     return out
 
 
@@ -571,34 +606,35 @@ def _merge_twins(groups: list[_Group]) -> list[_Group]:
     """One group per (topology, used, network) when equal topologies came as several
     objects (nodes whose annotations were parsed one by one). The groups given are left as
     they are (a :class:`GroupedNodes` keeps them for later solves)."""
-    merged: dict[tuple[Topology, frozenset[int], float], _Group] = {}
+    merged: dict[tuple[Topology, frozenset[int], float, str | None], _Group] = {}
     for grp in groups:
-        key = (grp.kind.topology, grp.kind.used, grp.network_gbps)
+        key = (grp.kind.topology, grp.kind.used, grp.network_gbps, grp.domain)
         have = merged.get(key)
         merged[key] = grp if have is None else _Group(have.kind, have.network_gbps,
-                                                      have.nodes + grp.nodes)
+                                                      have.nodes + grp.nodes, have.domain)
     return list(merged.values())
 
 
-_BucketKey = tuple[int, frozenset[int], float]
+_BucketKey = tuple[int, frozenset[int], float, str | None]
 
 
 def _bucket_key(node: NodeState) -> _BucketKey:
     """What makes nodes alike for the solver: topology (by object: its __hash__ is a Python
-    call; equal topologies of different objects are merged later), used GPUs, network."""
-    return (id(node.topology), node.used, node.effective_gbps)
+    call; equal topologies of different objects are merged later), used GPUs, network,
+    NVLink domain (None on nodes without one: their grouping is as before)."""
+    return (id(node.topology), node.used, node.effective_gbps, node.nvlink_domain)
 
 
 def _group(key: _BucketKey, members: list[NodeState],
            kinds_by_id: dict[int, dict[frozenset[int], _Kind]]) -> _Group:
-    tid, used, net = key
+    tid, used, net, domain = key
     kinds = kinds_by_id.get(tid)
     if kinds is None:
         kinds = kinds_by_id[tid] = _kinds_of(members[0].topology)
     kind = kinds.get(used)
     if kind is None:
         kind = kinds[used] = _kind(members[0].topology, used)
-    return _Group(kind, net, members)
+    return _Group(kind, net, members, domain)
 
 
 def _group_nodes(nodes: Iterable[NodeState]) -> list[_Group]:
@@ -606,7 +642,7 @@ def _group_nodes(nodes: Iterable[NodeState]) -> list[_Group]:
     network land in one group (a busy 1,000-node cluster has a few hundred)."""
     buckets: dict[_BucketKey, list[NodeState]] = {}
     for node in nodes:
-        key = (id(node.topology), node.used, node.effective_gbps)
+        key = (id(node.topology), node.used, node.effective_gbps, node.nvlink_domain)
         members = buckets.get(key)
         if members is None:
             buckets[key] = [node]
@@ -684,7 +720,8 @@ class _Tally:
         frees: dict[int, int] = {}
         nets: dict[float, int] = {}
         for grp in groups:  # one pass, every solve of a plain list: kept plain
-            kind, count, net = grp.kind, len(grp.nodes), grp.network_gbps
+            kind, count = grp.kind, len(grp.nodes)
+            net = grp.network_gbps if grp.domain is None else grp.reach()
             sizes[kind.size] = sizes.get(kind.size, 0) + count
             frees[kind.free] = frees.get(kind.free, 0) + count
             nets[net] = nets.get(net, 0) + count
@@ -736,7 +773,7 @@ class GroupedNodes(Sequence[NodeState]):
             _check_names(self._nodes)
         buckets: dict[_BucketKey, dict[str, NodeState]] = {}
         for node in self._nodes:
-            key = (id(node.topology), node.used, node.effective_gbps)
+            key = (id(node.topology), node.used, node.effective_gbps, node.nvlink_domain)
             members = buckets.get(key)
             if members is None:
                 buckets[key] = {node.name: node}
@@ -813,14 +850,14 @@ class GroupedNodes(Sequence[NodeState]):
                 del new._buckets[key]
                 if was is not None:
                     del new._groups[key]
-                    new._tally.add(was.kind, was.network_gbps, -len(was.nodes))
+                    new._tally.add(was.kind, was.reach(), -len(was.nodes))
                 continue
             # overwritten in place, not popped and added: a dict with deleted entries is
             # copied entry by entry (4x slower), and every replacement copies these
             grp = new._groups[key] = _group(key, list(members.values()), kinds_by_id)
             change = len(grp.nodes) - (len(was.nodes) if was is not None else 0)
             if change:
-                new._tally.add(grp.kind, grp.network_gbps, change)
+                new._tally.add(grp.kind, grp.reach(), change)
             if was is not None:
                 grp.carry_first(was, final, came.get(key, ()))
         if any(key[0] not in self._tops for key in touched):
@@ -982,7 +1019,7 @@ class _Search:
                     break
                 if self.prune_by_score:
                     have = (top.bus_bandwidth, top.nodes, top.bottleneck_pair, top.locality,
-                            _encode(top.blocks), top.packing)
+                            top.domains, _encode(top.blocks), top.packing)
                     if bound < have:
                         break
                     if bound == have and min(n.name for c in classes if self._cap(c)
@@ -1006,13 +1043,30 @@ class _Search:
         size: dict[tuple[str | None, str | None], int] = {}
         pieces: dict[tuple[str | None, str | None], list[tuple[_Group, list[NodeState]]]] = {}
         eligible: list[_Group] = []
+        # NVLink domains: their eligible groups (a group is of one domain), every node's
+        # count, and which (zone, rack) places they cover (a rack that is exactly one
+        # domain is searched once, as the domain)
+        domains: dict[str, list[tuple[_Group, list[NodeState]]]] = {}
+        domain_size: dict[str, int] = {}
+        loc_domains: dict[tuple[str | None, str | None], set[str | None]] = {}
+        domain_locs: dict[str, set[tuple[str | None, str | None]]] = {}
+        any_domain = any(grp.domain is not None for grp in self.groups)
         for grp in self.groups:
+            dom = grp.domain
+            if dom is not None:
+                domain_size[dom] = domain_size.get(dom, 0) + len(grp.nodes)
             if grp.kind.free < g:
                 for node in grp.nodes:
                     loc = (node.zone, node.rack)
                     size[loc] = size.get(loc, 0) + 1
+                    if any_domain:
+                        loc_domains.setdefault(loc, set()).add(dom)
+                        if dom is not None:
+                            domain_locs.setdefault(dom, set()).add(loc)
                 continue
             eligible.append(grp)
+            if dom is not None:
+                domains.setdefault(dom, []).append((grp, grp.nodes))
             split: dict[tuple[str | None, str | None], list[NodeState]] = {}
             for node in grp.nodes:
                 loc = (node.zone, node.rack)
@@ -1024,6 +1078,10 @@ class _Search:
             for loc, members in split.items():
                 size[loc] = size.get(loc, 0) + len(members)
                 pieces.setdefault(loc, []).append((grp, members))
+                if any_domain:
+                    loc_domains.setdefault(loc, set()).add(dom)
+                    if dom is not None:
+                        domain_locs.setdefault(dom, set()).add(loc)
 
         zone_size: dict[str, int] = {}
         zone_locs: dict[str, list[tuple[str | None, str | None]]] = {}
@@ -1036,8 +1094,21 @@ class _Search:
             return len(locs) == 1 and locs[0][1] is not None
 
         scopes: list[tuple[str, list[_Class]]] = []
+        for dom in sorted(domains):
+            if domain_size[dom] >= 2:
+                scopes.append(("nvlink-domain", _classes(domains[dom], fabric=True)))
+
+        def one_domain(loc: tuple[str | None, str | None]) -> bool:
+            doms = loc_domains.get(loc)
+            if not doms or len(doms) != 1:
+                return False
+            dom = next(iter(doms))
+            return dom is not None and domain_locs[dom] == {loc}
+
         racks = [loc for loc in size if loc[1] is not None and size[loc] >= 2]
         for loc in sorted(racks, key=lambda k: (k[0] or "", k[1])):
+            if any_domain and one_domain(loc):
+                continue  # the rack is exactly one NVLink domain, searched as that
             scopes.append(("rack", _classes(pieces.get(loc, ()))))
         for zone in sorted(zone_size):
             locs = zone_locs[zone]
@@ -1086,10 +1157,16 @@ class _Search:
                 pair = max(pair, p)
                 healths.extend([h] * min(len(c.nodes), m))
         healths.sort(reverse=True)
-        return (bw, -m, pair, -SPAN_RANK["rack"], sum(healths[:m]), 0)
+        # a scope's placements of its own span: one NVLink domain, else a rack or wider
+        # (narrower ones are found in their own scope); at least one domain unless some
+        # node has none
+        locality = -SPAN_RANK["nvlink-domain" if span == "nvlink-domain" else "rack"]
+        domains = 0 if any(c.domain is None for c in classes) else -1
+        return (bw, -m, pair, locality, domains, sum(healths[:m]), 0)
 
     def _scope(self, span: str, classes: list[_Class], floor: float | None) -> _Candidate | None:
-        sig = (span, tuple((c.canon, min(len(c.nodes), self.r)) for c in classes))
+        sig = (span, tuple((c.canon, min(len(c.nodes), self.r), c.domain_index)
+                           for c in classes))
         if sig not in self._memo:
             self._memo[sig] = self._plan(span, classes, floor)
         plan = self._memo[sig]
@@ -1256,10 +1333,15 @@ class _Search:
         t_n: float,
         t_p: float,
     ) -> tuple[int, _Plan] | None:
-        """Max (blocks kept, packing) over plans with exactly m nodes and all R replicas.
+        """Max (fewest NVLink domains, blocks kept, packing) over plans with exactly m nodes
+        and all R replicas.
 
-        A knapsack over classes: state (nodes used, replicas placed) -> best value, with
-        back-pointers (copying partial plans made large one-GPU gangs quadratic).
+        A knapsack over classes: state (nodes used, replicas placed, current domain
+        touched) -> best value, with back-pointers (copying partial plans made large
+        one-GPU gangs quadratic). Classes of one domain come one after another
+        (:func:`_classes`), so a domain costs once, when the first of its classes gets a
+        node: the flag says whether that happened since the domain began (classes without
+        a domain never cost). The cost outweighs any blocks and packing value (DOMAIN_COST).
 
         States that the classes still to come cannot complete to exactly (m, R) are dropped
         before they are combined: too many nodes left to fill, or too many or too few
@@ -1291,10 +1373,15 @@ class _Search:
             d, e = m - m0, r - r0
             return d <= left_nodes[i] and d * left_jmin[i] <= e <= d * left_jmax[i]
 
-        state: dict[tuple[int, int], int] = {(0, 0): 0}
+        _Key = tuple[int, int, int]
+        state: dict[_Key, int] = {(0, 0, 0): 0}
         history: list[tuple[int, dict, dict[tuple[int, int], int], dict[int, _Option]]] = []
+        last_domain: str | None = None
         for i, (ci, c, k, allowed) in enumerate(usable):
-            state = {key: v for key, v in state.items() if live(*key, i)}
+            state = {key: v for key, v in state.items() if live(key[0], key[1], i)}
+            domain = c.domain
+            fresh_domain = domain is None or domain != last_domain
+            last_domain = domain
             unit = sorted(
                 ((j, o.health * BASE - int(c.opened)) for j, o in allowed.items()), reverse=True
             )
@@ -1317,32 +1404,43 @@ class _Search:
                     break
                 inner.update(nxt)
                 layer = nxt
-            new = dict(state)
-            back: dict[tuple[int, int], tuple[tuple[int, int], int, int]] = {}
-            for (m0, r0), v0 in state.items():
+            # first no node of this class (ties keep these), then every combination
+            new: dict[_Key, int] = {}
+            back: dict[_Key, tuple[_Key, int, int]] = {}
+            for key0, v0 in state.items():
+                stay = key0 if not fresh_domain else (key0[0], key0[1], 0)
+                if stay not in new or v0 > new[stay]:
+                    new[stay] = v0
+                    back[stay] = (key0, 0, 0)
+            for key0, v0 in state.items():
+                m0, r0, t0 = key0
+                touched = 0 if fresh_domain else t0
+                cost = DOMAIN_COST if domain is not None and not touched else 0
+                flag = 1 if domain is not None else 0
                 for (q, rr), v in inner.items():
                     if m0 + q > m or r0 + rr > r or not live(m0 + q, r0 + rr, i + 1):
                         continue
-                    key = (m0 + q, r0 + rr)
-                    if key not in new or v0 + v > new[key]:
-                        new[key] = v0 + v
-                        back[key] = ((m0, r0), q, rr)
+                    key = (m0 + q, r0 + rr, flag)
+                    total = v0 + v - cost
+                    if key not in new or total > new[key]:
+                        new[key] = total
+                        back[key] = (key0, q, rr)
             history.append((ci, back, choice, allowed))
             state = new
-        if (m, r) not in state:
+        ends = [key for key in state if key[0] == m and key[1] == r]
+        if not ends:
             return None
+        end = max(ends, key=lambda key: (state[key], -key[2]))
         plan: _Plan = []
-        key = (m, r)
+        at: _Key = end
         for ci, back, choice, allowed in reversed(history):
-            if key not in back:
-                continue
-            key, q, rr = back[key]
+            at, q, rr = back[at]
             while q:
                 j = choice[(q, rr)]
                 plan.append((ci, j, allowed[j]))
                 q, rr = q - 1, rr - j
         plan.reverse()
-        return state[(m, r)], plan
+        return state[end], plan
 
 
 def _rev(gpus: tuple[int, ...]) -> tuple[int, ...]:
@@ -1402,6 +1500,10 @@ def _explain(
             f"{shape} on one node {node.name}: predicted bus bandwidth {bus:.1f} GB/s "
             f"(links between its GPUs: {links})"
         )
+    elif span == "nvlink-domain":
+        head = (f"{shape} over {len(touched)} nodes in one NVLink domain "
+                f"({trays(len(touched))}): predicted bus bandwidth {bus:.1f} GB/s (NVLink "
+                "across the nodes; its pods need the domain's IMEX channel)")
     else:
         head = (
             f"{shape} over {len(touched)} nodes in one {span}"
@@ -1409,6 +1511,9 @@ def _explain(
             else f"{shape} over {len(touched)} nodes across zones"
         )
         head += f": predicted bus bandwidth {bus:.1f} GB/s (hierarchical all-reduce)"
+        note = domain_note(touched)
+        if note is not None:
+            head += f"; {note}"
     lost = [f"{-d} x {k}-GPU" for k, d in zip(BLOCK_SIZES, best.score.blocks, strict=True) if d]
     tail = (
         "; keeps every well-connected free block"

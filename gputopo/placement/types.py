@@ -35,6 +35,8 @@ class NodeState:
     kept beside the state so that a pod's nodeSelector and tolerations can be checked
     against 1,000s of nodes without looking each object up; None for nodes built without
     one (benchmarks, tests). Not part of equality: the solver never reads it.
+    ``nvlink_domain`` names the NVLink fabric the node's GPUs share with other nodes (an
+    NVL72 rack's trays); GPUs of one domain reach each other over NVLink, not the network.
     ``host_ports`` are the (protocol, port) pairs pods on the node hold on its network
     (host-network pods' ports, explicit hostPorts): a gang's network plan must not hand
     them out again (the scheduler's NodePorts filter would keep its pod off the node).
@@ -52,6 +54,9 @@ class NodeState:
                                                    repr=False)
     network_efficiency: float | None = None  # the node's measured share of its line rate
     transport_share: float | None = None  # the admitting policy's share for its transport
+    #: the NVLink domain its GPUs share with other nodes' (GB200 NVL72: a rack's 18 trays),
+    #: gputopo.cluster.nvlink_domain; None: an island, everything between nodes is network
+    nvlink_domain: str | None = None
     effective_gbps: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -97,7 +102,8 @@ def with_transport_shares(nodes: Sequence[NodeState], shares: TransportShares | 
                 name=n.name, topology=n.topology, used=n.used, zone=n.zone, rack=n.rack,
                 network_gbps=n.network_gbps, network_transport=n.network_transport,
                 facts=n.facts, host_ports=n.host_ports,
-                network_efficiency=n.network_efficiency, transport_share=share))
+                network_efficiency=n.network_efficiency, transport_share=share,
+                nvlink_domain=n.nvlink_domain))
         fresh[n.name] = hit
         out.append(hit[1])
     if memo is not None:

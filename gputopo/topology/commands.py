@@ -18,7 +18,13 @@ from typing import Any
 from gputopo import names
 from gputopo.errors import InputError, TopologyError
 from gputopo.kubeaccess import NoClusterAccess, cluster_configuration
-from gputopo.topology.cost import SPANS, best_ring_subset, explain, network_explanation
+from gputopo.topology.cost import (
+    SPANS,
+    best_ring_subset,
+    explain,
+    fabric_explanation,
+    network_explanation,
+)
 from gputopo.topology.load import read_topology_file
 from gputopo.topology.model import Topology
 from gputopo.topology.transport_probe import MODES, Probe, probe, transport_annotations
@@ -57,8 +63,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="how NCCL crosses the network (default tcp, as for an unannotated node)",
     )
     e.add_argument(
-        "--span", choices=SPANS[1:], default="rack", help="locality of a multi-node gang"
+        "--span", choices=SPANS[1:], default="rack", help="locality of a multi-node gang "
+        "(nvlink-domain: nodes of one NVLink fabric, a GB200 NVL72 rack's trays)"
     )
+    e.add_argument("--trays", type=int, default=2, metavar="N",
+                   help="with --span nvlink-domain: how many nodes of the domain (default 2)")
     e.add_argument("-o", "--output", choices=("text", "json"), default="text")
     e.set_defaults(func=_explain)
 
@@ -106,7 +115,12 @@ def _explain(args: argparse.Namespace) -> int:
         result = explain_with_alternative(topo, gpus)
     except TopologyError as exc:
         raise TopologyError(exc.reason, file=args.topology, obj=f"--gpus {args.gpus}") from exc
-    result["network"] = network_explanation(args.network_gbps, args.transport, args.span)
+    if args.span == "nvlink-domain":
+        if args.trays < 2:
+            raise InputError(f"--trays {args.trays}: a gang across nodes has at least 2")
+        result["fabric"] = fabric_explanation(topo, args.trays)
+    else:
+        result["network"] = network_explanation(args.network_gbps, args.transport, args.span)
     if args.output == "json":
         print(json.dumps(result, indent=2))
     else:
@@ -161,6 +175,14 @@ def render_explanation(r: dict[str, Any]) -> str:
         )
     else:
         lines.append(f"no {len(r['gpus'])}-GPU set on this node is faster")
+    fabric = r.get("fabric")
+    if fabric is not None:
+        lines.append(
+            f"across nodes: one NVLink domain ({fabric['trays']} trays): "
+            f"{fabric['fabricLineGBps']:g} GB/s NVLink per GPU ({fabric['generation']}) x "
+            f"{fabric['linkEfficiency']:g} = {fabric['busBandwidthGBps']:g} GB/s, no network; "
+            f"a gang over trays of the domain gets at most min(its node shares, "
+            f"{fabric['busBandwidthGBps']:g} GB/s); its pods need the domain's IMEX channel")
     net = r.get("network")
     if net is not None:
         lines.append(
@@ -187,6 +209,9 @@ def _report(args: argparse.Namespace) -> int:
         raise InputError("no node name: pass --node or set NODE_NAME (downward API)")
     topo = node_topology_from_args(args)
     patch = annotation_patch(topo)
+    domain = nvlink_domain_from_args(args)
+    if domain:
+        patch["metadata"]["annotations"][names.NVLINK_DOMAIN_DETECTED_ANNOTATION] = domain
     found = _probe(args)
     # with --transport off nothing is detected and nothing about the transport is written
     detected = found.transport if found is not None else None
@@ -203,6 +228,8 @@ def _report(args: argparse.Namespace) -> int:
     api = _core_api(args.kubeconfig)
     now = _patch_node(api, node, patch)
     extra, why = transport_annotations(now, detected, args.transport)
+    if domain is None and names.NVLINK_DOMAIN_DETECTED_ANNOTATION in now:
+        extra[names.NVLINK_DOMAIN_DETECTED_ANNOTATION] = None  # the fabric no longer says one
     if extra:
         _patch_node(api, node, {"metadata": {"annotations": extra}})
     print(f"patched node {node}: {names.TOPOLOGY_ANNOTATION} ({len(topo.gpus)} GPUs); "
@@ -228,6 +255,17 @@ def node_topology_from_args(args: argparse.Namespace) -> Topology:
     from gputopo.topology import nvml
 
     return nvml.local_topology(args.nvml_recorded)
+
+
+def nvlink_domain_from_args(args: argparse.Namespace) -> str | bool | None:
+    """The node's NVLink domain from NVML's fabric info (gputopo.topology.nvml_fabric), None
+    when NVML says none; False with ``--nvidia-smi`` (no NVML asked: left as it is)."""
+    if args.nvidia_smi:
+        return False
+    from gputopo.topology import nvml
+    from gputopo.topology.nvml_fabric import nvlink_domain_from_nvml
+
+    return nvlink_domain_from_nvml(nvml.local_source(args.nvml_recorded))
 
 
 def annotation_patch(topo: Topology) -> dict[str, Any]:

@@ -57,6 +57,14 @@ Assumptions (also in docs/topology.md):
    bucketing in Horovod/DDP), but never more than the compute time itself. Compute comes
    from a measured single-GPU rate (:func:`compute_time_s`); the seeds' case is worked out
    in docs/topology.md.
+8. NVLink domains across nodes (GB200/GB300 NVL72: 18 trays of 4 GPUs behind NVLink switch
+   trays): GPUs of different nodes of one domain reach each other at their full NVLink
+   bandwidth through the switches, as inside an NVSwitch node, so a gang inside one domain
+   gets ``min(worst share, the slowest GPU's NVLink line rate x LINK_EFFICIENCY)``
+   (:func:`domain_gbps`) and no network term. NCCL's MNNVL path needs matching fabric
+   cluster UUID and clique id and an IMEX channel in the pod (docs/placement.md). Across
+   domains the network path (assumption 4) holds. Published: 8 GPUs on 2 GB200 trays ~811
+   GB/s, 72 GPUs ~835-847 (model: 746; the calibration table).
 
 Everything here is pure and fast: the solver calls :func:`ring_bus_bandwidth` in hot loops,
 so results are cached on ``(topology, frozenset(gpus))`` (Topology hashes once).
@@ -79,6 +87,7 @@ from gputopo.topology.bandwidth import (
     link_bandwidth,
     nvlink_count,
 )
+from gputopo.topology.fabric import fabric_gbps
 from gputopo.topology.model import Topology
 from gputopo.topology.transport import (
     TRANSPORT_EFFICIENCY,
@@ -87,7 +96,8 @@ from gputopo.topology.transport import (
 )
 
 #: Network bandwidth multiplier by the widest locality a gang spans (assumption 5).
-SPAN_FACTOR: dict[str, float] = {"node": 1.0, "rack": 1.0, "zone": 0.5, "cluster": 0.25}
+SPAN_FACTOR: dict[str, float] = {"node": 1.0, "nvlink-domain": 1.0, "rack": 1.0, "zone": 0.5,
+                                 "cluster": 0.25}
 SPANS: tuple[str, ...] = tuple(SPAN_FACTOR)
 #: Largest non-uniform GPU set solved exactly (bitmask DP, 2^(k-1) states); larger sets
 #: fall back to a greedy ring, which is a lower bound.
@@ -602,6 +612,15 @@ class NodeShare:
                                       self.share)
 
 
+@lru_cache(maxsize=1024)
+def domain_gbps(topology: Topology) -> float:
+    """Assumption 8: what one GPU of this node gets of an NVLink domain's fabric, as an
+    effective rate in Gbit/s like a network's (so that :func:`multi_node_bus_bandwidth`
+    and the solver treat both alike): its NVLink line rate (gputopo.topology.fabric) x
+    LINK_EFFICIENCY x 8. GB200: 956.25 GB/s x 0.78 = 745.9 GB/s bus bandwidth."""
+    return fabric_gbps(topology) * link_efficiency(topology) * 8.0
+
+
 def multi_node_bus_bandwidth(worst_share_gbps: float, effective_gbps: float, span: str) -> float:
     """Assumption 4: the bus bandwidth (GB/s) of a gang over two or more nodes.
 
@@ -615,8 +634,9 @@ def multi_node_bus_bandwidth(worst_share_gbps: float, effective_gbps: float, spa
 def gang_bus_bandwidth(shares: Sequence[NodeShare], *, span: str) -> float:
     """Predicted all-reduce bus bandwidth (GB/s) of a gang spread over ``shares``.
 
-    ``span`` is the widest locality the gang crosses: "node" (exactly one share), "rack",
-    "zone" or "cluster". Assumptions 4 and 5 of the module docstring.
+    ``span`` is the widest locality the gang crosses: "node" (exactly one share),
+    "nvlink-domain" (nodes of one NVLink fabric: assumption 8), "rack", "zone" or "cluster".
+    Assumptions 4, 5 and 8 of the module docstring.
     """
     if span not in SPAN_FACTOR:
         raise ValueError(f"span must be one of {', '.join(SPANS)}, not {span!r}")
@@ -632,6 +652,9 @@ def gang_bus_bandwidth(shares: Sequence[NodeShare], *, span: str) -> float:
             worst = min(worst, ring_bus_bandwidth(s.topology, s.gpus))
         else:
             _key(s.topology, s.gpus)  # still validate the index
+    if span == "nvlink-domain":
+        slowest = min(domain_gbps(s.topology) for s in shares)
+        return multi_node_bus_bandwidth(worst, slowest, span)
     if min(s.network_gbps for s in shares) <= 0:
         raise ValueError("network_gbps must be positive")
     slowest = min(s.effective_gbps for s in shares)
@@ -655,6 +678,24 @@ def network_explanation(line_gbps: float, transport: str, span: str = "rack") ->
             f"Gbit/s line rate (gputopo.topology.transport); a multi-node gang's bus "
             f"bandwidth is the lower of this and its slowest node share"
         ),
+    }
+
+
+def fabric_explanation(topology: Topology, trays: int) -> dict[str, Any]:
+    """What a gang over ``trays`` nodes of one NVLink domain gets between them (assumption
+    8): the GPU's NVLink line rate into the fabric, the efficiency, the bus bandwidth."""
+    line = fabric_gbps(topology)
+    eff = link_efficiency(topology)
+    return {
+        "span": "nvlink-domain",
+        "trays": trays,
+        "generation": infer_generation(topology),
+        "fabricLineGBps": line,
+        "linkEfficiency": eff,
+        "busBandwidthGBps": round(domain_gbps(topology) / 8.0, 3),
+        "why": (f"one NVLink domain ({trays} trays): GPUs of different nodes reach each other "
+                f"over NVLink through the fabric's switches, not the network; NCCL needs "
+                f"matching fabric cluster UUID and clique id and an IMEX channel in the pod"),
     }
 
 

@@ -53,6 +53,15 @@ class NvmlSource(Protocol):
 
     def architecture(self, index: int) -> int | None: ...
 
+    def fabric(self, index: int) -> Fabric | None:
+        """``nvmlDeviceGetGpuFabricInfo``: (cluster UUID, clique id, state, status), None
+        where the GPU or driver has no fabric (every GPU before Hopper)."""
+        ...
+
+
+#: (cluster UUID as 8-4-4-4-12 hex, clique id, NVML_GPU_FABRIC_STATE_*, nvmlReturn_t status)
+Fabric = tuple[str, int, int, int]
+
 
 def topology_from_nvml(source: NvmlSource) -> Topology:
     """The node's topology as NVML describes it."""
@@ -97,15 +106,18 @@ def topology_from_nvml(source: NvmlSource) -> Topology:
 def local_topology(recorded: str | None = None) -> Topology:
     """This node's topology: from a file of recorded NVML answers (``record``) when one is
     named, else from the driver. The reporter and the device plugin both start here."""
+    return topology_from_nvml(local_source(recorded))
+
+
+def local_source(recorded: str | None = None) -> NvmlSource:
+    """Recorded NVML answers when a file is named, else the driver's."""
     if recorded:
         try:
             with open(recorded, encoding="utf-8") as fh:
-                source: NvmlSource = RecordedNvml.from_json(fh.read())
+                return RecordedNvml.from_json(fh.read())
         except OSError as exc:
             raise InputError(f"cannot read: {exc.strerror}", file=recorded) from exc
-    else:
-        source = PynvmlSource()  # pragma: no cover - needs a GPU
-    return topology_from_nvml(source)
+    return PynvmlSource()  # pragma: no cover - needs a GPU
 
 
 def _norm(bus_id: str) -> str:
@@ -154,6 +166,16 @@ class RecordedNvml:
     def architecture(self, index: int) -> int | None:
         return self._devices[index].get("arch")
 
+    def fabric(self, index: int) -> Fabric | None:
+        raw = self._devices[index].get("fabric")
+        if not isinstance(raw, Mapping):
+            return None
+        try:
+            return (str(raw["clusterUuid"]), int(raw["cliqueId"]), int(raw["state"]),
+                    int(raw.get("status", 0)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TopologyError(f"recorded NVML data: bad fabric entry ({exc})") from exc
+
 
 def record(source: NvmlSource) -> dict[str, Any]:
     """Capture a source's answers in :class:`RecordedNvml`'s JSON shape (run on a GPU node)."""
@@ -165,6 +187,7 @@ def record(source: NvmlSource) -> dict[str, Any]:
                 "numa": source.numa_node(i),
                 "arch": source.architecture(i),
                 "nvlinkRemotes": list(source.nvlink_remotes(i)),
+                **_fabric_record(source.fabric(i)),
             }
             for i in range(n)
         ],
@@ -172,6 +195,14 @@ def record(source: NvmlSource) -> dict[str, Any]:
             [0 if i == j else source.common_ancestor(i, j) for j in range(n)] for i in range(n)
         ],
     }
+
+
+def _fabric_record(fabric: Fabric | None) -> dict[str, Any]:
+    if fabric is None:
+        return {}
+    uuid, clique, state, status = fabric
+    return {"fabric": {"clusterUuid": uuid, "cliqueId": clique, "state": state,
+                       "status": status}}
 
 
 class PynvmlSource:  # pragma: no cover - needs a GPU and its driver
@@ -231,6 +262,23 @@ class PynvmlSource:  # pragma: no cover - needs a GPU and its driver
             return int(self._nvml.nvmlDeviceGetArchitecture(self._handles[index]))
         except (AttributeError, self._nvml.NVMLError):
             return None
+
+    def fabric(self, index: int) -> Fabric | None:
+        try:
+            info = self._nvml.nvmlDeviceGetGpuFabricInfo(self._handles[index])
+        except (AttributeError, self._nvml.NVMLError):
+            return None  # no fabric on this GPU or driver
+        # a ``c_char * 16`` field reads as bytes cut at the first NUL: read the 16 raw bytes
+        try:
+            import ctypes
+
+            at = ctypes.addressof(info) + type(info).clusterUuid.offset
+            raw = ctypes.string_at(at, 16)
+        except (AttributeError, TypeError):
+            raw = bytes(info.clusterUuid)[:16].ljust(16, b"\0")
+        h = raw.hex()
+        uuid = f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+        return uuid, int(info.cliqueId), int(info.state), int(info.status)
 
 
 def _text(value: bytes | str) -> str:

@@ -78,6 +78,23 @@ def _queue_and_pod_groups(kube, view: ClusterView) -> None:
     elector.release()
 
 
+def _compute_domain(kube) -> None:
+    """``placement.computeDomain: create``: a gang's ComputeDomain, created once."""
+    from k8s_double import api_client
+
+    from webhook.placement.compute_domain import ComputeDomains, object_names
+    from webhook.steps import JobInfo
+
+    info = JobInfo(api_version="kubeflow.org/v1", kind="PyTorchJob", name="pytorchjob",
+                   namespace="default", uid="uid-1", replica_type="Worker", replica_index=0,
+                   role=None, gang_size=2, gpus_per_pod=4, requests_gpu=True)
+    api = api_client(kube.url)
+    try:
+        assert ComputeDomains().create(api, info, *object_names("pytorchjob"), 2) == ""
+    finally:
+        api.close()
+
+
 def test_rbac_doc_is_exactly_what_the_webhook_uses(kube, kube_client) -> None:
     from k8s_double import api_client
 
@@ -105,6 +122,7 @@ def test_rbac_doc_is_exactly_what_the_webhook_uses(kube, kube_client) -> None:
         store.expire(now=0)
         store.release(key)
         _queue_and_pod_groups(kube, view)
+        _compute_domain(kube)
     finally:
         view.stop()
     rules = webhook_rules()

@@ -37,7 +37,7 @@ def test_nodes_shows_used_gpus_the_largest_free_block_and_the_gang(tmp_path, cap
     rows = _rows(capsys.readouterr().out)
     a, b = rows["cn-shanghai.192.168.16.172"], rows["cn-shanghai.192.168.16.173"]
     assert a[1:] == ["8x", "NVLink", "4/8", "4", "4", "rack-1", "cn-shanghai-b", "25G/tcp",
-                     "default/tensorflow-topo-4-vgg16"]
+                     "-", "default/tensorflow-topo-4-vgg16"]
     # one loose GPU taken from a DGX-1 quad leaves the other quad: block 4, not 8
     assert b[3:6] == ["1/8", "7", "4"] and b[-1] == "ml/solo"
     assert main(["nodes", "--cluster", str(cluster), "-o", "json"]) == 0

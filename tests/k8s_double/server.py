@@ -7,7 +7,8 @@ a cluster, this module serves a small, faithful subset of the REST API on 127.0.
 * core/v1 nodes, namespaces (cluster-scoped), pods, configmaps; batch/v1 jobs;
   coordination.k8s.io/v1 leases; kubeflow.org/v1 pytorchjobs, tfjobs, mpijobs and
   kubeflow.org/v2beta1 mpijobs; scheduling.x-k8s.io/v1alpha1 podgroups (the
-  scheduler-plugins CRD, served CRD-style like the Kubeflow jobs).
+  scheduler-plugins CRD, served CRD-style like the Kubeflow jobs); resource.nvidia.com/
+  v1beta1 computedomains (NVIDIA's DRA driver for GPUs, CRD-style).
 * Pod updates over HTTP (PUT, PATCH) follow the API server's rules
   (:func:`pod_update_errors`): scheduling gates may only be removed, a gated pod's node
   selector and required node affinity may only gain requirements, the rest of the spec is
@@ -68,7 +69,7 @@ class Resource:
     @property
     def custom(self) -> bool:
         """A CRD's resource: its list items carry apiVersion and kind on the wire."""
-        return self.group in ("kubeflow.org", "scheduling.x-k8s.io")
+        return self.group in ("kubeflow.org", "scheduling.x-k8s.io", "resource.nvidia.com")
 
 
 RESOURCES = [
@@ -80,6 +81,7 @@ RESOURCES = [
     Resource("batch", "v1", "jobs", "Job", True),
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True),
     Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", True),
+    Resource("resource.nvidia.com", "v1beta1", "computedomains", "ComputeDomain", True),
     Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", True),
     Resource("kubeflow.org", "v1", "tfjobs", "TFJob", True),
     Resource("kubeflow.org", "v1", "mpijobs", "MPIJob", True),

@@ -46,6 +46,16 @@ def pcie_2socket() -> Topology:
     return fixture_topology("pcie-2socket-phb")
 
 
+def gb200_tray() -> Topology:
+    """One GB200 NVL72 compute tray: 4 GPUs, every pair NV18 of NVLink 5 (named: its
+    ``nvidia-smi topo -m`` reads like an H100 board's). Not an nvidia-smi capture, so it
+    lives apart from FIXTURE_FILES, as its annotation (tests/fixtures/nvl72)."""
+    if "gb200-tray" not in _CACHE:
+        _CACHE["gb200-tray"] = read_topology_file(
+            str(FIXTURES.parent / "nvl72" / "gb200-tray.json"))
+    return _CACHE["gb200-tray"]
+
+
 def node(
     name: str,
     topology: Topology,
@@ -54,6 +64,8 @@ def node(
     zone: str | None = "zone-a",
     rack: str | None = "rack-1",
     network_gbps: float = 25.0,
+    network_transport: str = "tcp",
+    nvlink_domain: str | None = None,
 ) -> NodeState:
     return NodeState(
         name=name,
@@ -62,4 +74,6 @@ def node(
         zone=zone,
         rack=rack,
         network_gbps=network_gbps,
+        network_transport=network_transport,
+        nvlink_domain=nvlink_domain,
     )

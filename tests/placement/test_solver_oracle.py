@@ -16,7 +16,7 @@ from itertools import combinations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from solver_helpers import FIXTURE_FILES, fixture_topology
+from solver_helpers import FIXTURE_FILES, fixture_topology, gb200_tray
 
 from gputopo.placement.objective import Score, score
 from gputopo.placement.solver import solve
@@ -35,8 +35,11 @@ def sub_topology(full: Topology, positions: list[int]) -> Topology:
 
 
 @st.composite
-def topologies(draw: st.DrawFn, max_gpus: int) -> Topology:
-    full = fixture_topology(draw(st.sampled_from(sorted(FIXTURE_FILES))))
+def topologies(draw: st.DrawFn, max_gpus: int, *, trays: bool = False) -> Topology:
+    """A cut of a real fixture; ``trays``: GB200 NVL72 trays among them."""
+    names = sorted(FIXTURE_FILES) + (["gb200-tray"] if trays else [])
+    name = draw(st.sampled_from(names))
+    full = gb200_tray() if name == "gb200-tray" else fixture_topology(name)
     size = draw(st.integers(min_value=2, max_value=min(max_gpus, len(full.gpus))))
     positions = sorted(
         draw(st.lists(st.integers(0, len(full.gpus) - 1), min_size=size, max_size=size,
@@ -46,15 +49,17 @@ def topologies(draw: st.DrawFn, max_gpus: int) -> Topology:
 
 
 @st.composite
-def clusters(draw: st.DrawFn, *, spread: bool = False) -> tuple[list[NodeState], GangRequest]:
-    """1-3 nodes of up to 8 GPUs, or (``spread``) 2-4 small nodes that force multi-node gangs."""
+def clusters(draw: st.DrawFn, *, spread: bool = False,
+             domains: bool = False) -> tuple[list[NodeState], GangRequest]:
+    """1-3 nodes of up to 8 GPUs, or (``spread``) 2-4 small nodes that force multi-node gangs;
+    ``domains``: each node in NVLink domain d1 or d2 or in none."""
     if spread:
         count = draw(st.integers(2, 4))
         max_gpus = {2: 4, 3: 4, 4: 3}[count]
     else:
         count = draw(st.integers(1, 3))
         max_gpus = {1: 8, 2: 6, 3: 5}[count]
-    pool = draw(st.lists(topologies(max_gpus), min_size=1, max_size=2))
+    pool = draw(st.lists(topologies(max_gpus, trays=domains), min_size=1, max_size=2))
     nodes = []
     for i in range(count):
         topo = draw(st.sampled_from(pool))
@@ -66,7 +71,9 @@ def clusters(draw: st.DrawFn, *, spread: bool = False) -> tuple[list[NodeState],
         # interchangeable)
         net = draw(st.sampled_from([25.0, 47.0, 94.0, 100.0, 800.0, 3200.0]))
         transport = draw(st.sampled_from(["tcp", "rdma", "gdr"]))
-        nodes.append(NodeState(f"n{i}", topo, frozenset(used), zone, rack, net, transport))
+        domain = draw(st.sampled_from([None, "d1", "d2"])) if domains else None
+        nodes.append(NodeState(f"n{i}", topo, frozenset(used), zone, rack, net, transport,
+                               nvlink_domain=domain))
     if spread:
         g = draw(st.integers(1, 2))
         r = draw(st.integers(2, 5 // g))
@@ -115,7 +122,18 @@ _EXAMPLES = os.environ.get("GPUTOPO_ORACLE_EXAMPLES")
 @(settings(max_examples=int(_EXAMPLES)) if _EXAMPLES else (lambda f: f))
 @given(st.one_of(clusters(), clusters(spread=True)))
 def test_solver_matches_brute_force(case):
-    nodes, gang = case
+    check_against_oracle(*case)
+
+
+@(settings(max_examples=int(_EXAMPLES)) if _EXAMPLES else (lambda f: f))
+@given(st.one_of(clusters(domains=True), clusters(spread=True, domains=True)))
+def test_solver_matches_brute_force_with_nvlink_domains(case):
+    """Nodes in NVLink domains (GB200 trays among the topologies): the domain scope, the
+    fabric's bandwidth across nodes and the fewest-domains term are exact too."""
+    check_against_oracle(*case)
+
+
+def check_against_oracle(nodes: list[NodeState], gang: GangRequest) -> None:
     best = oracle(nodes, gang)
     placement = solve(nodes, gang)
     if best is None:

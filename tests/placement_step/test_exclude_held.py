@@ -19,7 +19,7 @@ def test_every_nodestate_field_survives_exclude_held() -> None:
     node = NodeState(name="n0", topology=topo, used=frozenset({0}), zone="z", rack="r",
                      network_gbps=100.0, network_transport="rdma", facts=facts,
                      host_ports=frozenset({("TCP", 23456)}), network_efficiency=0.5,
-                     transport_share=0.9)
+                     transport_share=0.9, nvlink_domain="clique-1")
     # every field set to something other than its default, so a dropped one shows
     for f in dataclasses.fields(NodeState):
         if f.default is not dataclasses.MISSING:

@@ -99,7 +99,7 @@ def exclude_held(nodes: Sequence[NodeState], held: Mapping[str, set[int]] | Mapp
                 rack=n.rack, network_gbps=n.network_gbps,
                 network_transport=n.network_transport, facts=n.facts,
                 host_ports=n.host_ports, network_efficiency=n.network_efficiency,
-                transport_share=n.transport_share))
+                transport_share=n.transport_share, nvlink_domain=n.nvlink_domain))
         fresh[n.name] = hit
         out.append(hit[2])
     if memo is not None:
@@ -435,7 +435,8 @@ class GangReserver:
                                network_gbps=n.network_gbps,
                                network_transport=n.network_transport, facts=n.facts,
                                network_efficiency=n.network_efficiency,
-                               transport_share=n.transport_share)
+                               transport_share=n.transport_share,
+                               nvlink_domain=n.nvlink_domain)
                      for n in nodes]
             best = self.solver(empty, gang)
             hit = best.bus_bandwidth_gbps if best.feasible else 0.0

@@ -55,6 +55,7 @@ from gputopo.placement.types import GangRequest, NodeState, ReplicaSlot
 from webhook import metrics
 from webhook.jobs import pod_gpus
 from webhook.placement import network
+from webhook.placement.compute_domain import ComputeDomains
 from webhook.placement.mutations import (
     GPU_RESOURCES,
     apply_slot,
@@ -266,6 +267,8 @@ class PlacementStep:
         #: True when a placement queue releases gated gangs (a live cluster); without one a
         #: gated pod would wait for ever, so ``whenFull: wait`` acts as ``admit``.
         self.can_wait = can_wait
+        #: ``placement.computeDomain: create``: each gang's ComputeDomain, made once
+        self.compute_domains = ComputeDomains()
 
     @property
     def solver(self) -> Solver:
@@ -514,6 +517,9 @@ class PlacementStep:
         if plan is not None:
             ctx.warnings.extend(network.apply(
                 ctx.pod, ctx.original, plan, net.job, replica.wire(), containers))
+        if placement_settings(policy).compute_domain == "create":
+            ctx.warnings.extend(self.compute_domains.apply(ctx, res, containers,
+                                                           preview=preview))
         if ctx.audit:
             ctx.warnings.append(
                 f"placement (audit): would pin this pod ({replica.wire()}) to node "

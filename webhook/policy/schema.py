@@ -21,6 +21,7 @@ KIND = "TopologyPolicy"
 Mode = Literal["enforce", "audit"]
 WhenFull = Literal["wait", "admit", "deny"]
 PodGroupPolicy = Literal["create", "require", "off"]
+ComputeDomainPolicy = Literal["create", "off"]
 #: How long a gang may wait for a placement before it is admitted unplaced (whenFull: wait).
 DEFAULT_MAX_WAIT_SECONDS = 3600
 
@@ -125,6 +126,10 @@ class PlacementSettings:
     #: this policy admits; a node's own ``gputopo.io/network-efficiency`` still wins.
     #: Sorted (transport, share) pairs; empty: the defaults.
     transport_share: TransportShares = ()
+    #: ``computeDomain``: ``create`` makes a ComputeDomain (NVIDIA DRA driver) for a gang
+    #: placed over trays of one NVLink domain and gives its pods the IMEX channel claim
+    #: (webhook/placement/compute_domain.py); ``off`` (default) changes no pod
+    compute_domain: ComputeDomainPolicy = "off"
 
 
 @dataclass(frozen=True)

@@ -277,7 +277,7 @@ def _placement(raw: Any, err: _Errors) -> s.PlacementSettings:
     path = "spec.placement"
     p = _mapping(raw, path, err)
     _keys(p, ("enabled", "whenFull", "maxWaitSeconds", "podGroup", "onUnplaceable",
-              "network", "hostPorts", "gpuEnv", "transportShare"), path, err)
+              "network", "hostPorts", "gpuEnv", "transportShare", "computeDomain"), path, err)
     when_full = _choice(p.get("whenFull"), f"{path}.whenFull", err, ("wait", "admit", "deny"),
                         None)
     old = _choice(p.get("onUnplaceable"), f"{path}.onUnplaceable", err, ("admit", "deny"),
@@ -306,6 +306,8 @@ def _placement(raw: Any, err: _Errors) -> s.PlacementSettings:
         gpu_env=_choice(p.get("gpuEnv"), f"{path}.gpuEnv", err, ("pod", "plugin"), "pod"),
         transport_share=_transport_share(p.get("transportShare"), f"{path}.transportShare",
                                          err),
+        compute_domain=_choice(p.get("computeDomain"), f"{path}.computeDomain", err,
+                               ("create", "off"), "off"),
     )
 
 
