@@ -16,6 +16,7 @@ from typing import Any
 
 from gputopo import names
 from gputopo.cluster.node_fit import NodeFacts
+from gputopo.cluster.node_resources import Requests, node_resources, pod_requests
 from gputopo.errors import TopologyError
 from gputopo.placement.types import NodeState
 from gputopo.topology.model import Topology
@@ -120,6 +121,22 @@ def host_ports_held_by_pod(pod: Mapping[str, Any]) -> tuple[str, frozenset[Port]
         return None
     node = spec.get("nodeName") or _pinned_node(pod)
     return (str(node), frozenset(ports)) if node else None
+
+
+#: GPU resources: the topology's to count (which GPUs), not NodeResourcesFit's here
+GPU_RESOURCES = frozenset({names.TOPOLOGY_GPU_RESOURCE, names.SOURCE_GPU_RESOURCE})
+
+
+def requests_held_by_pod(pod: Mapping[str, Any]) -> tuple[str, Requests] | None:
+    """(node name, effective request) of a live pod's CPU, memory, pods and extended
+    resources (gputopo.cluster.node_resources). Counted like GPUs: once bound, or while
+    pinned by a placement record; never once Succeeded or Failed."""
+    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
+    if status.get("phase") in TERMINAL_PHASES:
+        return None
+    node = spec.get("nodeName") or _pinned_node(pod)
+    return (str(node), pod_requests(spec, skip=GPU_RESOURCES)) if node else None
 
 
 def _pinned_node(pod: Mapping[str, Any]) -> str | None:
@@ -245,8 +262,10 @@ def node_state(
     used: Iterable[int] = (),
     ack_report: Mapping[str, Any] | None = None,
     host_ports: Iterable[tuple[str, int]] = (),
+    requested: Iterable[Mapping[str, int]] = (),
 ) -> NodeState:
-    """A NodeState for an activated node; TopologyError when its data cannot be used."""
+    """A NodeState for an activated node; TopologyError when its data cannot be used.
+    ``requested``: the requests of the pods on it (:func:`requests_held_by_pod`)."""
     name = meta(node).get("name")
     if not isinstance(name, str) or not name:
         raise TopologyError("node has no metadata.name")
@@ -280,4 +299,5 @@ def node_state(
         network_efficiency=network_efficiency(node),
         facts=NodeFacts.of(node),
         host_ports=frozenset(host_ports),
+        resources=node_resources(node, requested, skip=GPU_RESOURCES),
     )

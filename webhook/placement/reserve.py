@@ -22,6 +22,13 @@ from operator import is_, is_not
 from typing import Any
 
 from gputopo.cluster.node_fit import NodeFacts, PodConstraints
+from gputopo.cluster.node_resources import (
+    Requests,
+    empty_caps,
+    pod_requests,
+    solve_fitting,
+)
+from gputopo.cluster.objects import GPU_RESOURCES
 from gputopo.cluster.reservations import (
     GangKey,
     GangReservation,
@@ -99,7 +106,8 @@ def exclude_held(nodes: Sequence[NodeState], held: Mapping[str, set[int]] | Mapp
                 rack=n.rack, network_gbps=n.network_gbps,
                 network_transport=n.network_transport, facts=n.facts,
                 host_ports=n.host_ports, network_efficiency=n.network_efficiency,
-                transport_share=n.transport_share))
+                transport_share=n.transport_share, resources=n.resources,
+                gpu_cap=n.gpu_cap))
         fresh[n.name] = hit
         out.append(hit[2])
     if memo is not None:
@@ -128,6 +136,13 @@ def nodes_for(cluster: ClusterReader, pod: Mapping[str, Any],
     nodes = cluster.node_states()
     fit, _ = _fit(cluster, nodes, _constraints(pod))
     return with_transport_shares(fit, shares), len(nodes) - len(fit)
+
+
+def pod_demand(pod: Mapping[str, Any]) -> Requests:
+    """What one pod of the gang asks of a node besides GPUs (CPU, memory, pods, extended
+    resources), counted as the scheduler's NodeResourcesFit counts it."""
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    return pod_requests(spec, skip=GPU_RESOURCES)
 
 
 def _constraints(pod: Mapping[str, Any]) -> PodConstraints:
@@ -276,8 +291,8 @@ class GangReserver:
         # ideal bandwidth per node-set signature (which holds the nodes, so their
         # topologies' ids stay unique) and per gang; the last nodes asked about, for a
         # signature without rebuilding it
-        self._ideal: dict[tuple[Any, ...], tuple[list[NodeState], dict[GangRequest, float]]] = {}
-        self._ideal_last: tuple[list[NodeState], dict[GangRequest, float]] | None = None
+        self._ideal: dict[tuple[Any, ...], tuple[list[NodeState], dict[Any, float]]] = {}
+        self._ideal_last: tuple[list[NodeState], dict[Any, float]] | None = None
 
     @property
     def solver(self) -> Solver:
@@ -409,9 +424,12 @@ class GangReserver:
         if self._fits.get(key) is entry:  # only for a remembered fit
             self._frees[key] = _Free(fit=entry.fit, revision=revision, free=free)
 
-    def ideal_bandwidth(self, nodes: Sequence[NodeState], gang: GangRequest) -> float:
+    def ideal_bandwidth(self, nodes: Sequence[NodeState], gang: GangRequest,
+                        demand: Mapping[str, int] | None = None) -> float:
         """The bus bandwidth the gang would get on ``nodes`` with every GPU free (cached per
-        gang shape and node set: the same for every gang of that shape).
+        gang shape and node set: the same for every gang of that shape) and no other pod
+        there: ``demand``, one pod's non-GPU requests, still limits how many of the gang a
+        node holds (two pods of 60 CPUs never share a node of 94, however empty).
 
         The node set is everything the solver reads of a node but its used GPUs (name,
         topology, zone, rack, effective network: line rate, transport, the node's and the
@@ -429,7 +447,8 @@ class GangReserver:
                 found = self._ideal[sig] = (list(nodes), {})
             last = self._ideal_last = (list(nodes), found[1])
         per_gang = last[1]
-        hit = per_gang.get(gang)
+        asks = tuple(sorted(demand.items())) if demand else ()
+        hit = per_gang.get((gang, asks))
         if hit is None:
             empty = [NodeState(name=n.name, topology=n.topology, zone=n.zone, rack=n.rack,
                                network_gbps=n.network_gbps,
@@ -437,15 +456,18 @@ class GangReserver:
                                network_efficiency=n.network_efficiency,
                                transport_share=n.transport_share)
                      for n in nodes]
+            if demand:
+                empty = empty_caps(nodes, empty, demand, gang)
             best = self.solver(empty, gang)
             hit = best.bus_bandwidth_gbps if best.feasible else 0.0
-            per_gang[gang] = hit
+            per_gang[(gang, asks)] = hit
         return hit
 
     def not_good(self, placement: Placement, nodes: Sequence[NodeState], gang: GangRequest,
-                 good_share: float) -> Unplaced | None:
+                 good_share: float, demand: Mapping[str, int] | None = None
+                 ) -> Unplaced | None:
         """Why a feasible ``placement`` is not good enough to take now, or None."""
-        ideal = self.ideal_bandwidth(nodes, gang)
+        ideal = self.ideal_bandwidth(nodes, gang, demand)
         if ideal <= 0 or placement.bus_bandwidth_gbps >= good_share * ideal:
             return None
         spread = sorted({s.node for s in placement.slots})
@@ -490,10 +512,11 @@ class GangReserver:
         except ReservationUnavailable as exc:
             log.warning("placement: expiring reservations failed (next gang retries): %s", exc)
         no_ports: dict[str, str] = {}  # nodes whose port range is used up → why
+        demand = pod_demand(pod)
         for attempt in range(1, self.max_attempts + 1):
             entry, free, excluded, held = self._fit_and_free(cluster, pod, shares)
             bound, free = usable_pair(entry.fit, free, net, no_ports)
-            placement = self.solver(free, gang)
+            placement = solve_fitting(self.solver, free, gang, demand)
             if not placement.feasible:
                 # After a conflict, or when GPUs claimed by a reservation still being written
                 # stand in the way, they may be going to this very gang: give it a moment.
@@ -508,7 +531,7 @@ class GangReserver:
                     reason += "; " + "; ".join(sorted(no_ports.values()))
                 return Unplaced(ruled_out(reason, bound, excluded))
             if good_share is not None:
-                poor = self.not_good(placement, bound, gang, good_share)
+                poor = self.not_good(placement, bound, gang, good_share, demand)
                 if poor is not None:
                     existing = self.store.get(key)
                     return (existing, False) if existing is not None else poor

@@ -73,7 +73,9 @@ from webhook.placement.reserve import (
     Unplaced,
     exclude_held,
     nodes_for,
+    pod_demand,
     ruled_out,
+    solve_fitting,
     usable_pair,
 )
 from webhook.placement.slot_repair import repair_scopes, slot_node_problem
@@ -414,7 +416,7 @@ class PlacementStep:
                 ctx.cluster, ctx.pod, placement_settings(ctx.policy).transport_share)
             choice = None
             for scope in repair_scopes(free, others, gang.per_node):
-                placement = self.solver(scope, one)
+                placement = solve_fitting(self.solver, scope, one, pod_demand(ctx.pod))
                 if placement.feasible:
                     choice = placement.slots[0]
                     break
@@ -462,12 +464,13 @@ class PlacementStep:
                 fit, nodes, excluded = self.reserver.fit_and_free(
                     ctx.cluster, ctx.pod, placement_settings(ctx.policy).transport_share)
                 fit, nodes = usable_pair(fit, nodes, net)
-                placement = self.solver(nodes, gang)
+                placement = solve_fitting(self.solver, nodes, gang, pod_demand(ctx.pod))
                 if not placement.feasible:
                     return Unplaced(_ruled_out(placement.reason or "no feasible placement",
                                                fit, excluded))
                 if self._may_wait(ctx):
-                    poor = self.reserver.not_good(placement, fit, gang, GOOD_SHARE)
+                    poor = self.reserver.not_good(placement, fit, gang, GOOD_SHARE,
+                                                  pod_demand(ctx.pod))
                     if poor is not None:
                         return poor
                 slot_nodes = {s.node for s in placement.slots}
