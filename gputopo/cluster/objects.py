@@ -117,10 +117,40 @@ def host_ports_held_by_pod(pod: Mapping[str, Any]) -> tuple[str, frozenset[Port]
     if status.get("phase") in TERMINAL_PHASES:
         return None
     ports = claimed_ports(spec, host_network=spec.get("hostNetwork") is True)
+    record = _record(pod)
+    network = record.get("network") if record is not None else None
+    if isinstance(network, Mapping):  # listeners its network plan knows it opens
+        ports |= plan_listeners(network)
     if not ports:
         return None
     node = spec.get("nodeName") or _pinned_node(pod)
     return (str(node), frozenset(ports)) if node else None
+
+
+def plan_listeners(plan: Mapping[str, Any]) -> set[Port]:
+    """The undeclared listeners a host network plan (a placement record's ``network``)
+    names: ``{"plan": "host", "listeners": [["TCP", 2222]]}`` (webhook/placement/network.py,
+    IMPLICIT_LISTENERS); none for any other plan or shape."""
+    if plan.get("plan") != "host" or not isinstance(plan.get("listeners"), list):
+        return set()
+    out: set[Port] = set()
+    for item in plan["listeners"]:
+        if (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
+                and isinstance(item[1], int) and not isinstance(item[1], bool)):
+            out.add((item[0], item[1]))
+    return out
+
+
+def _record(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The pod's ``gputopo.io/placement`` record, or None."""
+    raw = annotations(pod).get(names.PLACEMENT_ANNOTATION)
+    if not isinstance(raw, str):
+        return None
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
 
 
 #: GPU resources: the topology's to count (which GPUs), not NodeResourcesFit's here

@@ -42,7 +42,7 @@ from gputopo import names
 from gputopo.cluster import objects as ob
 from gputopo.cluster.gang_record_feed import GANG_SELECTOR, GangRecordFeed
 from gputopo.cluster.ledger_feed import LEDGER_SELECTOR, LedgerFeed
-from gputopo.cluster.metrics import NODE_DATA_ERRORS
+from gputopo.cluster.metrics import NODE_DATA_ERRORS, RESERVATION_RELEASES
 from gputopo.cluster.node_resources import CPU, PODS, NodeResources, Requests, sum_requests
 from gputopo.cluster.reservations import (
     GangKey,
@@ -585,10 +585,12 @@ class ClusterView:
                     found = True
                     if store.release(res.key):
                         log.info("reservation of %s released: job %s", res.key, why)
+                        RESERVATION_RELEASES.labels(why).inc()
                         with self._lock:
                             self.released.append(res.key)
             if not found and key is not None and store is not None and store.release(key):
                 log.info("unreadable reservation of %s released: job %s", key, why)
+                RESERVATION_RELEASES.labels(why).inc()
                 with self._lock:
                     self.released.append(key)
         except ReservationUnavailable as exc:
@@ -607,6 +609,10 @@ class ClusterView:
             return []
         t = self._clock() if now is None else now
         gone = list(store.expire(t))
+        for key in gone:
+            log.info("reservation of %s released: expired (its pods never all came "
+                     "within the TTL)", key)
+            RESERVATION_RELEASES.labels("expired").inc()
         alive: dict[str, dict[str, Any]] = {}
         with self._lock:
             for inf in self._informers.values():
@@ -624,10 +630,26 @@ class ClusterView:
             elif not _finished(job):
                 continue
             if store.release(res.key):
+                why = "job_gone" if job is None else "job_finished"
+                log.info("reservation of %s released by the reconcile pass: %s", res.key,
+                         "its job is gone" if job is None else "its job finished")
+                RESERVATION_RELEASES.labels(why).inc()
                 gone.append(res.key)
                 with self._lock:
                     self.released.append(res.key)
         return gone
+
+    def job_exists(self, key: GangKey) -> bool | None:
+        """Whether the job of ``key`` (by uid) exists: the watch's copy, else a GET; None
+        when neither can say. The placement queue asks right before it reserves: a job
+        deleted while its gang waited must get no GPUs (its pods live on for a while)."""
+        with self._lock:
+            for inf in self._informers.values():
+                job = (inf.store.get((key.namespace, key.name))
+                       if inf.kind.kind == key.kind else None)
+                if job is not None and str(ob.meta(job).get("uid")) == key.uid:
+                    return True
+        return self._job_exists(key)
 
     def _job_exists(self, key: GangKey) -> bool | None:
         """Whether the job with this uid exists, by GET; None when the API cannot say."""

@@ -95,3 +95,32 @@ def test_what_a_node_object_leaves_out_of_allocatable() -> None:
                                      skip={"aliyun.com/gpu"}) or {}, {"cpu": 10**6})
     assert room.fits({"cpu": 60000, "memory": GI, "pods": 1}, 3) == (3, "")
     assert room.fits({"rdma/hca": 1, "pods": 1}, 3) == (0, "rdma/hca 1 of 0")
+
+
+def test_remembered_caps_follow_changed_nodes() -> None:
+    """ResourceCaps answers as capped_by_resources does after any few nodes change."""
+    import random
+    from dataclasses import replace
+
+    from gputopo.cluster.node_resources import ResourceCaps, capped_by_resources
+    from gputopo.placement.types import GangRequest, NodeState
+    from gputopo.topology.model import Topology
+
+    topo = Topology.from_annotation({"version": 1, "gpus": [{"index": i} for i in range(4)],
+                                     "links": [["X" if a == b else "NV1" for b in range(4)]
+                                               for a in range(4)]})
+    rng = random.Random(3)
+
+    def res() -> NodeResources:
+        return NodeResources({"cpu": 94000, "pods": 110}, {"cpu": rng.randrange(0, 94000)})
+
+    nodes = [NodeState(name=f"n{i}", topology=topo, resources=res()) for i in range(40)]
+    caps, gang, demand = ResourceCaps(), GangRequest(3, 1), {"cpu": 30000, "pods": 1}
+    for _ in range(30):
+        nodes = list(nodes)
+        for i in rng.sample(range(len(nodes)), rng.choice([0, 1, 3, 20])):
+            nodes[i] = replace(nodes[i], resources=res())
+        got, why = caps.caps(nodes, demand, gang)
+        want, want_why = capped_by_resources(nodes, demand, gang)
+        assert {n.name: (n.gpu_cap, n) for n in got} == {n.name: (n.gpu_cap, n) for n in want}
+        assert why == want_why

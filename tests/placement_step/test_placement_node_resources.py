@@ -147,3 +147,55 @@ def test_place_says_which_resource_rules_a_node_out(tmp_path, capsys):
     assert main(["place", str(path)]) == 1
     out = capsys.readouterr().out
     assert f"{FIRST}: cpu 95 of 94" in out
+
+
+def with_template(job: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """``job`` with ``fields`` in every replica's pod template spec, and label app=trainer."""
+    job = copy.deepcopy(job)
+    for rs in job["spec"]["pytorchReplicaSpecs"].values():
+        rs["template"].setdefault("metadata", {}).setdefault("labels", {})["app"] = "trainer"
+        rs["template"]["spec"].update(copy.deepcopy(fields))
+    return job
+
+
+ANTI = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+    {"labelSelector": {"matchLabels": {"app": "trainer"}},
+     "topologyKey": "kubernetes.io/hostname"}]}}
+
+
+def test_required_anti_affinity_between_the_replicas_puts_one_per_node(mutate):
+    """Packed on one node (the best GPUs), the second replica would never pass the
+    scheduler's InterPodAffinity filter."""
+    result = mutate([with_template(seed_job({}), affinity=ANTI)])
+    assert result.rc == 0, result.stderr
+    assert sorted(nodes_of(result)) == [FIRST, SECOND]
+    # a selector the replicas do not match (another app) limits nothing between them
+    other = copy.deepcopy(ANTI)
+    other["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0][
+        "labelSelector"] = {"matchLabels": {"app": "database"}}
+    result = mutate([with_template(seed_job({}), affinity=other)])
+    assert nodes_of(result) == [FIRST, FIRST]
+
+
+def test_do_not_schedule_spread_on_the_hostname_caps_replicas_per_node(mutate):
+    spread = [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+               "whenUnsatisfiable": "DoNotSchedule",
+               "labelSelector": {"matchExpressions": [
+                   {"key": "app", "operator": "In", "values": ["trainer"]}]}}]
+    result = mutate([with_template(seed_job({}), topologySpreadConstraints=spread)])
+    assert sorted(nodes_of(result)) == [FIRST, SECOND]
+    spread[0]["whenUnsatisfiable"] = "ScheduleAnyway"  # a preference: packing is allowed
+    result = mutate([with_template(seed_job({}), topologySpreadConstraints=spread)])
+    assert nodes_of(result) == [FIRST, FIRST]
+
+
+def test_rules_gputopo_cannot_judge_leave_the_gang_to_the_scheduler_with_the_reason(mutate):
+    affinity = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "feature-store"}},
+         "topologyKey": "kubernetes.io/hostname"}]}}
+    result = mutate([with_template(seed_job({}), affinity=affinity)])
+    for p in PODS:
+        rec = record(result.pods[p])
+        assert rec["placed"] is False and "required pod affinity" in rec["reason"]
+        assert "affinity" in result.pods[p]["spec"]  # the user's own rule is kept
+        assert "nodeAffinity" not in result.pods[p]["spec"]["affinity"]  # no pin

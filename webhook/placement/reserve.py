@@ -24,6 +24,7 @@ from typing import Any
 from gputopo.cluster.node_fit import NodeFacts, PodConstraints
 from gputopo.cluster.node_resources import (
     Requests,
+    ResourceCaps,
     empty_caps,
     pod_requests,
     solve_fitting,
@@ -279,6 +280,7 @@ class GangReserver:
         self.max_attempts = max(1, int(max_attempts))
         self.settle_seconds = max(0.0, float(settle_seconds))
         self.held_memo: HeldMemo = {}  # exclude_held's copies, reused across gangs
+        self.caps = ResourceCaps()  # the nodes the gang's pods' other requests limit
         # Per pod constraints: the nodes they admit, and those nodes with reserved GPUs
         # marked used; both checked against the reader's node objects (identity) and the
         # store's held-GPU revision on every use, so a change anywhere is seen at once.
@@ -516,7 +518,7 @@ class GangReserver:
         for attempt in range(1, self.max_attempts + 1):
             entry, free, excluded, held = self._fit_and_free(cluster, pod, shares)
             bound, free = usable_pair(entry.fit, free, net, no_ports)
-            placement = solve_fitting(self.solver, free, gang, demand)
+            placement = solve_fitting(self.solver, free, gang, demand, self.caps)
             if not placement.feasible:
                 # After a conflict, or when GPUs claimed by a reservation still being written
                 # stand in the way, they may be going to this very gang: give it a moment.
