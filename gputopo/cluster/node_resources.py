@@ -312,18 +312,30 @@ def resource_note(why: Mapping[str, str]) -> str:
 
 def solve_fitting(solver: Callable[[Sequence[NodeState], GangRequest], Placement],
                   nodes: Sequence[NodeState], gang: GangRequest,
-                  demand: Mapping[str, int], caps: ResourceCaps | None = None) -> Placement:
+                  demand: Mapping[str, int], caps: ResourceCaps | None = None, *,
+                  refused: Mapping[str, str] | None = None,
+                  notes: Sequence[str] = ()) -> Placement:
     """``solver`` on ``nodes`` where no node gets more of the gang than its CPU, memory and
     other resources hold beside what is there (``demand``: one pod's requests), the nodes
-    they limit named in the reason; ``caps`` remembers the caps between gangs."""
+    they limit named in the reason; ``caps`` remembers the caps between gangs.
+    ``refused``: nodes the pods cannot run on at all, and why (their volumes: node_volumes);
+    ``notes``: what could not be judged, added to the reason."""
     capped, why = (caps.caps(nodes, demand, gang) if caps is not None
                    else capped_by_resources(nodes, demand, gang))
+    if refused:
+        capped = [n for n in capped if n.name not in refused]
+        capped += [replace(n, gpu_cap=0) for n in nodes if n.name in refused]
+        why = {**why, **refused}
     placement = solver(with_caps(nodes, capped), gang)
     if why and not placement.feasible and solver(nodes, gang).feasible:
         # the GPUs are there; the pods' other requests are what does not fit
-        return replace(placement, reason=f"the GPUs are free, but too few nodes have room "
-                                         f"for the gang's pods: {resource_note(why)}")
-    return explained(placement, why)
+        placement = replace(placement, reason=f"the GPUs are free, but too few nodes can "
+                                              f"take the gang's pods: {resource_note(why)}")
+    else:
+        placement = explained(placement, why)
+    if notes:
+        placement = replace(placement, reason=f"{placement.reason}; {'; '.join(notes)}")
+    return placement
 
 
 def explained(placement: Placement, why: Mapping[str, str]) -> Placement:

@@ -772,6 +772,14 @@ class ClusterView:
             return client.CoreV1Api(self.api_client).read_namespace(name, **t)
         if (api_version, kind) == ("batch/v1", "Job") and namespace:
             return client.BatchV1Api(self.api_client).read_namespaced_job(name, namespace, **t)
+        # a pod's volumes (gputopo.cluster.node_volumes): read only for pods that mount claims
+        if (api_version, kind) == ("v1", "PersistentVolumeClaim") and namespace:
+            return client.CoreV1Api(self.api_client).read_namespaced_persistent_volume_claim(
+                name, namespace, **t)
+        if (api_version, kind) == ("v1", "PersistentVolume"):
+            return client.CoreV1Api(self.api_client).read_persistent_volume(name, **t)
+        if (api_version, kind) == ("storage.k8s.io/v1", "StorageClass"):
+            return client.StorageV1Api(self.api_client).read_storage_class(name, **t)
         group, _, version = api_version.partition("/")
         if group == names.KUBEFLOW_GROUP and kind in names.TRAINING_JOB_KINDS and namespace:
             plural = kind.lower() + "s"

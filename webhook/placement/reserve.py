@@ -29,6 +29,7 @@ from gputopo.cluster.node_resources import (
     pod_requests,
     solve_fitting,
 )
+from gputopo.cluster.node_volumes import pod_volumes
 from gputopo.cluster.objects import GPU_RESOURCES
 from gputopo.cluster.reservations import (
     GangKey,
@@ -515,10 +516,13 @@ class GangReserver:
             log.warning("placement: expiring reservations failed (next gang retries): %s", exc)
         no_ports: dict[str, str] = {}  # nodes whose port range is used up → why
         demand = pod_demand(pod)
+        volumes = pod_volumes(cluster, pod)
         for attempt in range(1, self.max_attempts + 1):
             entry, free, excluded, held = self._fit_and_free(cluster, pod, shares)
             bound, free = usable_pair(entry.fit, free, net, no_ports)
-            placement = solve_fitting(self.solver, free, gang, demand, self.caps)
+            refused = volumes.refusals(free)
+            placement = solve_fitting(self.solver, free, gang, demand, self.caps,
+                                      refused=refused, notes=volumes.notes)
             if not placement.feasible:
                 # After a conflict, or when GPUs claimed by a reservation still being written
                 # stand in the way, they may be going to this very gang: give it a moment.
@@ -533,7 +537,9 @@ class GangReserver:
                     reason += "; " + "; ".join(sorted(no_ports.values()))
                 return Unplaced(ruled_out(reason, bound, excluded))
             if good_share is not None:
-                poor = self.not_good(placement, bound, gang, good_share, demand)
+                # "good" is judged against the nodes the pods' volumes can reach
+                reach = [n for n in bound if n.name not in refused] if refused else bound
+                poor = self.not_good(placement, reach, gang, good_share, demand)
                 if poor is not None:
                     existing = self.store.get(key)
                     return (existing, False) if existing is not None else poor

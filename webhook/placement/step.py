@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gputopo import names
+from gputopo.cluster.node_volumes import pod_volumes
 from gputopo.cluster.pod_spread import spread_of, tighter
 from gputopo.cluster.reservations import (
     GangKey,
@@ -471,8 +472,10 @@ class PlacementStep:
                 fit, nodes, excluded = self.reserver.fit_and_free(
                     ctx.cluster, ctx.pod, placement_settings(ctx.policy).transport_share)
                 fit, nodes = usable_pair(fit, nodes, net)
+                volumes = pod_volumes(ctx.cluster, ctx.pod)
                 placement = solve_fitting(self.solver, nodes, gang, pod_demand(ctx.pod),
-                                          self.reserver.caps)
+                                          self.reserver.caps, refused=volumes.refusals(nodes),
+                                          notes=volumes.notes)
                 if not placement.feasible:
                     return Unplaced(_ruled_out(placement.reason or "no feasible placement",
                                                fit, excluded))
