@@ -36,6 +36,7 @@ from itertools import compress
 from operator import is_not
 from typing import Any
 
+from gputopo import names
 from gputopo.placement.solver import GroupedNodes
 from gputopo.placement.types import GangRequest, NodeState, Placement
 from gputopo.quantity import format_quantity, parse_quantity
@@ -51,6 +52,8 @@ KUBELET_RESOURCES = frozenset({CPU, MEMORY, PODS, "ephemeral-storage"})
 #: Requests the scheduler reads of every pod but no GPU logic: the rest are extended
 #: resources (``vendor/name``) and ``hugepages-*``, compared the same way.
 Requests = dict[str, int]
+#: GPU resources: the topology's to count (which GPUs), not NodeResourcesFit's here
+GPU_RESOURCES = frozenset({names.TOPOLOGY_GPU_RESOURCE, names.SOURCE_GPU_RESOURCE})
 
 
 def _mapping(obj: object, key: str) -> Mapping[str, Any]:
@@ -127,6 +130,12 @@ def pod_requests(spec: Mapping[str, Any], *, skip: Iterable[str] = ()) -> Reques
     out = {k: v for k, v in reqs.items() if v > 0}
     out[PODS] = 1
     return out
+
+
+def pod_demand(pod: Mapping[str, Any]) -> Requests:
+    """What one pod of a gang asks of a node besides GPUs (CPU, memory, pods, extended
+    resources), counted as the scheduler's NodeResourcesFit counts it."""
+    return pod_requests(_mapping(pod, "spec"), skip=GPU_RESOURCES)
 
 
 def allocatable(node: Mapping[str, Any], *, skip: Iterable[str] = ()) -> Requests | None:

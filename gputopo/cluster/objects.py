@@ -16,7 +16,7 @@ from typing import Any
 
 from gputopo import names
 from gputopo.cluster.node_fit import NodeFacts
-from gputopo.cluster.node_resources import Requests, node_resources, pod_requests
+from gputopo.cluster.node_resources import GPU_RESOURCES, Requests, node_resources, pod_requests
 from gputopo.errors import TopologyError
 from gputopo.placement.types import NodeState
 from gputopo.topology.model import Topology
@@ -151,10 +151,6 @@ def _record(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
     except ValueError:
         return None
     return record if isinstance(record, dict) else None
-
-
-#: GPU resources: the topology's to count (which GPUs), not NodeResourcesFit's here
-GPU_RESOURCES = frozenset({names.TOPOLOGY_GPU_RESOURCE, names.SOURCE_GPU_RESOURCE})
 
 
 def requests_held_by_pod(pod: Mapping[str, Any]) -> tuple[str, Requests] | None:

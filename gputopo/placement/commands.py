@@ -160,8 +160,7 @@ def _place(args: argparse.Namespace) -> int:
         gang = GangRequest(replicas=args.replicas, gpus_per_replica=args.gpus_per_replica)
         pod: dict[str, Any] = {}
     from gputopo.cluster.demo import cluster_or_demo
-    from gputopo.cluster.node_resources import pod_requests, solve_fitting
-    from gputopo.cluster.objects import GPU_RESOURCES
+    from gputopo.cluster.node_resources import pod_demand, solve_fitting
 
     shares = transport_shares(args.transport_share)
     snapshot = cluster_or_demo(args.cluster)
@@ -171,7 +170,7 @@ def _place(args: argparse.Namespace) -> int:
     try:
         # a job's pods ask for CPU, memory and more besides GPUs: a node holds only as
         # many of them as its allocatable resources leave room for (what the webhook checks)
-        demand = pod_requests(pod.get("spec") or {}, skip=GPU_RESOURCES) if pod else {}
+        demand = pod_demand(pod) if pod else {}
         placement = solve_fitting(solve, nodes, gang, demand)
     except InputError as exc:
         raise InputError(exc.reason, file=snapshot.source) from exc

@@ -22,15 +22,8 @@ from operator import is_, is_not
 from typing import Any
 
 from gputopo.cluster.node_fit import NodeFacts, PodConstraints
-from gputopo.cluster.node_resources import (
-    Requests,
-    ResourceCaps,
-    empty_caps,
-    pod_requests,
-    solve_fitting,
-)
+from gputopo.cluster.node_resources import ResourceCaps, empty_caps, pod_demand, solve_fitting
 from gputopo.cluster.node_volumes import pod_volumes
-from gputopo.cluster.objects import GPU_RESOURCES
 from gputopo.cluster.reservations import (
     GangKey,
     GangReservation,
@@ -138,13 +131,6 @@ def nodes_for(cluster: ClusterReader, pod: Mapping[str, Any],
     nodes = cluster.node_states()
     fit, _ = _fit(cluster, nodes, _constraints(pod))
     return with_transport_shares(fit, shares), len(nodes) - len(fit)
-
-
-def pod_demand(pod: Mapping[str, Any]) -> Requests:
-    """What one pod of the gang asks of a node besides GPUs (CPU, memory, pods, extended
-    resources), counted as the scheduler's NodeResourcesFit counts it."""
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    return pod_requests(spec, skip=GPU_RESOURCES)
 
 
 def _constraints(pod: Mapping[str, Any]) -> PodConstraints:

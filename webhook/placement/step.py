@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gputopo import names
+from gputopo.cluster.node_resources import pod_demand
 from gputopo.cluster.node_volumes import pod_volumes
 from gputopo.cluster.pod_spread import spread_of, tighter
 from gputopo.cluster.reservations import (
@@ -75,7 +76,6 @@ from webhook.placement.reserve import (
     Unplaced,
     exclude_held,
     nodes_for,
-    pod_demand,
     ruled_out,
     solve_fitting,
     usable_pair,

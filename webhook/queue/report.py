@@ -12,15 +12,13 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from gputopo.cluster.node_resources import capped_by_resources
+from gputopo.cluster.node_resources import capped_by_resources, pod_demand, solve_fitting
 from gputopo.cluster.source import ClusterReader
 from webhook.placement.reserve import (
     GOOD_SHARE,
     GangReserver,
     nodes_for,
-    pod_demand,
     ruled_out,
-    solve_fitting,
 )
 from webhook.queue.gangs import WaitingGang
 
