@@ -47,3 +47,25 @@ def test_a_listener_is_held_only_under_a_host_plan() -> None:
     assert host_ports_held_by_pod(pod) == ("n1", frozenset({("TCP", 2222)}))
     pod["status"] = {"phase": "Succeeded"}
     assert host_ports_held_by_pod(pod) is None
+
+
+def test_under_network_host_a_node_holding_the_listener_is_left_out() -> None:
+    """``network: host`` (or a pod that sets hostNetwork itself) cannot fall back to the pod
+    network: the listener becomes a port the gang cannot move, so a node where another
+    job's host-network sshd listens is no place for it (GangNetwork.usable)."""
+    from gputopo.placement.types import NodeState
+    from gputopo.topology.model import Topology
+    from webhook.placement import network
+
+    job = network.Job("kubeflow.org/v2beta1", "MPIJob", "forced",
+                      {"Worker": {"replicas": 1}}, {"Worker": 1})
+    need = network.needs(job, mode=network.HOST, pod_spec={"hostNetwork": True},
+                         original_spec={}, pod_type="Worker")
+    assert need.kind == network.HOST and ("TCP", 2222) in need.fixed
+    topo = Topology.from_annotation({"version": 1, "gpus": [{"index": 0}], "links": [["X"]]})
+    busy = NodeState(name="busy", topology=topo, host_ports=frozenset({("TCP", 2222)}))
+    free = NodeState(name="free", topology=topo)
+    gang = network.GangNetwork(job=job, need=need, host_ports=(30000, 30999))
+    assert [n.name for n in gang.usable([busy, free])] == ["free"]
+    plan = gang.decide((), {})
+    assert isinstance(plan, network.Plan) and plan.listeners == (("TCP", 2222),)
