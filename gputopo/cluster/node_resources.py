@@ -32,6 +32,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from functools import lru_cache
 from itertools import compress
 from operator import is_not
 from typing import Any
@@ -65,6 +66,8 @@ def amount(resource: str, value: object) -> int | None:
     """A quantity as the scheduler keeps it: CPU in millicores (rounded up, as
     ``MilliValue``), anything else in its unit (rounded up, as ``Value``); None when it is
     not a quantity."""
+    if isinstance(value, str):
+        return _amount_of_text(resource == CPU, value)
     try:
         q = parse_quantity(value)
     except ValueError:
@@ -72,6 +75,20 @@ def amount(resource: str, value: object) -> int | None:
     if q < 0:
         return None
     return math.ceil(q * 1000) if resource == CPU else math.ceil(q)
+
+
+@lru_cache(maxsize=4096)
+def _amount_of_text(milli: bool, value: str) -> int | None:
+    """:func:`amount` of a quantity text, remembered: the view reads every pod's requests
+    on every change of it, and a cluster uses few distinct texts ("8", "64Gi"); the
+    Fraction arithmetic was most of a pod's ~36 us."""
+    try:
+        q = parse_quantity(value)
+    except ValueError:
+        return None
+    if q < 0:
+        return None
+    return math.ceil(q * 1000) if milli else math.ceil(q)
 
 
 def _container_requests(container: object, skip: frozenset[str]) -> Requests:
