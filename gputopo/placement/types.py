@@ -46,7 +46,7 @@ class NodeState:
     extended resources: gputopo.cluster.node_resources), None when not known; not part of
     equality either. ``gpu_cap`` is the most GPUs of the gang being solved the node may
     hold because its other resources fit only so many of the gang's pods (set per gang by
-    webhook/placement/fit_resources.py; :data:`UNCAPPED` otherwise): the solver groups
+    gputopo.cluster.node_resources; :data:`UNCAPPED` otherwise): the solver groups
     nodes by it and never puts more replicas on a node than it allows.
     """
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gputopo import names
-from gputopo.cluster.node_resources import pod_demand
+from gputopo.cluster.node_resources import pod_demand, solve_fitting
 from gputopo.cluster.node_volumes import pod_volumes
 from gputopo.cluster.pod_spread import spread_of, tighter
 from gputopo.cluster.reservations import (
@@ -77,7 +77,6 @@ from webhook.placement.reserve import (
     exclude_held,
     nodes_for,
     ruled_out,
-    solve_fitting,
     usable_pair,
 )
 from webhook.placement.slot_repair import repair_scopes, slot_node_problem
