@@ -70,6 +70,10 @@ def rbac(*, ack_reports: bool = True) -> list[dict[str, Any]]:
         k8s.rule([""], ["namespaces"], ["get", "list", "watch"]),
         k8s.rule([KUBEFLOW_GROUP], ["mpijobs", "pytorchjobs", "tfjobs"], ["get", "list", "watch"]),
         k8s.rule(["batch"], ["jobs"], ["get"]),  # MPIJob v2beta1 launcher's owner, on demand
+        # the volumes of a pod that mounts claims (node_volumes.py): read on demand, never
+        # watched; a bound claim's volume, an unbound claim's storage class
+        k8s.rule([""], ["persistentvolumeclaims", "persistentvolumes"], ["get"]),
+        k8s.rule(["storage.k8s.io"], ["storageclasses"], ["get"]),
         # the PodGroup a gang label names must exist: watched, created when missing
         k8s.rule([POD_GROUP_API_GROUP], [POD_GROUP_PLURAL], ["list", "watch", "create"]),
         # placement.computeDomain: create: a gang's ComputeDomain (NVIDIA DRA driver), made

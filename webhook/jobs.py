@@ -19,8 +19,8 @@ from typing import Any, NamedTuple
 
 from gputopo import names
 from gputopo.cluster.source import ClusterReader
+from gputopo.quantity import parse_quantity
 from webhook.policy.schema import OWNER_KINDS
-from webhook.quantity import parse_quantity
 from webhook.steps import JobInfo
 
 BATCH_JOB = ("batch/v1", "Job")

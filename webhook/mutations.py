@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gputopo import names
+from gputopo.quantity import format_quantity, parse_quantity
 from webhook.jobs import container_gpus
 from webhook.merge import contains, merge_missing, normalize_path
 from webhook.policy.schema import Policy, ScaledQuantity
-from webhook.quantity import format_quantity, parse_quantity
 from webhook.steps import JobInfo
 
 DEFAULT_DNS_POLICY = "ClusterFirst"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.quantity import parse_quantity
+from gputopo.quantity import parse_quantity
 
 Problem = tuple[str, str]  # (field path suffix, reason)
 

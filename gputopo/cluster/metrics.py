@@ -20,3 +20,10 @@ RESERVATION_CONFLICTS = Counter(
     "gpu_taken (GPU held by another gang: caller re-solves), lost_claim (claim taken over).",
     ["kind"],
 )
+RESERVATION_RELEASES = Counter(
+    "gputopo_reservation_releases_total",
+    "Reservations released, by why: deleted / finished (the job's watch event), expired "
+    "(TTL: its pods never all came), job_gone / job_finished (the reconcile pass), "
+    "stale (the placement queue found the job gone right before it would reserve).",
+    ["reason"],
+)

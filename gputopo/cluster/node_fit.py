@@ -172,3 +172,10 @@ def node_fits(pod_spec: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
     """True when neither the pod's nodeSelector, its required node affinity nor a taint it
     does not tolerate keeps it off ``node`` (a Node object)."""
     return PodConstraints.of(pod_spec).admits(NodeFacts.of(node))
+
+
+def matches_terms(terms: list[Any], node: NodeFacts) -> bool:
+    """True when ``node`` matches one of the nodeSelectorTerms (ORed; each term's
+    requirements ANDed), as required node affinity and a PersistentVolume's node affinity
+    are judged."""
+    return any(_term(t, node) for t in terms)

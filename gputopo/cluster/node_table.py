@@ -7,9 +7,10 @@ are as well connected as any k GPUs of it can be, :func:`gputopo.placement.objec
 free_blocks` — a free 4-block on a DGX-1 is an NVLink quad), rack and zone, the network
 (line rate, transport, the node's own share if it states one),
 the NVLink domain it shares with other nodes (GB200 NVL72 trays; a line per domain after
-the table: free GPUs, largest free block), and the gangs holding GPUs there (from the
-pods' ``gpu-topology`` label, or their ``gputopo.io/placement`` record, and from
-reservation records). Pure: objects in, rows out.
+the table: free GPUs, largest free block), the CPUs and memory its pods request of what it
+has allocatable (what decides whether a gang's pods fit beside them), and the gangs holding
+GPUs there (from the pods' ``gpu-topology`` label, or their ``gputopo.io/placement``
+record, and from reservation records). Pure: objects in, rows out.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 from gputopo import names
 from gputopo.cluster import objects as ob
+from gputopo.cluster.node_resources import CPU, MEMORY, show
 from gputopo.placement.objective import BLOCK_SIZES, free_blocks, position_mask
 from gputopo.placement.types import NodeState
 from gputopo.topology.bandwidth import is_all_to_all
@@ -38,15 +40,27 @@ class NodeRow:
     network: str
     gangs: tuple[str, ...]
     nvlink_domain: str = "-"
+    cpu: str = "-"  # CPUs requested / allocatable ("80/94"), "-" when the node says nothing
+    memory: str = "-"  # memory requested / allocatable ("1Gi/503Gi")
 
     def cells(self) -> list[str]:
         return [self.name, self.kind, f"{self.used}/{self.gpus}", str(self.gpus - self.used),
                 str(self.largest_block), self.rack, self.zone, self.network,
-                self.nvlink_domain, ",".join(self.gangs) or "-"]
+                self.nvlink_domain, self.cpu, self.memory, ",".join(self.gangs) or "-"]
 
 
 HEADER = ["NAME", "GPU KIND", "USED", "FREE", "FREE BLOCK", "RACK", "ZONE", "NETWORK",
-          "NVLINK DOMAIN", "GANGS"]
+          "NVLINK DOMAIN", "CPU", "MEMORY", "GANGS"]
+
+
+def resource_cell(state: NodeState, resource: str) -> str:
+    """What the node's pods request of ``resource`` of what it has allocatable ("80/94"):
+    what the scheduler's NodeResourcesFit compares a new pod against."""
+    res = state.resources
+    if res is None or resource not in res.allocatable:
+        return "-"
+    return (f"{show(resource, res.requested.get(resource, 0))}/"
+            f"{show(resource, res.allocatable[resource])}")
 
 
 @dataclass(frozen=True)
@@ -153,6 +167,7 @@ def node_rows(states: Iterable[NodeState], gangs: Mapping[str, set[str]]) -> lis
             largest_block=largest_free_block(s), rack=s.rack or "-", zone=s.zone or "-",
             network=network_cell(s), gangs=tuple(sorted(gangs.get(s.name, ()))),
             nvlink_domain=s.nvlink_domain or "-",
+            cpu=resource_cell(s, CPU), memory=resource_cell(s, MEMORY),
         ))
     return rows
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from gputopo import names
 from gputopo.cluster.node_fit import NodeFacts
+from gputopo.cluster.node_resources import GPU_RESOURCES, Requests, node_resources, pod_requests
 from gputopo.cluster.nvlink_domain import nvlink_domain_of, topology_with_product, usable_domain
 from gputopo.errors import TopologyError
 from gputopo.placement.types import NodeState
@@ -117,10 +118,52 @@ def host_ports_held_by_pod(pod: Mapping[str, Any]) -> tuple[str, frozenset[Port]
     if status.get("phase") in TERMINAL_PHASES:
         return None
     ports = claimed_ports(spec, host_network=spec.get("hostNetwork") is True)
+    record = _record(pod)
+    network = record.get("network") if record is not None else None
+    if isinstance(network, Mapping):  # listeners its network plan knows it opens
+        ports |= plan_listeners(network)
     if not ports:
         return None
     node = spec.get("nodeName") or _pinned_node(pod)
     return (str(node), frozenset(ports)) if node else None
+
+
+def plan_listeners(plan: Mapping[str, Any]) -> set[Port]:
+    """The undeclared listeners a host network plan (a placement record's ``network``)
+    names: ``{"plan": "host", "listeners": [["TCP", 2222]]}`` (webhook/placement/network.py,
+    IMPLICIT_LISTENERS); none for any other plan or shape."""
+    if plan.get("plan") != "host" or not isinstance(plan.get("listeners"), list):
+        return set()
+    out: set[Port] = set()
+    for item in plan["listeners"]:
+        if (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)
+                and isinstance(item[1], int) and not isinstance(item[1], bool)):
+            out.add((item[0], item[1]))
+    return out
+
+
+def _record(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The pod's ``gputopo.io/placement`` record, or None."""
+    raw = annotations(pod).get(names.PLACEMENT_ANNOTATION)
+    if not isinstance(raw, str):
+        return None
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def requests_held_by_pod(pod: Mapping[str, Any]) -> tuple[str, Requests] | None:
+    """(node name, effective request) of a live pod's CPU, memory, pods and extended
+    resources (gputopo.cluster.node_resources). Counted like GPUs: once bound, or while
+    pinned by a placement record; never once Succeeded or Failed."""
+    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    status = pod.get("status") if isinstance(pod.get("status"), Mapping) else {}
+    if status.get("phase") in TERMINAL_PHASES:
+        return None
+    node = spec.get("nodeName") or _pinned_node(pod)
+    return (str(node), pod_requests(spec, skip=GPU_RESOURCES)) if node else None
 
 
 def _pinned_node(pod: Mapping[str, Any]) -> str | None:
@@ -246,8 +289,10 @@ def node_state(
     used: Iterable[int] = (),
     ack_report: Mapping[str, Any] | None = None,
     host_ports: Iterable[tuple[str, int]] = (),
+    requested: Iterable[Mapping[str, int]] = (),
 ) -> NodeState:
-    """A NodeState for an activated node; TopologyError when its data cannot be used."""
+    """A NodeState for an activated node; TopologyError when its data cannot be used.
+    ``requested``: the requests of the pods on it (:func:`requests_held_by_pod`)."""
     name = meta(node).get("name")
     if not isinstance(name, str) or not name:
         raise TopologyError("node has no metadata.name")
@@ -282,4 +327,5 @@ def node_state(
         facts=NodeFacts.of(node),
         host_ports=frozenset(host_ports),
         nvlink_domain=usable_domain(topo, nvlink_domain_of(node)),
+        resources=node_resources(node, requested, skip=GPU_RESOURCES),
     )

@@ -124,7 +124,11 @@ class ClusterSnapshot:
             return list(self._states)
         used: dict[str, set[int]] = {}
         ports: dict[str, set[tuple[str, int]]] = {}
+        requested: dict[str, list[Mapping[str, int]]] = {}
         for pod in self.of_kind("Pod"):
+            asks = ob.requests_held_by_pod(pod)
+            if asks is not None:
+                requested.setdefault(asks[0], []).append(asks[1])
             held = ob.gpus_held_by_pod(pod)
             if held is not None:
                 used.setdefault(held[0], set()).update(held[1])
@@ -145,7 +149,7 @@ class ClusterSnapshot:
             report = reports.get(f"{name}{names.ACK_REPORT_SUFFIX}")
             try:
                 states.append(ob.node_state(node, used.get(name, ()), report,
-                                             ports.get(name, ())))
+                                             ports.get(name, ()), requested.get(name, ())))
             except TopologyError as exc:
                 self.warnings.append(f"node {name}: left out of placement: {exc.reason}")
                 continue

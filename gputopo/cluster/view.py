@@ -42,7 +42,8 @@ from gputopo import names
 from gputopo.cluster import objects as ob
 from gputopo.cluster.gang_record_feed import GANG_SELECTOR, GangRecordFeed
 from gputopo.cluster.ledger_feed import LEDGER_SELECTOR, LedgerFeed
-from gputopo.cluster.metrics import NODE_DATA_ERRORS
+from gputopo.cluster.metrics import NODE_DATA_ERRORS, RESERVATION_RELEASES
+from gputopo.cluster.node_resources import CPU, PODS, NodeResources, Requests, sum_requests
 from gputopo.cluster.reservations import (
     GangKey,
     ReservationStore,
@@ -287,10 +288,16 @@ def _trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
     kept_spec: dict[str, Any] = {"nodeName": spec.get("nodeName")} if spec.get("nodeName") else {}
     held = ob.host_ports_held_by_pod(pod)
+    kept: dict[str, Any] = {}
     if held is not None:  # the host ports it holds, in the shape the API gives them
-        kept_spec["containers"] = [{"name": "ports", "ports": [
-            {"containerPort": n, "hostPort": n, "protocol": proto}
-            for proto, n in sorted(held[1])]}]
+        kept["ports"] = [{"containerPort": n, "hostPort": n, "protocol": proto}
+                         for proto, n in sorted(held[1])]
+    asks = ob.requests_held_by_pod(pod)
+    if asks is not None:  # its effective request (init containers, overhead) as one
+        kept["resources"] = {"requests": {
+            k: f"{v}m" if k == CPU else str(v) for k, v in asks[1].items() if k != PODS}}
+    if kept:
+        kept_spec["containers"] = [{"name": "kept", **kept}]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": keep, "spec": kept_spec,
             "status": {"phase": status.get("phase")} if status.get("phase") else {}}
 
@@ -370,6 +377,10 @@ class ClusterView:
         self._used: dict[str, dict[tuple[str, str], tuple[int, ...]]] = {}
         self._pod_ports: dict[tuple[str, str], tuple[str, frozenset[tuple[str, int]]]] = {}
         self._ports: dict[str, dict[tuple[str, str], frozenset[tuple[str, int]]]] = {}
+        # the requests of pods on each node (bound, or pinned and not yet bound), and
+        # their sum, kept up to date pod by pod as held GPUs are
+        self._pod_asks: dict[tuple[str, str], tuple[str, Requests]] = {}
+        self._asked: dict[str, Requests] = {}
         self._base: dict[str, NodeState | None] = {}  # node → state without usage (None: bad)
         self._final: dict[str, NodeState] = {}  # node → state with its used GPUs
         self._states: list[NodeState] | None = None
@@ -495,6 +506,7 @@ class ClusterView:
     def _pod_changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         key = _key(old if old is not None else new or {})
         self._pod_ports_changed(key, new)
+        self._pod_asks_changed(key, new)
         before = self._pod_gpus.pop(key, None)
         after = ob.gpus_held_by_pod(new) if new is not None else None
         if before == after:
@@ -526,6 +538,29 @@ class ClusterView:
             self._final.pop(after[0], None)
         self._states = None
 
+    def _pod_asks_changed(self, key: tuple[str, str], new: dict[str, Any] | None) -> None:
+        """CPU, memory, pods and extended resources a pod asks for, summed per node: a
+        change adds or takes away one pod's request, never a pass over the node's pods."""
+        before = self._pod_asks.pop(key, None)
+        after = ob.requests_held_by_pod(new) if new is not None else None
+        if after is not None:
+            self._pod_asks[key] = after
+        if before == after:
+            return
+        for was, sign in ((before, -1), (after, 1)):
+            if was is None:
+                continue
+            node, asks = was
+            total = self._asked.setdefault(node, {})
+            for k, v in asks.items():
+                total[k] = total.get(k, 0) + sign * v
+                if not total[k]:
+                    del total[k]
+            if not total:
+                del self._asked[node]
+            self._final.pop(node, None)
+        self._states = None
+
     def _release_job(self, job: dict[str, Any], why: str) -> None:
         store = self.reservations
         m = ob.meta(job)
@@ -550,10 +585,12 @@ class ClusterView:
                     found = True
                     if store.release(res.key):
                         log.info("reservation of %s released: job %s", res.key, why)
+                        RESERVATION_RELEASES.labels(why).inc()
                         with self._lock:
                             self.released.append(res.key)
             if not found and key is not None and store is not None and store.release(key):
                 log.info("unreadable reservation of %s released: job %s", key, why)
+                RESERVATION_RELEASES.labels(why).inc()
                 with self._lock:
                     self.released.append(key)
         except ReservationUnavailable as exc:
@@ -572,6 +609,10 @@ class ClusterView:
             return []
         t = self._clock() if now is None else now
         gone = list(store.expire(t))
+        for key in gone:
+            log.info("reservation of %s released: expired (its pods never all came "
+                     "within the TTL)", key)
+            RESERVATION_RELEASES.labels("expired").inc()
         alive: dict[str, dict[str, Any]] = {}
         with self._lock:
             for inf in self._informers.values():
@@ -589,10 +630,26 @@ class ClusterView:
             elif not _finished(job):
                 continue
             if store.release(res.key):
+                why = "job_gone" if job is None else "job_finished"
+                log.info("reservation of %s released by the reconcile pass: %s", res.key,
+                         "its job is gone" if job is None else "its job finished")
+                RESERVATION_RELEASES.labels(why).inc()
                 gone.append(res.key)
                 with self._lock:
                     self.released.append(res.key)
         return gone
+
+    def job_exists(self, key: GangKey) -> bool | None:
+        """Whether the job of ``key`` (by uid) exists: the watch's copy, else a GET; None
+        when neither can say. The placement queue asks right before it reserves: a job
+        deleted while its gang waited must get no GPUs (its pods live on for a while)."""
+        with self._lock:
+            for inf in self._informers.values():
+                job = (inf.store.get((key.namespace, key.name))
+                       if inf.kind.kind == key.kind else None)
+                if job is not None and str(ob.meta(job).get("uid")) == key.uid:
+                    return True
+        return self._job_exists(key)
 
     def _job_exists(self, key: GangKey) -> bool | None:
         """Whether the job with this uid exists, by GET; None when the API cannot say."""
@@ -715,6 +772,14 @@ class ClusterView:
             return client.CoreV1Api(self.api_client).read_namespace(name, **t)
         if (api_version, kind) == ("batch/v1", "Job") and namespace:
             return client.BatchV1Api(self.api_client).read_namespaced_job(name, namespace, **t)
+        # a pod's volumes (gputopo.cluster.node_volumes): read only for pods that mount claims
+        if (api_version, kind) == ("v1", "PersistentVolumeClaim") and namespace:
+            return client.CoreV1Api(self.api_client).read_namespaced_persistent_volume_claim(
+                name, namespace, **t)
+        if (api_version, kind) == ("v1", "PersistentVolume"):
+            return client.CoreV1Api(self.api_client).read_persistent_volume(name, **t)
+        if (api_version, kind) == ("storage.k8s.io/v1", "StorageClass"):
+            return client.StorageV1Api(self.api_client).read_storage_class(name, **t)
         group, _, version = api_version.partition("/")
         if group == names.KUBEFLOW_GROUP and kind in names.TRAINING_JOB_KINDS and namespace:
             plural = kind.lower() + "s"
@@ -755,6 +820,10 @@ class ClusterView:
                     ports = self._ports.get(name)
                     if ports:
                         final = replace(final, host_ports=frozenset().union(*ports.values()))
+                    asked = self._asked.get(name)
+                    if asked and base.resources is not None:
+                        final = replace(final, resources=NodeResources(
+                            base.resources.allocatable, sum_requests([asked])))
                     self._final[name] = final
                 out.append(final)
             self._states = out

@@ -120,9 +120,10 @@ def _pod_gpus(pod: dict[str, Any], where: str) -> int:
     return total
 
 
-def gang_of_job_file(path: str) -> tuple[GangRequest, str]:
+def gang_of_job_file(path: str) -> tuple[GangRequest, str, dict[str, Any]]:
     """The gang of the first training job in ``path``: its GPU pods, which must all ask
-    for the same number of GPUs (the solver places equal replicas)."""
+    for the same number of GPUs (the solver places equal replicas); and its first GPU pod
+    (whose CPU, memory and other requests limit how many share a node)."""
     from gputopo.yamlio import load_documents
 
     jobs = [d for d in load_documents(path) if is_training_job(d)]
@@ -134,13 +135,14 @@ def gang_of_job_file(path: str) -> tuple[GangRequest, str]:
         pods = [o for o in expand(job) if o["kind"] == "Pod"]
     except InputError as exc:
         raise InputError(exc.reason, file=path, obj=what) from None
-    counts = [n for n in (_pod_gpus(p, what) for p in pods) if n > 0]
+    gpu_pods = [p for p in pods if _pod_gpus(p, what) > 0]
+    counts = [_pod_gpus(p, what) for p in gpu_pods]
     if not counts:
         raise InputError("no pod of the job asks for a GPU", file=path, obj=what)
     if len(set(counts)) > 1:
         raise InputError(f"its GPU pods ask for different GPU counts {sorted(set(counts))}; "
                          f"place takes equal replicas", file=path, obj=what)
-    return GangRequest(replicas=len(counts), gpus_per_replica=counts[0]), what
+    return GangRequest(replicas=len(counts), gpus_per_replica=counts[0]), what, gpu_pods[0]
 
 
 def _place(args: argparse.Namespace) -> int:
@@ -148,7 +150,7 @@ def _place(args: argparse.Namespace) -> int:
         if args.replicas is not None or args.gpus_per_replica is not None:
             raise InputError("give a job file or --replicas/--gpus-per-replica, not both",
                              obj="place")
-        gang, what = gang_of_job_file(args.job)
+        gang, what, pod = gang_of_job_file(args.job)
         print(f"gputopo: {what}: {gang.replicas} GPU pod(s) x {gang.gpus_per_replica} GPU(s)",
               file=sys.stderr)
     elif args.replicas is None or args.gpus_per_replica is None:
@@ -156,7 +158,9 @@ def _place(args: argparse.Namespace) -> int:
                          obj="place")
     else:
         gang = GangRequest(replicas=args.replicas, gpus_per_replica=args.gpus_per_replica)
+        pod: dict[str, Any] = {}
     from gputopo.cluster.demo import cluster_or_demo
+    from gputopo.cluster.node_resources import pod_demand, solve_fitting
 
     shares = transport_shares(args.transport_share)
     snapshot = cluster_or_demo(args.cluster)
@@ -164,7 +168,10 @@ def _place(args: argparse.Namespace) -> int:
     for warning in snapshot.warnings:
         print(f"gputopo: warning: {snapshot.source}: {warning}", file=sys.stderr)
     try:
-        placement = solve(nodes, gang)
+        # a job's pods ask for CPU, memory and more besides GPUs: a node holds only as
+        # many of them as its allocatable resources leave room for (what the webhook checks)
+        demand = pod_demand(pod) if pod else {}
+        placement = solve_fitting(solve, nodes, gang, demand)
     except InputError as exc:
         raise InputError(exc.reason, file=snapshot.source) from exc
     if args.output == "json":

@@ -81,7 +81,7 @@ from gputopo.placement.objective import (
     span_of,
     tie_break,
 )
-from gputopo.placement.types import GangRequest, NodeState, Placement, ReplicaSlot
+from gputopo.placement.types import UNCAPPED, GangRequest, NodeState, Placement, ReplicaSlot
 from gputopo.topology.cost import (
     SPAN_FACTOR,
     NodeShare,
@@ -327,10 +327,12 @@ class _Group:
     network_gbps: float
     nodes: list[NodeState]
     domain: str | None = None  # the NVLink domain of every node here (part of the key)
+    cap: int = UNCAPPED  # most GPUs of the gang one of its nodes may hold (NodeState.gpu_cap)
 
     def __post_init__(self) -> None:
-        self._canon: tuple[str, tuple[int, ...], float] | None = None
+        self._canon: tuple[str, tuple[int, ...], float, int] | None = None
         self._first: NodeState | None = None
+        self.free = min(self.kind.free, self.cap)  # GPUs the gang may take on one node
 
     def reach(self) -> float:
         """The fastest rate its nodes can reach another node at: the effective network,
@@ -362,10 +364,10 @@ class _Group:
         if first is not None and first.name not in changed:
             self._first = min((first, *came), key=_NAME)
 
-    def canon(self) -> tuple[str, tuple[int, ...], float]:
-        """The classes' sort key and memo signature: (topology JSON, used, network)."""
+    def canon(self) -> tuple[str, tuple[int, ...], float, int]:
+        """The classes' sort key and memo signature: (topology JSON, used, network, cap)."""
         if self._canon is None:
-            self._canon = (*self.kind.head(), self.network_gbps)
+            self._canon = (*self.kind.head(), self.network_gbps, self.cap)
         return self._canon
 
 
@@ -378,10 +380,11 @@ class _Class:
     network_gbps: float
     opened: bool  # no GPU in use yet
     nodes: list[NodeState]  # any order; :meth:`by_name` sorts them when a plan needs names
-    canon: tuple[str, tuple[int, ...], float]
+    canon: tuple[str, tuple[int, ...], float, int]
     kind: _Kind
     domain: str | None = None  # the NVLink domain of its nodes
     domain_index: int = -1  # its domain's place in the scope's order (-1: none)
+    cap: int = UNCAPPED  # most GPUs of the gang one of its nodes may hold
 
     def __post_init__(self) -> None:
         self._sorted: list[NodeState] | None = None
@@ -498,7 +501,7 @@ def _infeasible_reason(groups: list[_Group], tally: _Tally, gang: GangRequest,
     if most_free < g:
         if not most_free:
             return f"cluster full: all {cluster_gpus} GPUs are in use"
-        most = min(n.name for grp in groups if grp.kind.free == most_free for n in grp.nodes)
+        most = min(n.name for grp in groups if grp.free == most_free for n in grp.nodes)
         return (
             f"no node has {g} free GPUs for one replica right now "
             f"(most free: {most_free} on {most})"
@@ -578,20 +581,20 @@ def _classes(pieces: Iterable[tuple[_Group, list[NodeState]]], *,
     # inside one domain the network does not matter: groups of one kind are one class
     merged: dict[object, tuple[_Group, list[NodeState]]] = {}
     for grp, members in pieces:
-        at = grp.kind if fabric else grp
+        at = (grp.kind, grp.cap) if fabric else grp
         have = merged.get(at)
         merged[at] = (grp, members if have is None else have[1] + members)
     out = []
     for grp, members in merged.values():
         net = domain_gbps(grp.kind.topology) if fabric else grp.network_gbps
-        canon = grp.canon() if not fabric else (*grp.kind.head(), net)
+        canon = grp.canon() if not fabric else (*grp.kind.head(), net, grp.cap)
         out.append(_Class(topology=grp.kind.topology, free_mask=grp.kind.free_mask,
                           network_gbps=net, opened=grp.kind.opened, nodes=members,
-                          canon=canon, kind=grp.kind, domain=grp.domain))
+                          canon=canon, kind=grp.kind, domain=grp.domain, cap=grp.cap))
     if all(c.domain is None for c in out):
         out.sort(key=lambda c: c.canon)
         return out
-    by_domain: dict[str, list[tuple[str, tuple[int, ...], float]]] = {}
+    by_domain: dict[str, list[tuple[str, tuple[int, ...], float, int]]] = {}
     for c in out:
         if c.domain is not None:
             by_domain.setdefault(c.domain, []).append(c.canon)
@@ -606,35 +609,38 @@ def _merge_twins(groups: list[_Group]) -> list[_Group]:
     """One group per (topology, used, network) when equal topologies came as several
     objects (nodes whose annotations were parsed one by one). The groups given are left as
     they are (a :class:`GroupedNodes` keeps them for later solves)."""
-    merged: dict[tuple[Topology, frozenset[int], float, str | None], _Group] = {}
+    merged: dict[tuple[Topology, frozenset[int], float, str | None, int], _Group] = {}
     for grp in groups:
-        key = (grp.kind.topology, grp.kind.used, grp.network_gbps, grp.domain)
+        key = (grp.kind.topology, grp.kind.used, grp.network_gbps, grp.domain, grp.cap)
         have = merged.get(key)
         merged[key] = grp if have is None else _Group(have.kind, have.network_gbps,
-                                                      have.nodes + grp.nodes, have.domain)
+                                                      have.nodes + grp.nodes, have.domain,
+                                                      have.cap)
     return list(merged.values())
 
 
-_BucketKey = tuple[int, frozenset[int], float, str | None]
+_BucketKey = tuple[int, frozenset[int], float, str | None, int]
 
 
 def _bucket_key(node: NodeState) -> _BucketKey:
     """What makes nodes alike for the solver: topology (by object: its __hash__ is a Python
     call; equal topologies of different objects are merged later), used GPUs, network,
-    NVLink domain (None on nodes without one: their grouping is as before)."""
-    return (id(node.topology), node.used, node.effective_gbps, node.nvlink_domain)
+    NVLink domain (None on nodes without one: their grouping is as before), and the most
+    GPUs of this gang the node's other resources let it hold (``gpu_cap``)."""
+    return (id(node.topology), node.used, node.effective_gbps, node.nvlink_domain,
+            node.gpu_cap)
 
 
 def _group(key: _BucketKey, members: list[NodeState],
            kinds_by_id: dict[int, dict[frozenset[int], _Kind]]) -> _Group:
-    tid, used, net, domain = key
+    tid, used, net, domain, cap = key
     kinds = kinds_by_id.get(tid)
     if kinds is None:
         kinds = kinds_by_id[tid] = _kinds_of(members[0].topology)
     kind = kinds.get(used)
     if kind is None:
         kind = kinds[used] = _kind(members[0].topology, used)
-    return _Group(kind, net, members, domain)
+    return _Group(kind, net, members, domain, cap)
 
 
 def _group_nodes(nodes: Iterable[NodeState]) -> list[_Group]:
@@ -642,7 +648,7 @@ def _group_nodes(nodes: Iterable[NodeState]) -> list[_Group]:
     network land in one group (a busy 1,000-node cluster has a few hundred)."""
     buckets: dict[_BucketKey, list[NodeState]] = {}
     for node in nodes:
-        key = (id(node.topology), node.used, node.effective_gbps, node.nvlink_domain)
+        key = _bucket_key(node)
         members = buckets.get(key)
         if members is None:
             buckets[key] = [node]
@@ -672,7 +678,7 @@ def _best_single(items: Iterable[tuple[object, _Group]], n: int) -> tuple[tuple 
     tied: _Tied = {}
     for at, grp in items:
         kind = grp.kind
-        if kind.free < n:
+        if grp.free < n:
             continue
         key, opt = kind.rated.get(n) or kind.one_node(n)
         if best_key is None or key > best_key:
@@ -723,18 +729,18 @@ class _Tally:
             kind, count = grp.kind, len(grp.nodes)
             net = grp.network_gbps if grp.domain is None else grp.reach()
             sizes[kind.size] = sizes.get(kind.size, 0) + count
-            frees[kind.free] = frees.get(kind.free, 0) + count
+            frees[grp.free] = frees.get(grp.free, 0) + count
             nets[net] = nets.get(net, 0) + count
         return cls(sizes, frees, nets)
 
     def copy(self) -> _Tally:
         return _Tally(dict(self.sizes), dict(self.frees), dict(self.nets))
 
-    def add(self, kind: _Kind, net: float, count: int) -> None:
-        """Count ``count`` nodes of ``kind`` on network ``net`` in (or out, if negative)."""
-        _count(self.sizes, kind.size, count)
-        _count(self.frees, kind.free, count)
-        _count(self.nets, net, count)
+    def add(self, grp: _Group, count: int) -> None:
+        """Count ``count`` nodes like those of ``grp`` in (or out, if negative)."""
+        _count(self.sizes, grp.kind.size, count)
+        _count(self.frees, grp.free, count)
+        _count(self.nets, grp.reach(), count)
 
 
 def _count(table: dict[Any, int], value: Any, count: int) -> None:
@@ -773,7 +779,7 @@ class GroupedNodes(Sequence[NodeState]):
             _check_names(self._nodes)
         buckets: dict[_BucketKey, dict[str, NodeState]] = {}
         for node in self._nodes:
-            key = (id(node.topology), node.used, node.effective_gbps, node.nvlink_domain)
+            key = _bucket_key(node)
             members = buckets.get(key)
             if members is None:
                 buckets[key] = {node.name: node}
@@ -850,14 +856,14 @@ class GroupedNodes(Sequence[NodeState]):
                 del new._buckets[key]
                 if was is not None:
                     del new._groups[key]
-                    new._tally.add(was.kind, was.reach(), -len(was.nodes))
+                    new._tally.add(was, -len(was.nodes))
                 continue
             # overwritten in place, not popped and added: a dict with deleted entries is
             # copied entry by entry (4x slower), and every replacement copies these
             grp = new._groups[key] = _group(key, list(members.values()), kinds_by_id)
             change = len(grp.nodes) - (len(was.nodes) if was is not None else 0)
             if change:
-                new._tally.add(grp.kind, grp.reach(), change)
+                new._tally.add(grp, change)
             if was is not None:
                 grp.carry_first(was, final, came.get(key, ()))
         if any(key[0] not in self._tops for key in touched):
@@ -1055,7 +1061,7 @@ class _Search:
             dom = grp.domain
             if dom is not None:
                 domain_size[dom] = domain_size.get(dom, 0) + len(grp.nodes)
-            if grp.kind.free < g:
+            if grp.free < g:
                 for node in grp.nodes:
                     loc = (node.zone, node.rack)
                     size[loc] = size.get(loc, 0) + 1
@@ -1126,7 +1132,7 @@ class _Search:
 
     def _cap(self, c: _Class) -> int:
         """Replicas one node of ``c`` can hold."""
-        return min(self.per_node, c.free_mask.bit_count() // self.g)
+        return min(self.per_node, min(c.free_mask.bit_count(), c.cap) // self.g)
 
     def _bound(self, classes: list[_Class], span: str) -> _Bound | None:
         """An upper bound of the objective of any placement in a scope, term by term as
@@ -1204,7 +1210,7 @@ class _Search:
         counts = [min(len(c.nodes), r) for c in classes]
         opts: _Opts = []
         for c in classes:
-            jmax = min(self.per_node, c.free_mask.bit_count() // g)
+            jmax = self._cap(c)
             opts.append({j: _options(c.topology, c.free_mask, j * g) for j in range(1, jmax + 1)})
         intras = sorted({o.intra for per in opts for os in per.values() for o in os})
         pairs = sorted({o.pair for per in opts for os in per.values() for o in os}, reverse=True)

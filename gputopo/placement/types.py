@@ -17,6 +17,10 @@ from gputopo.topology.transport import TransportShares, effective_network_gbps, 
 
 if TYPE_CHECKING:
     from gputopo.cluster.node_fit import NodeFacts
+    from gputopo.cluster.node_resources import NodeResources
+
+#: ``NodeState.gpu_cap`` of a node whose other resources do not limit the gang
+UNCAPPED = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,12 @@ class NodeState:
     ``host_ports`` are the (protocol, port) pairs pods on the node hold on its network
     (host-network pods' ports, explicit hostPorts): a gang's network plan must not hand
     them out again (the scheduler's NodePorts filter would keep its pod off the node).
+    ``resources`` is the node's allocatable and what pods there request (CPU, memory,
+    extended resources: gputopo.cluster.node_resources), None when not known; not part of
+    equality either. ``gpu_cap`` is the most GPUs of the gang being solved the node may
+    hold because its other resources fit only so many of the gang's pods (set per gang by
+    gputopo.cluster.node_resources; :data:`UNCAPPED` otherwise): the solver groups
+    nodes by it and never puts more replicas on a node than it allows.
     """
 
     name: str
@@ -57,6 +67,8 @@ class NodeState:
     #: the NVLink domain its GPUs share with other nodes' (GB200 NVL72: a rack's 18 trays),
     #: gputopo.cluster.nvlink_domain; None: an island, everything between nodes is network
     nvlink_domain: str | None = None
+    resources: NodeResources | None = field(default=None, compare=False, repr=False)
+    gpu_cap: int = UNCAPPED
     effective_gbps: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -103,7 +115,7 @@ def with_transport_shares(nodes: Sequence[NodeState], shares: TransportShares | 
                 network_gbps=n.network_gbps, network_transport=n.network_transport,
                 facts=n.facts, host_ports=n.host_ports,
                 network_efficiency=n.network_efficiency, transport_share=share,
-                nvlink_domain=n.nvlink_domain))
+                nvlink_domain=n.nvlink_domain, resources=n.resources, gpu_cap=n.gpu_cap))
         fresh[n.name] = hit
         out.append(hit[1])
     if memo is not None:

@@ -506,3 +506,45 @@ def test_memory_only_reader_never_waits(kube, view) -> None:
         release.set()
         holder.join(5)
     assert quick.namespace("team") is not None
+
+
+def _asking_pod(name: str, node_name: str | None, cpu: str, **spec: object) -> dict:
+    """A pod without GPUs asking for CPUs, as the API server stores it."""
+    pod = bound_pod(name, node_name or "", "0")
+    del pod["metadata"]["annotations"]
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu, "memory": "1Gi"}}
+    pod["spec"].update(spec)
+    if node_name is None:
+        del pod["spec"]["nodeName"]
+        pod["status"] = {"phase": "Pending"}
+    return pod
+
+
+def test_requests_of_every_pod_on_a_node_are_summed_as_pods_come_and_go(kube, view) -> None:
+    """Not only GPU pods: CPU and memory of every pod bound there (init containers and
+    overhead as the scheduler counts them), until it finishes or goes; a pending pod
+    asks nothing of any node."""
+    a = node("a", topology=TOPO)
+    a["status"]["allocatable"].update({"cpu": "94", "memory": "503Gi", "pods": "110"})
+    kube.apply(a)
+    kube.apply(_asking_pod("loader", "a", "80", overhead={"cpu": "500m"}))
+    kube.apply(_asking_pod("pending", None, "8"))
+    view.start()
+    assert view.wait_synced(5)
+
+    def requested() -> dict:
+        res = view.node_states()[0].resources
+        return dict(res.requested) if res is not None else {}
+
+    assert requested() == {"cpu": 80500, "memory": 2**30, "pods": 1}
+    assert view.node_states()[0].resources.allocatable["cpu"] == 94000
+    kube.apply(_asking_pod("sidecar", "a", "2", initContainers=[
+        {"name": "s", "image": "x", "restartPolicy": "Always",
+         "resources": {"requests": {"cpu": "1"}}}]))
+    assert wait_for(lambda: requested() == {"cpu": 83500, "memory": 2 * 2**30, "pods": 2})
+    done = _asking_pod("loader", "a", "80", overhead={"cpu": "500m"})
+    done["status"]["phase"] = "Succeeded"
+    kube.apply(done)
+    assert wait_for(lambda: requested() == {"cpu": 3000, "memory": 2**30, "pods": 1})
+    kube.remove(_asking_pod("sidecar", "a", "2"))
+    assert wait_for(lambda: requested() == {})

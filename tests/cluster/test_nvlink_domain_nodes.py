@@ -117,7 +117,7 @@ def test_place_and_nodes_on_two_nvl72_domains(tmp_path, capsys) -> None:
     assert main(["nodes", "--cluster", str(cluster)]) == 0
     out = capsys.readouterr().out
     row = next(line.split() for line in out.splitlines() if line.startswith("rack-a-tray-00"))
-    assert row[-2] == f"{UUID_A}.1" and row[-1] == "ml/busy"
+    assert row[-4] == f"{UUID_A}.1" and row[-1] == "ml/busy"  # then CPU, MEMORY, GANGS
     lines = [line for line in out.splitlines() if line.startswith("NVLINK DOMAIN ")]
     assert lines == [
         f"NVLINK DOMAIN {UUID_A}.1: 18 nodes, 40/72 GPUs free, largest free block 40 GPUs "

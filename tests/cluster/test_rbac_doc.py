@@ -115,6 +115,23 @@ def test_rbac_doc_is_exactly_what_the_webhook_uses(kube, kube_client) -> None:
         view.object(api_version="kubeflow.org/v1", kind="MPIJob", namespace="default",
                     name="fresh")
         view.object(api_version="batch/v1", kind="Job", namespace="default", name="l")
+        # a pod that mounts claims: a bound claim and its volume, an unbound claim's class
+        kube.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": "data", "namespace": "default"},
+                    "spec": {"volumeName": "pv-1"}, "status": {"phase": "Bound"}})
+        kube.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": "later", "namespace": "default"},
+                    "spec": {"storageClassName": "local"}, "status": {"phase": "Pending"}})
+        kube.apply({"apiVersion": "v1", "kind": "PersistentVolume",
+                    "metadata": {"name": "pv-1"}, "spec": {}})
+        kube.apply({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+                    "metadata": {"name": "local"}, "provisioner": "x",
+                    "volumeBindingMode": "WaitForFirstConsumer"})
+        from gputopo.cluster.node_volumes import pod_volumes
+        claims = pod_volumes(view, {"metadata": {"namespace": "default"}, "spec": {
+            "volumes": [{"name": v, "persistentVolumeClaim": {"claimName": v}}
+                        for v in ("data", "later")]}})
+        assert "WaitForFirstConsumer" in claims.notes[0]
         key = GangKey("default", "PyTorchJob", "pytorchjob", "uid-1")
         store.reserve(key, Placement(True, (ReplicaSlot(0, "a", (0,)),)))
         store.assign_slot(key, ReplicaKey("worker", 0))

@@ -36,14 +36,24 @@ def test_nodes_shows_used_gpus_the_largest_free_block_and_the_gang(tmp_path, cap
     assert main(["nodes", "--cluster", str(cluster)]) == 0
     rows = _rows(capsys.readouterr().out)
     a, b = rows["cn-shanghai.192.168.16.172"], rows["cn-shanghai.192.168.16.173"]
+    # CPU and memory its pods request of its allocatable: the mutated pods ask for none,
+    # the bound pod counts all the same (as one of the node's pods)
     assert a[1:] == ["8x", "NVLink", "4/8", "4", "4", "rack-1", "cn-shanghai-b", "25G/tcp",
-                     "-", "default/tensorflow-topo-4-vgg16"]
+                     "-", "0/94", "0/503Gi", "default/tensorflow-topo-4-vgg16"]
     # one loose GPU taken from a DGX-1 quad leaves the other quad: block 4, not 8
     assert b[3:6] == ["1/8", "7", "4"] and b[-1] == "ml/solo"
     assert main(["nodes", "--cluster", str(cluster), "-o", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert {r["name"]: r["largest_block"] for r in doc} == {
         "cn-shanghai.192.168.16.172": 4, "cn-shanghai.192.168.16.173": 4}
+    # a pod asking for CPUs and memory shows in those columns
+    other["metadata"]["name"] = "loader"
+    other["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1500m",
+                                                                "memory": "64Gi"}}
+    cluster.write_text(yaml.safe_dump_all([*demo, *mutated, other]))
+    assert main(["nodes", "--cluster", str(cluster)]) == 0
+    b = _rows(capsys.readouterr().out)["cn-shanghai.192.168.16.173"]
+    assert b[-3:-1] == ["1500m/94", "64Gi/503Gi"]
 
 
 def test_nodes_on_the_demo_cluster(capsys):

@@ -20,7 +20,7 @@ from solver_helpers import FIXTURE_FILES, fixture_topology
 
 import gputopo.placement.solver as solver
 from gputopo.placement.solver import GroupedNodes, _Tally
-from gputopo.placement.types import NodeState
+from gputopo.placement.types import UNCAPPED, NodeState
 
 SIZES = (1, 2, 4, 8)
 
@@ -49,6 +49,8 @@ def chains(draw: st.DrawFn) -> tuple[list[NodeState], list[list[tuple[int, dict]
                 change["network_gbps"] = draw(st.sampled_from([25.0, 100.0]))
             if draw(st.booleans()):
                 change["host_ports"] = frozenset({("TCP", draw(st.integers(1, 3)))})
+            if draw(st.booleans()):  # its other resources hold only so many GPUs' pods
+                change["gpu_cap"] = draw(st.sampled_from([0, 2, 4, UNCAPPED]))
             step.append((at, change))
         steps.append(step)
     return nodes, steps

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import replace
 from itertools import combinations
 
 from hypothesis import given, settings
@@ -20,7 +21,7 @@ from solver_helpers import FIXTURE_FILES, fixture_topology, gb200_tray
 
 from gputopo.placement.objective import Score, score
 from gputopo.placement.solver import solve
-from gputopo.placement.types import GangRequest, NodeState
+from gputopo.placement.types import UNCAPPED, GangRequest, NodeState
 from gputopo.topology.bandwidth import infer_generation
 from gputopo.topology.model import Topology
 
@@ -81,12 +82,16 @@ def clusters(draw: st.DrawFn, *, spread: bool = False,
         g = draw(st.integers(1, 3))
         r = draw(st.integers(1, max(1, 4 // g)))
     cap = draw(st.sampled_from([None, None, 1, 2]))
+    # the node's CPU, memory or other resources hold only so many of the gang's pods
+    # (NodeState.gpu_cap, in GPUs of the gang): none, one, two or no limit
+    nodes = [replace(n, gpu_cap=draw(st.sampled_from([UNCAPPED, UNCAPPED, 0, g, 2 * g])))
+             for n in nodes]
     return nodes, GangRequest(replicas=r, gpus_per_replica=g, max_replicas_per_node=cap)
 
 
 def all_placements(nodes: list[NodeState], gang: GangRequest) -> Iterator[dict[str, tuple]]:
     """Every share assignment: each node gets 0, G, 2G, ... of its free GPUs (at most the
-    gang's replicas-per-node cap), n in total."""
+    gang's replicas-per-node cap and the node's own ``gpu_cap``), n in total."""
     g = gang.gpus_per_replica
 
     def rec(i: int, left: int, acc: dict[str, tuple]) -> Iterator[dict[str, tuple]]:
@@ -97,7 +102,8 @@ def all_placements(nodes: list[NodeState], gang: GangRequest) -> Iterator[dict[s
             return
         yield from rec(i + 1, left, acc)
         free = nodes[i].free
-        for k in range(g, min(left, len(free), gang.per_node * g) + 1, g):
+        most = min(left, len(free), gang.per_node * g, nodes[i].gpu_cap)
+        for k in range(g, most + 1, g):
             for combo in combinations(free, k):
                 acc[nodes[i].name] = combo
                 yield from rec(i + 1, left - k, acc)

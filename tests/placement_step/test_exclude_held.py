@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from gputopo.cluster.node_fit import NodeFacts
+from gputopo.cluster.node_resources import NodeResources
 from gputopo.placement.types import NodeState
 from gputopo.topology.load import read_topology_file
 from webhook.placement.step import exclude_held
@@ -19,7 +20,8 @@ def test_every_nodestate_field_survives_exclude_held() -> None:
     node = NodeState(name="n0", topology=topo, used=frozenset({0}), zone="z", rack="r",
                      network_gbps=100.0, network_transport="rdma", facts=facts,
                      host_ports=frozenset({("TCP", 23456)}), network_efficiency=0.5,
-                     transport_share=0.9, nvlink_domain="clique-1")
+                     transport_share=0.9, nvlink_domain="clique-1",
+                     resources=NodeResources({"cpu": 94000}, {"cpu": 1000}), gpu_cap=4)
     # every field set to something other than its default, so a dropped one shows
     for f in dataclasses.fields(NodeState):
         if f.default is not dataclasses.MISSING:

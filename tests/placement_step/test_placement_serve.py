@@ -24,8 +24,8 @@ import httpx
 import pytest
 from placement_jobs import mpijob, worker_pod
 
-from gputopo.certs import write_serving_certs
 from gputopo import names
+from gputopo.certs import write_serving_certs
 from gputopo.cluster.demo import demo_cluster_path
 from gputopo.cluster.k8s_reservations import KubernetesReservationStore
 from gputopo.yamlio import load_documents

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gputopo.cluster.objects import Port, claimed_ports
+from gputopo.cluster.objects import Port, claimed_ports, plan_listeners
 from gputopo.placement.types import NodeState, ReplicaSlot
 from webhook.placement.ports import OPERATOR_DEFAULT_PORTS
 
@@ -58,6 +58,16 @@ NCCL_CUMEM_ENV = "NCCL_CUMEM_ENABLE"
 HOST_NETWORK_DNS = "ClusterFirstWithHostNet"
 
 MPI_V2BETA1 = ("kubeflow.org/v2beta1", "MPIJob")
+#: Listeners a job's pods open without declaring them (no containerPort: neither the
+#: scheduler's NodePorts filter nor a port view sees them), per (apiVersion, kind): the sshd
+#: of mpi-operator v2beta1 workers, on the port its base image bakes in. Under host
+#: networking such a listener is a claim on the node's network across ALL jobs, as a
+#: declared host port is: the plan names it (``listeners`` of its JSON, in every pod's
+#: placement record), gputopo.cluster.objects counts it among the host ports the pod holds,
+#: and no other gang gets a host-network listener on the same port of that node.
+IMPLICIT_LISTENERS: dict[tuple[str, str], frozenset[Port]] = {
+    MPI_V2BETA1: frozenset({("TCP", 2222)}),
+}
 _ROLE_WHY = {
     "pytorch": "one rendezvous port per job, free on the master's node",
     "pytorch-elastic": "one rendezvous port per job, free on worker 0's node",
@@ -89,6 +99,7 @@ class Needs:
     warnings: tuple[str, ...] = ()
     pinned: Mapping[str, int] = field(default_factory=dict)  # task → the user's own port
     forced: bool = False  # host networking asked for (policy network: host, or the pod)
+    listeners: frozenset[Port] = frozenset()  # undeclared listeners (IMPLICIT_LISTENERS)
 
 
 @dataclass(frozen=True)
@@ -99,6 +110,8 @@ class Plan:
     why: str
     role: str = ""
     ports: Mapping[str, int] = field(default_factory=dict)
+    #: undeclared listeners the gang's pods open on their node's network (host plans)
+    listeners: tuple[Port, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"plan": self.kind, "why": self.why}
@@ -106,6 +119,8 @@ class Plan:
             out["role"] = self.role
         if self.ports:
             out["ports"] = dict(sorted(self.ports.items()))
+        if self.listeners:
+            out["listeners"] = [[proto, port] for proto, port in self.listeners]
         return out
 
     @classmethod
@@ -117,7 +132,8 @@ class Plan:
         return cls(kind=str(data["plan"]), why=str(data.get("why", "")),
                    role=str(data.get("role", "")),
                    ports={str(k): int(v) for k, v in ports.items()
-                          if isinstance(v, int) and not isinstance(v, bool)})
+                          if isinstance(v, int) and not isinstance(v, bool)},
+                   listeners=tuple(sorted(plan_listeners(data))))
 
 
 @dataclass(frozen=True)
@@ -241,13 +257,16 @@ def needs(job: Job, *, mode: str, pod_spec: Mapping[str, Any],
                         "network (network: pod asked otherwise)")
     forced = mode == HOST or user_host
     if (job.api_version, job.kind) == MPI_V2BETA1:
+        listeners = IMPLICIT_LISTENERS[MPI_V2BETA1]
         if forced:
+            # another job's host-network sshd on a node keeps this gang off it
             return Needs(HOST, "host networking (the policy or the pod asks for it)",
                          cap=1, cap_why="mpi-operator v2beta1 workers run sshd on one port "
                          "baked into the image, so at most one fits per node under host "
-                         "networking (mpi-operator#593)", fixed=fixed,
-                         warnings=tuple(warnings))
-        return Needs("after-solve", "", fixed=fixed, warnings=tuple(warnings))
+                         "networking (mpi-operator#593)", fixed=fixed | listeners,
+                         warnings=tuple(warnings), listeners=listeners)
+        return Needs("after-solve", "", fixed=fixed, warnings=tuple(warnings),
+                     listeners=listeners)
     role, tasks, movable, pinned = _rewritable(job, pod_spec, warnings)
     fixed |= {("TCP", port) for port in pinned.values()}
     if role == "tfjob" and not tasks:
@@ -374,7 +393,8 @@ def waiting_plan(need: Needs) -> tuple[Plan, int | None]:
                         "chosen"), need.cap
         return Plan(HOST, "host networking asked for while the gang waits: the operator's "
                     "ports stay, one replica per node"), 1
-    return Plan(HOST, need.why, role=need.role, ports=dict(need.pinned)), need.cap
+    return Plan(HOST, need.why, role=need.role, ports=dict(need.pinned),
+                listeners=tuple(sorted(need.listeners))), need.cap
 
 
 # --- after the solve -----------------------------------------------------------------------
@@ -395,13 +415,20 @@ def decide(need: Needs, job: Job, slots: Sequence[ReplicaSlot],
         per_node: dict[str, int] = {}
         for s in slots:
             per_node[s.node] = per_node.get(s.node, 0) + 1
+        taken = sorted({(s.node, p) for s in slots
+                        for p in held_ports.get(s.node, frozenset()) & need.listeners})
+        if taken:
+            node, (proto, port) = taken[0]
+            return Plan(POD, f"pod networking: another job's host-network listener holds "
+                        f"{proto} {port} on node {node}, where this gang's sshd would listen")
         if max(per_node.values(), default=0) <= 1:
             return Plan(HOST, "host networking: no two workers share a node, so their sshd "
-                        "ports cannot collide")
+                        "ports cannot collide", listeners=tuple(sorted(need.listeners)))
         return Plan(POD, "pod networking: workers share a node and mpi-operator v2beta1 "
                     "workers run sshd on one port baked into the image (mpi-operator#593)")
     if need.kind == POD or not need.tasks:
-        return Plan(need.kind, need.why, role=need.role)
+        return Plan(need.kind, need.why, role=need.role,
+                    listeners=tuple(sorted(need.listeners)) if need.kind == HOST else ())
     if need.pinned:
         return Plan(HOST, need.why, role=need.role, ports=dict(need.pinned))
     order = ordered_replicas(job)

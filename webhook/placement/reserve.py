@@ -22,6 +22,8 @@ from operator import is_, is_not
 from typing import Any
 
 from gputopo.cluster.node_fit import NodeFacts, PodConstraints
+from gputopo.cluster.node_resources import ResourceCaps, empty_caps, pod_demand, solve_fitting
+from gputopo.cluster.node_volumes import pod_volumes
 from gputopo.cluster.reservations import (
     GangKey,
     GangReservation,
@@ -99,7 +101,8 @@ def exclude_held(nodes: Sequence[NodeState], held: Mapping[str, set[int]] | Mapp
                 rack=n.rack, network_gbps=n.network_gbps,
                 network_transport=n.network_transport, facts=n.facts,
                 host_ports=n.host_ports, network_efficiency=n.network_efficiency,
-                transport_share=n.transport_share, nvlink_domain=n.nvlink_domain))
+                transport_share=n.transport_share, nvlink_domain=n.nvlink_domain,
+                resources=n.resources, gpu_cap=n.gpu_cap))
         fresh[n.name] = hit
         out.append(hit[2])
     if memo is not None:
@@ -264,6 +267,7 @@ class GangReserver:
         self.max_attempts = max(1, int(max_attempts))
         self.settle_seconds = max(0.0, float(settle_seconds))
         self.held_memo: HeldMemo = {}  # exclude_held's copies, reused across gangs
+        self.caps = ResourceCaps()  # the nodes the gang's pods' other requests limit
         # Per pod constraints: the nodes they admit, and those nodes with reserved GPUs
         # marked used; both checked against the reader's node objects (identity) and the
         # store's held-GPU revision on every use, so a change anywhere is seen at once.
@@ -276,8 +280,8 @@ class GangReserver:
         # ideal bandwidth per node-set signature (which holds the nodes, so their
         # topologies' ids stay unique) and per gang; the last nodes asked about, for a
         # signature without rebuilding it
-        self._ideal: dict[tuple[Any, ...], tuple[list[NodeState], dict[GangRequest, float]]] = {}
-        self._ideal_last: tuple[list[NodeState], dict[GangRequest, float]] | None = None
+        self._ideal: dict[tuple[Any, ...], tuple[list[NodeState], dict[Any, float]]] = {}
+        self._ideal_last: tuple[list[NodeState], dict[Any, float]] | None = None
 
     @property
     def solver(self) -> Solver:
@@ -409,9 +413,12 @@ class GangReserver:
         if self._fits.get(key) is entry:  # only for a remembered fit
             self._frees[key] = _Free(fit=entry.fit, revision=revision, free=free)
 
-    def ideal_bandwidth(self, nodes: Sequence[NodeState], gang: GangRequest) -> float:
+    def ideal_bandwidth(self, nodes: Sequence[NodeState], gang: GangRequest,
+                        demand: Mapping[str, int] | None = None) -> float:
         """The bus bandwidth the gang would get on ``nodes`` with every GPU free (cached per
-        gang shape and node set: the same for every gang of that shape).
+        gang shape and node set: the same for every gang of that shape) and no other pod
+        there: ``demand``, one pod's non-GPU requests, still limits how many of the gang a
+        node holds (two pods of 60 CPUs never share a node of 94, however empty).
 
         The node set is everything the solver reads of a node but its used GPUs (name,
         topology, zone, rack, effective network: line rate, transport, the node's and the
@@ -429,7 +436,8 @@ class GangReserver:
                 found = self._ideal[sig] = (list(nodes), {})
             last = self._ideal_last = (list(nodes), found[1])
         per_gang = last[1]
-        hit = per_gang.get(gang)
+        asks = tuple(sorted(demand.items())) if demand else ()
+        hit = per_gang.get((gang, asks))
         if hit is None:
             empty = [NodeState(name=n.name, topology=n.topology, zone=n.zone, rack=n.rack,
                                network_gbps=n.network_gbps,
@@ -438,15 +446,18 @@ class GangReserver:
                                transport_share=n.transport_share,
                                nvlink_domain=n.nvlink_domain)
                      for n in nodes]
+            if demand:
+                empty = empty_caps(nodes, empty, demand, gang)
             best = self.solver(empty, gang)
             hit = best.bus_bandwidth_gbps if best.feasible else 0.0
-            per_gang[gang] = hit
+            per_gang[(gang, asks)] = hit
         return hit
 
     def not_good(self, placement: Placement, nodes: Sequence[NodeState], gang: GangRequest,
-                 good_share: float) -> Unplaced | None:
+                 good_share: float, demand: Mapping[str, int] | None = None
+                 ) -> Unplaced | None:
         """Why a feasible ``placement`` is not good enough to take now, or None."""
-        ideal = self.ideal_bandwidth(nodes, gang)
+        ideal = self.ideal_bandwidth(nodes, gang, demand)
         if ideal <= 0 or placement.bus_bandwidth_gbps >= good_share * ideal:
             return None
         spread = sorted({s.node for s in placement.slots})
@@ -491,10 +502,14 @@ class GangReserver:
         except ReservationUnavailable as exc:
             log.warning("placement: expiring reservations failed (next gang retries): %s", exc)
         no_ports: dict[str, str] = {}  # nodes whose port range is used up → why
+        demand = pod_demand(pod)
+        volumes = pod_volumes(cluster, pod)
         for attempt in range(1, self.max_attempts + 1):
             entry, free, excluded, held = self._fit_and_free(cluster, pod, shares)
             bound, free = usable_pair(entry.fit, free, net, no_ports)
-            placement = self.solver(free, gang)
+            refused = volumes.refusals(free)
+            placement = solve_fitting(self.solver, free, gang, demand, self.caps,
+                                      refused=refused, notes=volumes.notes)
             if not placement.feasible:
                 # After a conflict, or when GPUs claimed by a reservation still being written
                 # stand in the way, they may be going to this very gang: give it a moment.
@@ -509,7 +524,9 @@ class GangReserver:
                     reason += "; " + "; ".join(sorted(no_ports.values()))
                 return Unplaced(ruled_out(reason, bound, excluded))
             if good_share is not None:
-                poor = self.not_good(placement, bound, gang, good_share)
+                # "good" is judged against the nodes the pods' volumes can reach
+                reach = [n for n in bound if n.name not in refused] if refused else bound
+                poor = self.not_good(placement, reach, gang, good_share, demand)
                 if poor is not None:
                     existing = self.store.get(key)
                     return (existing, False) if existing is not None else poor

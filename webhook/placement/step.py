@@ -40,6 +40,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gputopo import names
+from gputopo.cluster.node_resources import pod_demand, solve_fitting
+from gputopo.cluster.node_volumes import pod_volumes
+from gputopo.cluster.pod_spread import spread_of, tighter
 from gputopo.cluster.reservations import (
     GangKey,
     GangReservation,
@@ -333,11 +336,17 @@ class PlacementStep:
             ctx.warnings.extend(f"network: {w}" for w in net.need.warnings)
         if net.need.cap is not None:
             ctx.warnings.append(f"placement: {what}: {net.need.cap_why}")
-        gang = gang_request(job.gang_size, gpus, net.need.cap)
+        spread = spread_of(ctx.pod)  # the user's own anti-affinity and spread rules
+        if spread.per_node is not None:
+            ctx.warnings.append(f"placement: {what}: {spread.why}")
+        gang = gang_request(job.gang_size, gpus, tighter(net.need.cap, spread.per_node))
         preview = ctx.audit or ctx.request.dry_run
-        if len(set(counts.values())) > 1:
-            shown = ", ".join(f"{t}: {n}" for t, n in sorted(counts.items()))
+        if spread.unjudged:
             outcome: Granted | Unplaced = Unplaced(
+                f"{spread.unjudged}; left to the scheduler unpinned", lasting=True)
+        elif len(set(counts.values())) > 1:
+            shown = ", ".join(f"{t}: {n}" for t, n in sorted(counts.items()))
+            outcome = Unplaced(
                 f"its GPU pods ask for different numbers of GPUs ({shown}); gputopo places "
                 f"gangs of equal pods only", lasting=True)
         elif preview:
@@ -417,7 +426,7 @@ class PlacementStep:
                 ctx.cluster, ctx.pod, placement_settings(ctx.policy).transport_share)
             choice = None
             for scope in repair_scopes(free, others, gang.per_node):
-                placement = self.solver(scope, one)
+                placement = solve_fitting(self.solver, scope, one, pod_demand(ctx.pod))
                 if placement.feasible:
                     choice = placement.slots[0]
                     break
@@ -465,12 +474,16 @@ class PlacementStep:
                 fit, nodes, excluded = self.reserver.fit_and_free(
                     ctx.cluster, ctx.pod, placement_settings(ctx.policy).transport_share)
                 fit, nodes = usable_pair(fit, nodes, net)
-                placement = self.solver(nodes, gang)
+                volumes = pod_volumes(ctx.cluster, ctx.pod)
+                placement = solve_fitting(self.solver, nodes, gang, pod_demand(ctx.pod),
+                                          self.reserver.caps, refused=volumes.refusals(nodes),
+                                          notes=volumes.notes)
                 if not placement.feasible:
                     return Unplaced(_ruled_out(placement.reason or "no feasible placement",
                                                fit, excluded))
                 if self._may_wait(ctx):
-                    poor = self.reserver.not_good(placement, fit, gang, GOOD_SHARE)
+                    poor = self.reserver.not_good(placement, fit, gang, GOOD_SHARE,
+                                                  pod_demand(ctx.pod))
                     if poor is not None:
                         return poor
                 slot_nodes = {s.node for s in placement.slots}
@@ -572,7 +585,8 @@ class PlacementStep:
         wait = settings.when_full == WHEN_FULL_WAIT and not why.lasting
         if wait and self.can_wait:
             plan, cap = network.waiting_plan(net.need)
-            gated = GangRequest(gang.replicas, gang.gpus_per_replica, max_replicas_per_node=cap)
+            gated = GangRequest(gang.replicas, gang.gpus_per_replica,
+                                max_replicas_per_node=tighter(cap, spread_of(ctx.pod).per_node))
             record.update(waiting_record(key, gated, settings, plan, net.need.fixed))
             ctx.warnings.extend(network.apply(
                 ctx.pod, ctx.original, plan, net.job, replica.wire(), containers))

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gputopo.errors import PolicyError
+from gputopo.quantity import parse_quantity
 from gputopo.topology.transport import (
     TRANSPORT_EFFICIENCY,
     TRANSPORT_ORDER,
@@ -21,7 +22,6 @@ from gputopo.topology.transport import (
     order_problem,
 )
 from webhook.policy import schema as s
-from webhook.quantity import parse_quantity
 
 log = logging.getLogger(__name__)
 

@@ -37,6 +37,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from gputopo import names
+from gputopo.cluster.metrics import RESERVATION_RELEASES
 from gputopo.cluster.reservations import ReservationStore, ReservationUnavailable
 from gputopo.cluster.source import ClusterReader
 from webhook import metrics
@@ -133,6 +134,9 @@ class PlacementQueue:
         None: take the best placement there is (after ``maxWaitSeconds``)."""
         key = gang.key
         try:
+            gone = self._job_gone(gang)
+            if gone:
+                return gone
             res = self.store.get(key)
             if res is None:
                 made = self.reserver.reserve(cluster=self.cluster, pod=gang.pods[0].pod,
@@ -177,6 +181,22 @@ class PlacementQueue:
         log.info("queue: placed %s after %.1f s waiting (%s)", key, waited,
                  ", ".join(f"{s.node}:{list(s.gpus)}" for s in slots.values()))
         return None
+
+    def _job_gone(self, gang: WaitingGang) -> str | None:
+        """Why the gang's job is gone (deleted, or recreated under another uid), its
+        reservation released if it has one; None while it exists or nobody can say.
+
+        Why right before reserving: a job deleted while its gang waits leaves its pods for
+        a few seconds, and the release on the job's deletion may already have run; GPUs
+        reserved now would stay held until the reconcile pass, minutes later."""
+        exists = getattr(self.cluster, "job_exists", None)
+        if exists is None or exists(gang.key) is not False:
+            return None
+        if self.store.release(gang.key):
+            log.info("queue: reservation of %s released: stale (its job is gone)", gang.key)
+            RESERVATION_RELEASES.labels("stale").inc()
+        log.info("queue: %s not placed: its job is gone", gang.key)
+        return f"its job {gang.key.kind} {gang.key.namespace}/{gang.key.name} is gone"
 
     def _unplace(self, gang: WaitingGang, now: float) -> bool:
         """Lift the gates of an overdue gang, unplaced, saying why in each record."""

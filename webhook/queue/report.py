@@ -12,8 +12,14 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from gputopo.cluster.node_resources import capped_by_resources, pod_demand, solve_fitting
 from gputopo.cluster.source import ClusterReader
-from webhook.placement.reserve import GOOD_SHARE, GangReserver, nodes_for, ruled_out
+from webhook.placement.reserve import (
+    GOOD_SHARE,
+    GangReserver,
+    nodes_for,
+    ruled_out,
+)
 from webhook.queue.gangs import WaitingGang
 
 
@@ -32,11 +38,14 @@ def why_not_now(gang: WaitingGang, cluster: ClusterReader, reserver: GangReserve
     """Why ``gang`` is not placed now, in a sentence (no side effects)."""
     pod = gang.pods[0].pod
     free, excluded = reserver.free_nodes(cluster, pod, gang.transport_share)
-    placement = reserver.solver(free, gang.request)
+    demand = pod_demand(pod)
+    placement = solve_fitting(reserver.solver, free, gang.request, demand)
     if placement.feasible:
         fit, _ = nodes_for(cluster, pod, gang.transport_share)
-        poor = reserver.not_good(placement, fit, gang.request, GOOD_SHARE)
+        poor = reserver.not_good(placement, fit, gang.request, GOOD_SHARE, demand)
         return poor.reason if poor is not None else "fits now (placed at the next pass)"
+    if capped_by_resources(free, demand, gang.request)[1]:  # the reason names them
+        return ruled_out(placement.reason, free, excluded)
     per_node = sorted((len(n.free) for n in free), reverse=True)
     best = per_node[0] if per_node else 0
     return ruled_out(
