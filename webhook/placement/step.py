@@ -684,13 +684,15 @@ def _scheduler_unhandled(policy: Policy | None) -> bool:
     return policy is None or policy.mutations.scheduler_name is None
 
 
-def make_placement_step(store: ReservationStore | None = None) -> PlacementStep:
+def make_placement_step(store: ReservationStore | None = None, *,
+                        can_wait: bool = False) -> PlacementStep:
     """The placement step for ``build_admitter(..., placement=...)``.
 
     Without a store: an in-memory one (``gputopo mutate``, the demo, file-backed ``serve``);
-    a live server with API access passes a KubernetesReservationStore.
+    a live server with API access passes a KubernetesReservationStore. ``can_wait``: gate
+    gangs that do not fit as the live webhook does (``gputopo mutate`` shows that answer).
     """
-    return PlacementStep(store)
+    return PlacementStep(store, can_wait=can_wait)
 
 
 def placement_step_for(cluster: object, *, can_wait: bool = False) -> PlacementStep:
