@@ -357,27 +357,14 @@ class PlacementStep:
 
     def _tell(self, ctx: AdmissionContext, job: JobInfo, outcome: Granted | Unplaced,
               settings: PlacementSettings) -> None:
-        """Queue the Events of this admission's outcome (written after the answer, by the
-        recorder's thread). A gated pod gets its GangWaiting from the queue, which knows
-        its position."""
+        """Queue the Events of this admission's outcome (built and written after the
+        answer, on the recorder's thread: :func:`admission_events`)."""
         assert self.recorder is not None
-        pod = events.pod_target(ctx.pod, admitted=True)
-        owner = events.Target(job.api_version, job.kind, job.namespace, job.name, job.uid)
-        if isinstance(outcome, Granted):
-            res, slot = outcome.reservation, outcome.slot
-            self.recorder.emit_all([pod], events.PLACED, events.slot_message(
-                slot.node, slot.gpus, res.visible_gpus(slot.node), res.bus_bandwidth_gbps))
-            if outcome.fresh:
-                self.recorder.emit(owner, events.PLACED, events.gang_message(
-                    [(s.node, s.gpus) for s in res.slots], res.bus_bandwidth_gbps))
-            return
-        denied = settings.when_full == WHEN_FULL_DENY
-        if settings.when_full == WHEN_FULL_WAIT and not outcome.lasting and self.can_wait:
-            return
-        message = (f"{'denied' if denied else 'admitted without a placement'}: "
-                   f"{outcome.reason}")
-        self.recorder.emit_all([owner] if denied else [pod, owner], events.UNPLACED,
-                               message, warning=True)
+        meta = ctx.pod.get("metadata") if isinstance(ctx.pod.get("metadata"), dict) else {}
+        self.recorder.later(admission_events, {"metadata": {
+            "name": meta.get("name") or ctx.request.name,
+            "namespace": meta.get("namespace") or ctx.request.namespace}}, job, outcome,
+            settings.when_full, self.can_wait)
 
     @staticmethod
     def _net(ctx: AdmissionContext, settings: PlacementSettings, specs: object,
@@ -641,6 +628,31 @@ class PlacementStep:
         )
         if not preview:
             metrics.PLACEMENTS.labels(result="unplaced").inc()
+
+
+def admission_events(pod: dict[str, Any], job: JobInfo, outcome: Granted | Unplaced,
+                     when_full: str, can_wait: bool
+                     ) -> list[tuple[events.Target | None, str, str, bool]]:
+    """The Events of one admission's outcome, as (target, reason, message, warning) rows.
+    A gated pod gets none here: the queue writes its GangWaiting, with its position."""
+    target = events.pod_target(pod, admitted=True)
+    owner = events.Target(job.api_version, job.kind, job.namespace, job.name, job.uid)
+    if isinstance(outcome, Granted):
+        res, slot = outcome.reservation, outcome.slot
+        rows: list[tuple[events.Target | None, str, str, bool]] = [
+            (target, events.PLACED, events.slot_message(
+                slot.node, slot.gpus, res.visible_gpus(slot.node), res.bus_bandwidth_gbps),
+             False)]
+        if outcome.fresh:
+            rows.append((owner, events.PLACED, events.gang_message(
+                [(s.node, s.gpus) for s in res.slots], res.bus_bandwidth_gbps), False))
+        return rows
+    if when_full == WHEN_FULL_WAIT and not outcome.lasting and can_wait:
+        return []
+    if when_full == WHEN_FULL_DENY:
+        return [(owner, events.UNPLACED, f"denied: {outcome.reason}", True)]
+    message = f"admitted without a placement: {outcome.reason}"
+    return [(target, events.UNPLACED, message, True), (owner, events.UNPLACED, message, True)]
 
 
 def placed_record(key: GangKey, replica: ReplicaKey, res: GangReservation, slot: ReplicaSlot,
