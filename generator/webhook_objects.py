@@ -79,6 +79,9 @@ def rbac(*, ack_reports: bool = True) -> list[dict[str, Any]]:
         # placement.computeDomain: create: a gang's ComputeDomain (NVIDIA DRA driver), made
         # once per gang; deleted with the job by its ownerReference, never by gputopo
         k8s.rule(["resource.nvidia.com"], ["computedomains"], ["create"]),
+        # Kubernetes Events of each placement outcome on the pods and jobs (webhook/events.py):
+        # created only, one per object and reason per minute at most, never patched
+        k8s.rule([""], ["events"], ["create"]),
     ]
     reports_rules = [k8s.rule([""], ["configmaps"], ["list", "watch"])]
     # reservations: full PUTs with resourceVersion (optimistic concurrency); the GPU

@@ -55,7 +55,8 @@ from gputopo.cluster.reservations import (
 )
 from gputopo.cluster.source import node_state_named
 from gputopo.placement.types import GangRequest, NodeState, ReplicaSlot
-from webhook import metrics
+from gputopo.placement.waiting import after_max_wait_text
+from webhook import events, metrics
 from webhook.jobs import pod_gpus
 from webhook.placement import network
 from webhook.placement.compute_domain import ComputeDomains
@@ -70,7 +71,6 @@ from webhook.placement.mutations import (
 from webhook.placement.reserve import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_SETTLE_SECONDS,
-    GOOD_SHARE,
     GangReserver,
     HeldMemo,
     Solver,
@@ -263,6 +263,7 @@ class PlacementStep:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         settle_seconds: float = DEFAULT_SETTLE_SECONDS,
         can_wait: bool = False,
+        recorder: events.EventRecorder | None = None,
     ) -> None:
         self.store: ReservationStore = store if store is not None else InMemoryReservationStore()
         self.reserver = GangReserver(self.store, solver=solver, max_attempts=max_attempts,
@@ -272,6 +273,8 @@ class PlacementStep:
         self.can_wait = can_wait
         #: ``placement.computeDomain: create``: each gang's ComputeDomain, made once
         self.compute_domains = ComputeDomains()
+        #: Kubernetes Events of each outcome (webhook/events.py); None: none written
+        self.recorder = recorder
 
     @property
     def solver(self) -> Solver:
@@ -361,6 +364,19 @@ class PlacementStep:
         else:
             self._unplaced(ctx, key, replica, gang, outcome, settings, net, containers,
                            preview=preview)
+        if self.recorder is not None and not preview:
+            self._tell(ctx, job, outcome, settings)
+
+    def _tell(self, ctx: AdmissionContext, job: JobInfo, outcome: Granted | Unplaced,
+              settings: PlacementSettings) -> None:
+        """Queue the Events of this admission's outcome (built and written after the
+        answer, on the recorder's thread: :func:`admission_events`)."""
+        assert self.recorder is not None
+        meta = ctx.pod.get("metadata") if isinstance(ctx.pod.get("metadata"), dict) else {}
+        self.recorder.later(admission_events, {"metadata": {
+            "name": meta.get("name") or ctx.request.name,
+            "namespace": meta.get("namespace") or ctx.request.namespace}}, job, outcome,
+            settings.when_full, self.can_wait)
 
     @staticmethod
     def _net(ctx: AdmissionContext, settings: PlacementSettings, specs: object,
@@ -455,13 +471,20 @@ class PlacementStep:
         """Solve the whole gang and reserve it (:meth:`GangReserver.reserve`, shared with
         the placement queue); the admitted pod's constraints decide for the gang."""
         return self.reserver.reserve(cluster=ctx.cluster, pod=ctx.pod, key=key, gang=gang,
-                                     good_share=GOOD_SHARE if self._may_wait(ctx) else None,
+                                     good_share=self._min_share(ctx),
                                      net=net,
                                      shares=placement_settings(ctx.policy).transport_share)
 
     def _may_wait(self, ctx: AdmissionContext) -> bool:
         """The gang may wait for a good placement (``whenFull: wait`` and a queue runs)."""
         return self.can_wait and placement_settings(ctx.policy).when_full == WHEN_FULL_WAIT
+
+    def _min_share(self, ctx: AdmissionContext) -> float | None:
+        """The share of its best a gang needs to start at admission (its policy's
+        ``minShare``), or None when it may not wait (it takes what there is)."""
+        if not self._may_wait(ctx):
+            return None
+        return placement_settings(ctx.policy).waiting.start_share(overdue=False)
 
     def _preview(
         self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, gang: GangRequest,
@@ -481,8 +504,9 @@ class PlacementStep:
                 if not placement.feasible:
                     return Unplaced(_ruled_out(placement.reason or "no feasible placement",
                                                fit, excluded))
-                if self._may_wait(ctx):
-                    poor = self.reserver.not_good(placement, fit, gang, GOOD_SHARE,
+                need = self._min_share(ctx)
+                if need is not None:
+                    poor = self.reserver.not_good(placement, fit, gang, need,
                                                   pod_demand(ctx.pod))
                     if poor is not None:
                         return poor
@@ -598,8 +622,8 @@ class PlacementStep:
             ctx.warnings.append(
                 f"{prefix} {what} ({demand}) waits for a placement: {why.reason}; its pods "
                 f"are held by the scheduling gate {names.PLACEMENT_GATE} until the queue "
-                f"places the whole gang (at most {settings.max_wait_seconds} s, then it is "
-                f"admitted unplaced)")
+                f"places the whole gang: "
+                f"{after_max_wait_text(settings.waiting, settings.max_wait_seconds)}")
             if not preview:
                 metrics.PLACEMENTS.labels(result="gated").inc()
             return
@@ -624,6 +648,31 @@ class PlacementStep:
         )
         if not preview:
             metrics.PLACEMENTS.labels(result="unplaced").inc()
+
+
+def admission_events(pod: dict[str, Any], job: JobInfo, outcome: Granted | Unplaced,
+                     when_full: str, can_wait: bool
+                     ) -> list[tuple[events.Target | None, str, str, bool]]:
+    """The Events of one admission's outcome, as (target, reason, message, warning) rows.
+    A gated pod gets none here: the queue writes its GangWaiting, with its position."""
+    target = events.pod_target(pod, admitted=True)
+    owner = events.Target(job.api_version, job.kind, job.namespace, job.name, job.uid)
+    if isinstance(outcome, Granted):
+        res, slot = outcome.reservation, outcome.slot
+        rows: list[tuple[events.Target | None, str, str, bool]] = [
+            (target, events.PLACED, events.slot_message(
+                slot.node, slot.gpus, res.visible_gpus(slot.node), res.bus_bandwidth_gbps),
+             False)]
+        if outcome.fresh:
+            rows.append((owner, events.PLACED, events.gang_message(
+                [(s.node, s.gpus) for s in res.slots], res.bus_bandwidth_gbps), False))
+        return rows
+    if when_full == WHEN_FULL_WAIT and not outcome.lasting and can_wait:
+        return []
+    if when_full == WHEN_FULL_DENY:
+        return [(owner, events.UNPLACED, f"denied: {outcome.reason}", True)]
+    message = f"admitted without a placement: {outcome.reason}"
+    return [(target, events.UNPLACED, message, True), (owner, events.UNPLACED, message, True)]
 
 
 def placed_record(key: GangKey, replica: ReplicaKey, res: GangReservation, slot: ReplicaSlot,
@@ -661,6 +710,7 @@ def waiting_record(key: GangKey, gang: GangRequest, settings: PlacementSettings,
         "waiting": True,
         "since": time.time(),
         "maxWaitSeconds": settings.max_wait_seconds,
+        **settings.waiting.to_json(),
         "gang": {"namespace": key.namespace, "kind": key.kind, "name": key.name,
                  "uid": key.uid, "replicas": gang.replicas,
                  "gpusPerReplica": gang.gpus_per_replica,
@@ -695,16 +745,20 @@ def _scheduler_unhandled(policy: Policy | None) -> bool:
     return policy is None or policy.mutations.scheduler_name is None
 
 
-def make_placement_step(store: ReservationStore | None = None) -> PlacementStep:
+def make_placement_step(store: ReservationStore | None = None, *,
+                        can_wait: bool = False,
+                        recorder: events.EventRecorder | None = None) -> PlacementStep:
     """The placement step for ``build_admitter(..., placement=...)``.
 
     Without a store: an in-memory one (``gputopo mutate``, the demo, file-backed ``serve``);
-    a live server with API access passes a KubernetesReservationStore.
+    a live server with API access passes a KubernetesReservationStore. ``can_wait``: gate
+    gangs that do not fit as the live webhook does (``gputopo mutate`` shows that answer).
     """
-    return PlacementStep(store)
+    return PlacementStep(store, can_wait=can_wait, recorder=recorder)
 
 
-def placement_step_for(cluster: object, *, can_wait: bool = False) -> PlacementStep:
+def placement_step_for(cluster: object, *, can_wait: bool = False,
+                       recorder: events.EventRecorder | None = None) -> PlacementStep:
     """The placement step ``gputopo serve`` uses for ``cluster``.
 
     A live cluster view (``gputopo.cluster.view.ClusterView``) carries the reservation store
@@ -713,14 +767,16 @@ def placement_step_for(cluster: object, *, can_wait: bool = False) -> PlacementS
     that client — so reservations live in the API, shared by every webhook replica and
     surviving restarts. A fixed cluster (a file, the demo) gets an in-memory store: one
     process, nothing to share. ``can_wait``: a placement queue runs (``gputopo serve`` on a
-    live cluster), so ``whenFull: wait`` gates gangs that do not fit.
+    live cluster), so ``whenFull: wait`` gates gangs that do not fit. ``recorder``: the
+    Kubernetes Events of each outcome (webhook/events.py).
     """
     store = getattr(cluster, "reservations", None)
     if store is not None:
-        return PlacementStep(store, can_wait=can_wait)
+        return PlacementStep(store, can_wait=can_wait, recorder=recorder)
     api = getattr(cluster, "api_client", None)
     if api is not None:
         from gputopo.cluster.k8s_reservations import KubernetesReservationStore
 
-        return PlacementStep(KubernetesReservationStore(api), can_wait=can_wait)
+        return PlacementStep(KubernetesReservationStore(api), can_wait=can_wait,
+                             recorder=recorder)
     return PlacementStep()

@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 from gputopo import names
+from gputopo.placement.waiting import WaitingRule
 from gputopo.topology.transport import TransportShares
 
 API_VERSION = "gputopo.io/v1alpha1"
@@ -22,7 +23,7 @@ Mode = Literal["enforce", "audit"]
 WhenFull = Literal["wait", "admit", "deny"]
 PodGroupPolicy = Literal["create", "require", "off"]
 ComputeDomainPolicy = Literal["create", "off"]
-#: How long a gang may wait for a placement before it is admitted unplaced (whenFull: wait).
+#: How long a gang waits for a placement of ``minShare`` before ``afterMaxWait`` applies.
 DEFAULT_MAX_WAIT_SECONDS = 3600
 
 #: Replica roles a policy may name: the lower-cased replica types of the Kubeflow jobs.
@@ -130,6 +131,9 @@ class PlacementSettings:
     #: placed over trays of one NVLink domain and gives its pods the IMEX channel claim
     #: (webhook/placement/compute_domain.py); ``off`` (default) changes no pod
     compute_domain: ComputeDomainPolicy = "off"
+    #: ``minShare``, ``afterMaxWait``, ``floorShare``: when a gang that may wait takes the
+    #: placement it can get (gputopo.placement.waiting)
+    waiting: WaitingRule = field(default_factory=WaitingRule)
 
 
 @dataclass(frozen=True)

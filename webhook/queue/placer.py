@@ -1,21 +1,25 @@
-"""One pass of the placement queue: place the waiting gangs that fit now, release overdue ones.
+"""One pass of the placement queue: place the waiting gangs that start now, per the waiting rule.
 
 A pass lists the unbound pods, rebuilds the waiting gangs from their records
-(:mod:`webhook.queue.gangs`) and serves them oldest first (the order and the backfill rule
-are :func:`webhook.queue.gangs.serve_pass`; this module does the I/O):
+(:mod:`webhook.queue.gangs`) and serves them oldest first (the order, the backfill rule
+and the waiting rule are :func:`webhook.queue.gangs.serve_pass`; this module does the I/O):
 
-1. **overdue** (waited ``maxWaitSeconds``): the best placement there is, even below the
-   "good" bar; if none, the gates are lifted with no pin and the record says why;
-2. **fits well now**: :meth:`GangReserver.reserve` — the very solve + compare-and-swap reservation
-   of admission, so the queue and the webhook replicas never hand out one GPU twice — or
-   the gang's existing reservation (a later pod of the gang was admitted when GPUs had
-   freed up); then EVERY gated replica is assigned its slot in the store, then every pod
-   gets its slot written (node pin, GPU annotations its env reads, record) while still
-   gated, and only then are the gates lifted. So no pod of a gang is released before all
-   have their slots, and a queue killed half-way is completed by the next leader (each step
-   is idempotent: the same replica gets the same slot, an existing pin is not added twice);
-3. **does not fit**: it keeps waiting; if it has waited ``starvation_seconds``, no gang
-   behind it is placed in this pass (backfill stops, it is not overtaken for ever).
+1. **starts now** (the best placement free reaches the share the gang's rule asks:
+   ``minShare``, or after ``maxWaitSeconds`` with ``afterMaxWait: takeBest`` its
+   ``floorShare``): :meth:`GangReserver.reserve` — the very solve + compare-and-swap
+   reservation of admission, so the queue and the webhook replicas never hand out one GPU
+   twice — or the gang's existing reservation (a later pod of the gang was admitted when
+   GPUs had freed up); then EVERY gated replica is assigned its slot in the store, then
+   every pod gets its slot written (node pin, GPU annotations its env reads, record) while
+   still gated, and only then are the gates lifted. So no pod of a gang is released before
+   all have their slots, and a queue killed half-way is completed by the next leader (each
+   step is idempotent: the same replica gets the same slot, an existing pin is not added
+   twice);
+2. **does not start**: it keeps waiting; if it has waited ``starvation_seconds``, no gang
+   behind it is placed in this pass (backfill stops, it is not overtaken for ever);
+3. **overdue with ``afterMaxWait: deny``**: its records say it was denied and the queue
+   stops serving it; the gates stay (never lifted without a placement: the GPU env of a
+   gated pod reads annotations only a placement writes).
 
 Pod writes are JSON patches guarded by a ``test`` of the resourceVersion just read (a
 concurrent change fails the patch → the next pass retries) and use only what the API
@@ -38,12 +42,18 @@ from kubernetes.client.rest import ApiException
 
 from gputopo import names
 from gputopo.cluster.metrics import RESERVATION_RELEASES
-from gputopo.cluster.reservations import ReservationStore, ReservationUnavailable
+from gputopo.cluster.reservations import (
+    GangReservation,
+    ReplicaKey,
+    ReservationStore,
+    ReservationUnavailable,
+)
 from gputopo.cluster.source import ClusterReader
-from webhook import metrics
+from gputopo.placement.types import ReplicaSlot
+from webhook import events, metrics
 from webhook.placement import network
 from webhook.placement.mutations import record_json, remove_gate, write_slot
-from webhook.placement.reserve import GOOD_SHARE, GangReserver, Unplaced
+from webhook.placement.reserve import GangReserver, Unplaced
 from webhook.placement.step import placed_record
 from webhook.queue.gangs import (
     DEFAULT_STARVATION_SECONDS,
@@ -58,7 +68,8 @@ from webhook.queue.report import why_not_now
 log = logging.getLogger(__name__)
 
 #: Record keys of a waiting pod (:func:`webhook.placement.step.waiting_record`).
-WAITING_KEYS = ("waiting", "since", "maxWaitSeconds", "gang")
+WAITING_KEYS = ("waiting", "since", "maxWaitSeconds", "minShare", "afterMaxWait",
+                "floorShare", "gang")
 
 
 def released(pod: dict[str, Any]) -> None:
@@ -87,6 +98,7 @@ class PlacementQueue:
         starvation_seconds: float = DEFAULT_STARVATION_SECONDS,
         clock: Callable[[], float] = time.time, request_timeout: float = 10.0,
         after_write: Callable[[str, str], None] | None = None,
+        recorder: events.EventRecorder | None = None,
     ) -> None:
         self.core = client.CoreV1Api(api_client)
         self.cluster = cluster
@@ -99,6 +111,8 @@ class PlacementQueue:
         self._timeout = request_timeout
         #: test hook: called with (phase, pod name) after each pod write
         self.after_write = after_write
+        #: Kubernetes Events: waiting (with the position), placed, released, denied
+        self.recorder = recorder
 
     # --- reading ---------------------------------------------------------------------------
     def waiting(self) -> list[WaitingGang]:
@@ -118,20 +132,26 @@ class PlacementQueue:
         gangs = self.waiting()
         metrics.QUEUE_WAITING.set(len(gangs))
         now = self._clock()
-
-        def fall_back(gang: WaitingGang) -> bool:
-            # the best placement there is (pinned, its env right), else no pin at all
-            return self._place(gang, now, good_share=None, fallback=True) is None or \
-                self._unplace(gang, now)
-
-        return serve_pass(gangs, now=now, starvation_seconds=self.starvation_seconds,
-                          place=lambda g: self._place(g, now, good_share=GOOD_SHARE),
-                          fall_back=fall_back, may_act=self.is_leader)
+        result = serve_pass(gangs, now=now, starvation_seconds=self.starvation_seconds,
+                            place=lambda g, need: self._place(
+                                g, now, good_share=need, fallback=need < g.rule.min_share),
+                            give_up=lambda g, why: self._deny(g, now, why),
+                            may_act=self.is_leader)
+        if self.recorder is not None:
+            for position, gang in enumerate(gangs, start=1):
+                why = result.waiting.get(str(gang.key))
+                if why is not None:
+                    self.recorder.emit_all(
+                        _targets(gang), events.WAITING,
+                        f"waits for a placement, position {position} of {len(gangs)} in "
+                        f"the queue ({gang.demand}, waited {gang.waited(now):.0f} s): {why}")
+        return result
 
     def _place(self, gang: WaitingGang, now: float, *, good_share: float | None,
                fallback: bool = False) -> str | None:
-        """Place ``gang`` and release its pods; None when done, else why not. ``good_share``
-        None: take the best placement there is (after ``maxWaitSeconds``)."""
+        """Place ``gang`` and release its pods; None when done, else why not. ``good_share``:
+        the share of its best the placement needs (``fallback``: the lower bar of
+        ``afterMaxWait: takeBest``)."""
         key = gang.key
         try:
             gone = self._job_gone(gang)
@@ -165,7 +185,9 @@ class PlacementQueue:
             rec.update({k: wp.record[k] for k in WAITING_KEYS if k in wp.record})
             rec["queue"] = {"waitedSeconds": waited, "by": self.identity}
             if fallback:
-                rec["queue"]["fallback"] = "maxWaitSeconds: best placement there was"
+                rec["queue"]["fallback"] = (
+                    f"maxWaitSeconds: best placement there was, at least "
+                    f"{gang.rule.floor:.0%} of the best (afterMaxWait: takeBest)")
             if not self._update(wp, "slot", lambda pod, slot=slot, rec=rec: write_slot(
                     pod, node=slot.node, gpu_group=slot.gpus,
                     gpu_visible=res.visible_gpus(slot.node), record=rec)):
@@ -177,6 +199,8 @@ class PlacementQueue:
             metrics.QUEUE_FALLBACKS.labels(reason="placed_below_good").inc()
         else:
             metrics.QUEUE_PLACEMENTS.inc()
+        if self.recorder is not None:
+            self._placed_events(gang, res, slots, waited)
         metrics.QUEUE_WAIT_SECONDS.observe(waited)
         log.info("queue: placed %s after %.1f s waiting (%s)", key, waited,
                  ", ".join(f"{s.node}:{list(s.gpus)}" for s in slots.values()))
@@ -198,31 +222,50 @@ class PlacementQueue:
         log.info("queue: %s not placed: its job is gone", gang.key)
         return f"its job {gang.key.kind} {gang.key.namespace}/{gang.key.name} is gone"
 
-    def _unplace(self, gang: WaitingGang, now: float) -> bool:
-        """Lift the gates of an overdue gang, unplaced, saying why in each record."""
+    def _deny(self, gang: WaitingGang, now: float, why: str) -> bool:
+        """Give up on an overdue gang (``afterMaxWait: deny``): each record says so and stops
+        being a waiting one; the gates stay, so no pod of it ever starts."""
         waited = round(gang.waited(now), 3)
-        why = (f"waited {waited:.0f} s for a placement (maxWaitSeconds "
-               f"{gang.max_wait_seconds:.0f}); admitted without node or GPU pinning")
+        reason = (f"denied: no placement of {gang.rule.min_share:.0%} of the gang's best "
+                  f"within maxWaitSeconds {gang.max_wait_seconds:.0f} (afterMaxWait: deny); "
+                  f"last: {why}. Its pods stay gated; delete the job")
 
-        def unplace(pod: dict[str, Any]) -> None:
+        def deny(pod: dict[str, Any]) -> None:
             ann = pod["metadata"].setdefault("annotations", {})
             try:
                 rec = json.loads(ann.get(names.PLACEMENT_ANNOTATION) or "{}")
             except ValueError:
                 rec = {}
-            rec.update({"placed": False, "waiting": False, "reason": why,
-                        "queue": {"waitedSeconds": waited, "by": self.identity,
-                                  "fallback": "maxWaitSeconds"}})
+            rec.update({"placed": False, "waiting": False, "denied": True, "reason": reason,
+                        "queue": {"waitedSeconds": waited, "by": self.identity}})
             ann[names.PLACEMENT_ANNOTATION] = record_json(rec)
-            remove_gate(pod)
 
         for wp in gang.pods:
-            if not self._update(wp, "fallback", unplace):
+            if not self._update(wp, "deny", deny):
                 return False
-        metrics.QUEUE_FALLBACKS.labels(reason="unplaced").inc()
+        metrics.QUEUE_FALLBACKS.labels(reason="denied").inc()
+        if self.recorder is not None:
+            self.recorder.emit_all(_targets(gang), events.UNPLACED, reason, warning=True)
         metrics.QUEUE_WAIT_SECONDS.observe(waited)
-        log.warning("queue: %s released unplaced: %s", gang.key, why)
+        log.warning("queue: %s %s", gang.key, reason)
         return True
+
+    def _placed_events(self, gang: WaitingGang, res: GangReservation,
+                       slots: Mapping[ReplicaKey, ReplicaSlot], waited: float) -> None:
+        """GangPlaced and GangReleased on every pod of a gang the queue placed, and on its
+        job."""
+        assert self.recorder is not None
+        *pods, job = _targets(gang)
+        for wp, target in zip(gang.pods, pods, strict=True):
+            slot = slots[wp.replica]
+            self.recorder.emit_all([target], events.PLACED, events.slot_message(
+                slot.node, slot.gpus, res.visible_gpus(slot.node), res.bus_bandwidth_gbps))
+        self.recorder.emit(job, events.PLACED, events.gang_message(
+            [(s.node, s.gpus) for s in res.slots], res.bus_bandwidth_gbps))
+        self.recorder.emit_all([*pods, job], events.RELEASED,
+                               f"scheduling gate {names.PLACEMENT_GATE} lifted after "
+                               f"{waited:.0f} s waiting; the scheduler binds the pods to "
+                               f"their nodes")
 
     # --- writing ---------------------------------------------------------------------------
     def _update(self, wp: WaitingPod, phase: str, change: Callable[[dict[str, Any]], Any]
@@ -256,6 +299,14 @@ class PlacementQueue:
         if self.after_write is not None:
             self.after_write(phase, wp.name)
         return True
+
+
+def _targets(gang: WaitingGang) -> list[events.Target | None]:
+    """The Event targets of a waiting gang: its pods, then its job (last)."""
+    key = gang.key
+    job = events.job_target(gang.pods[0].pod, kind=key.kind, namespace=key.namespace,
+                            name=key.name, uid=key.uid)
+    return [*(events.pod_target(wp.pod) for wp in gang.pods), job]
 
 
 def settled_network(record: Mapping[str, Any]) -> network.GangNetwork | None:

@@ -14,12 +14,7 @@ from datetime import UTC, datetime
 
 from gputopo.cluster.node_resources import capped_by_resources, pod_demand, solve_fitting
 from gputopo.cluster.source import ClusterReader
-from webhook.placement.reserve import (
-    GOOD_SHARE,
-    GangReserver,
-    nodes_for,
-    ruled_out,
-)
+from webhook.placement.reserve import GangReserver, nodes_for, ruled_out
 from webhook.queue.gangs import WaitingGang
 
 
@@ -34,15 +29,18 @@ class Row:
     why: str
 
 
-def why_not_now(gang: WaitingGang, cluster: ClusterReader, reserver: GangReserver) -> str:
-    """Why ``gang`` is not placed now, in a sentence (no side effects)."""
+def why_not_now(gang: WaitingGang, cluster: ClusterReader, reserver: GangReserver, *,
+                now: float | None = None) -> str:
+    """Why ``gang`` is not placed now, in a sentence (no side effects); the bar is the one
+    its waiting rule sets at ``now`` (default: the clock)."""
     pod = gang.pods[0].pod
+    need = gang.rule.start_share(overdue=gang.overdue(time.time() if now is None else now))
     free, excluded = reserver.free_nodes(cluster, pod, gang.transport_share)
     demand = pod_demand(pod)
     placement = solve_fitting(reserver.solver, free, gang.request, demand)
     if placement.feasible:
         fit, _ = nodes_for(cluster, pod, gang.transport_share)
-        poor = reserver.not_good(placement, fit, gang.request, GOOD_SHARE, demand)
+        poor = reserver.not_good(placement, fit, gang.request, need, demand)
         return poor.reason if poor is not None else "fits now (placed at the next pass)"
     if capped_by_resources(free, demand, gang.request)[1]:  # the reason names them
         return ruled_out(placement.reason, free, excluded)
@@ -59,7 +57,8 @@ def rows(gangs: list[WaitingGang], cluster: ClusterReader, reserver: GangReserve
     return [Row(position=i, job=f"{g.key.kind} {g.key.namespace}/{g.key.name}",
                 demand=g.demand, pods=len(g.pods),
                 since=datetime.fromtimestamp(g.since, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                waited_seconds=round(g.waited(t), 1), why=why_not_now(g, cluster, reserver))
+                waited_seconds=round(g.waited(t), 1),
+                why=why_not_now(g, cluster, reserver, now=t))
             for i, g in enumerate(gangs, start=1)]
 
 
