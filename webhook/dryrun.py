@@ -28,6 +28,7 @@ from gputopo import names
 from gputopo.cluster.snapshot import ClusterSnapshot, check_object
 from gputopo.errors import InputError
 from gputopo.operators import expand, is_training_job, with_identity
+from gputopo.operators.trainjob import is_runtime
 from gputopo.yamlio import load_documents
 from webhook.pipeline import Admitter
 from webhook.podshape import check_pod
@@ -196,6 +197,7 @@ def read_inputs(files: Sequence[Path], *, namespace: str = "default",
             if owner is not None:
                 batch_parents[(obj["metadata"]["namespace"], obj["metadata"]["name"])] = owner
     with_pods = {_owned_job(o, jobs, batch_parents) for _, o in found if o.get("kind") == "Pod"}
+    runtimes = [o for _, o in found if is_runtime(o)]  # what a TrainJob of the input names
     pods: list[InputPod] = []
     others: list[dict[str, Any]] = []
     for file, item in found:
@@ -204,7 +206,7 @@ def read_inputs(files: Sequence[Path], *, namespace: str = "default",
             job = item
             others.append(job)
             try:
-                created = expand(job)
+                created = expand(job, runtimes=runtimes)
             except InputError as exc:
                 raise InputError(exc.reason, file=file, obj=_label(job)) from None
             for obj in created:
