@@ -142,9 +142,14 @@ def build_jobset(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> dic
                 c["resources"] = copy.deepcopy(dict(res))
             if trainer.get("env"):
                 _upsert_env(c, trainer["env"])
-    counts = {str(r.get("name")): num_nodes for r in rjobs if _ancestor(r) == "trainer"}
+    # the torch and plainml plugins give the trainer pod set numNodes pods; the MPI plugin
+    # gives the node pod set numNodes (less the launcher when it runs as a node) and keeps
+    # the launcher's count from the runtime (1)
+    counts: dict[str, int] = {}
     if mpi is not None:
         _mpi(shape, mpi, rjobs, num_nodes, counts)
+    else:
+        counts = {str(r.get("name")): num_nodes for r in rjobs if _ancestor(r) == "trainer"}
     for rjob in rjobs:
         if rjob.get("name") in counts:
             spec = rjob["template"]["spec"]
