@@ -8,17 +8,16 @@ references are made to name those uids, as the controllers' would.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from cluster_helpers import wait_for
 from k8s_double import KubeApiDouble, api_client
+from k8s_double.owner_chain import apply_chain
 
 from gputopo.cluster.k8s_reservations import KubernetesReservationStore
 from gputopo.cluster.reservations import GangKey
 from gputopo.cluster.view import ClusterView
 from gputopo.operators import expand, with_identity
-from gputopo.operators.jobset import JOBSET_UID
 from gputopo.placement.types import Placement, ReplicaSlot
 from webhook.jobs import JobNotFound, resolve_job
 
@@ -34,30 +33,6 @@ def _trainjob(name: str) -> dict[str, Any]:
                              "resourcesPerNode": {"limits": {"nvidia.com/gpu": 4}}}}})
 
 
-def _apply_chain(kube: KubeApiDouble, objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Apply the controllers' objects in order; owner references (and JobSet's uid label)
-    name the uids the double gave. Pods are returned, not applied (the webhook sees them
-    before they are stored)."""
-    uids: dict[str, str] = {}
-    pods = []
-    for obj in objs:
-        obj = copy.deepcopy(obj)
-        meta = obj["metadata"]
-        for ref in meta.get("ownerReferences") or []:
-            ref["uid"] = uids.get(ref["uid"], ref["uid"])
-        for key in ("labels", "annotations"):
-            if JOBSET_UID in (meta.get(key) or {}):
-                meta[key][JOBSET_UID] = uids.get(meta[key][JOBSET_UID], meta[key][JOBSET_UID])
-        if obj["kind"] == "Pod":
-            pods.append(obj)
-            continue
-        made = meta.pop("uid", None)
-        stored = kube.apply(obj)
-        if made:
-            uids[made] = stored["metadata"]["uid"]
-    return pods
-
-
 def _view(kube: KubeApiDouble, **kw: Any) -> ClusterView:
     return ClusterView(api_client(kube.url), watch_timeout_seconds=2, backoff_initial=0.05,
                        backoff_max=0.2, request_timeout=2, fetch_timeout=1, **kw)
@@ -65,7 +40,7 @@ def _view(kube: KubeApiDouble, **kw: Any) -> ClusterView:
 
 def test_a_trainjob_pod_resolves_to_its_trainjob_gang(kube) -> None:
     job = _trainjob("llm")
-    pods = _apply_chain(kube, [job, *expand(job)])
+    pods = apply_chain(kube, [job, *expand(job)])
     view = _view(kube).start()
     try:
         assert view.wait_synced(5)
@@ -86,7 +61,7 @@ def test_a_trainjob_pod_resolves_to_its_trainjob_gang(kube) -> None:
 def test_a_jobset_pod_whose_jobset_is_gone_has_no_gang(kube) -> None:
     job = _trainjob("lost")
     objs = expand(job)
-    pods = _apply_chain(kube, [job, *objs])
+    pods = apply_chain(kube, [job, *objs])
     kube.remove(next(o for o in objs if o["kind"] == "JobSet"))
     view = _view(kube).start()
     try:
