@@ -1,7 +1,8 @@
 """``gputopo mutate``: offline admission of Pods from files, through the server's own path.
 
-Training jobs in the input (PyTorchJob, TFJob, MPIJob v1/v2beta1) whose pods the input does
-not already hold are expanded into exactly the objects their operator creates
+Training jobs in the input (PyTorchJob, TFJob, MPIJob v1/v2beta1, JobSet, TrainJob: with
+the (Cluster)TrainingRuntimes of the input, else those Trainer ships) whose pods the input
+does not already hold are expanded into exactly the objects their operator creates
 (:mod:`gputopo.operators`), with a made-up but stable uid, so a user can dry-run the job
 YAML they actually have. Objects without a namespace go to ``--namespace``.
 
