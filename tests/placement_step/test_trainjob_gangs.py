@@ -9,16 +9,26 @@ would STORE it (``apiserver_rules.stored``) and as the NodePorts filter would ju
 
 from __future__ import annotations
 
+import base64
 import copy
+import json
 from collections import defaultdict
 from itertools import combinations
 from typing import Any
 
+import jsonpatch
+import pytest
 from apiserver_rules import assert_node_ports_free, host_ports, stored
 from placement_checks import gpu_group, pinned_node, record
 
 from gputopo import names
-from gputopo.operators import with_identity
+from gputopo.cluster.demo import demo_cluster_path
+from gputopo.cluster.snapshot import ClusterSnapshot
+from gputopo.operators import expand, with_identity
+from gputopo.yamlio import load_documents
+from webhook.assembly import build_admitter, default_policies_dir
+from webhook.dryrun import review_body
+from webhook.placement.step import make_placement_step
 
 NODES = ("cn-shanghai.192.168.16.172", "cn-shanghai.192.168.16.173")
 
@@ -171,3 +181,43 @@ def test_kueue_tas_pods_are_never_pinned(mutate):
         rec = record(pod)
         assert rec["placed"] is False and "Kueue Topology Aware Scheduling" in rec["reason"]
         assert stored(pod)["spec"].get("hostNetwork") is not True
+
+
+def test_torchtune_trainjob_sharing_a_node_takes_the_pod_network(mutate):
+    """torchtune's endpoint is in the args, not rewritten: the pod plan keeps 29500 in
+    each pod's own network namespace."""
+    result = mutate([trainjob("tune", nodes=2, gpus=2, runtime="torchtune-llama3.2-1b",
+                              command=["tune", "run"])])
+    assert result.rc == 0, result.stderr
+    pods = _pods(result, "tune-node-0")
+    assert len(pods) == 2 and len({pinned_node(p) for p in pods}) == 1
+    for pod in pods:
+        assert record(pod)["network"]["plan"] == "pod"
+        assert stored(pod)["spec"].get("hostNetwork") is not True
+        assert not host_ports(pod)
+    initializers = _pods(result, "tune-dataset") + _pods(result, "tune-model")
+    assert len(initializers) == 2 and all(record(p) is None for p in initializers)
+
+
+@pytest.mark.parametrize("runtime", ["torch-distributed", "deepspeed-distributed"])
+def test_readmitting_a_mutated_trainjob_pod_gives_an_empty_patch(runtime):
+    """The API server's reinvocation: a mutated pod, admitted again, changes no more."""
+    job = trainjob("again", nodes=2, gpus=4, runtime=runtime)
+    objs = expand(job)
+    cluster = ClusterSnapshot.from_objects(
+        [*load_documents(demo_cluster_path()), job, *[o for o in objs if o["kind"] != "Pod"]])
+    admitter = build_admitter(default_policies_dir(), cluster,
+                              placement=make_placement_step(), reload_interval_s=0)
+    try:
+        for i, pod in enumerate(o for o in objs if o["kind"] == "Pod"):
+            status, answer = admitter.handle_body(review_body(pod, f"u{i}"))
+            assert status == 200 and "patch" in answer["response"]
+            once = jsonpatch.apply_patch(
+                pod, json.loads(base64.b64decode(answer["response"]["patch"])))
+            status, again = admitter.handle_body(review_body(once, f"r{i}"))
+            assert status == 200
+            assert "patch" not in again["response"], again
+            once["metadata"]["name"] = once["metadata"]["generateName"] + "x1y2z"
+            cluster.add(once)
+    finally:
+        admitter.close()
