@@ -24,8 +24,13 @@ TrainJob owns), so a dry run must build them as Trainer does. Mirrored (Trainer 
   ``<trainjob>`` (``minMember`` = every pod of the JobSet) and the pod label
   ``scheduling.x-k8s.io/pod-group``.
 
-``spec.runtimePatches`` (Kueue's node selectors and gates) are not applied here: Kueue adds
-them only when it admits the TrainJob. Pure: no Kubernetes, no I/O.
+* ``spec.templateOverrides[].pod[]`` (``trainjob_types.go``; how Kueue hands a flavor's
+  ``nodeSelector``, tolerations and scheduling gates to Trainer when it admits a TrainJob):
+  merged into the target replicated jobs' pod templates. The ``spec.runtimePatches`` of
+  Trainer v2.2+ are not read (not found in the sources available here): a dry run of a
+  TrainJob carrying them shows its pods without them.
+
+Pure: no Kubernetes, no I/O.
 """
 
 from __future__ import annotations
@@ -156,6 +161,7 @@ def build_jobset(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> dic
             spec["parallelism"] = spec["completions"] = counts[rjob["name"]]
     if torch is not None:
         _torch(shape, torch, trainer, rjobs, num_nodes)
+    _pod_overrides(shape, rjobs)
     if _coscheduling(rspec) is not None:
         for rjob in rjobs:
             tmeta = rjob["template"]["spec"]["template"].setdefault("metadata", {})
@@ -234,6 +240,40 @@ def _mpi(shape: JobShape, mpi: Mapping[str, Any], rjobs: list[dict[str, Any]],
                     {"name": "OMPI_MCA_orte_set_default_slots", "value": str(slots)},
                     {"name": "OMPI_MCA_plm_rsh_args", "value": "-o ConnectionAttempts=10"}])
             c["volumeMounts"] = [*(c.get("volumeMounts") or []), *mounts]
+
+
+#: PodTemplateSpecOverride fields that replace the runtime's value (trainjob_types.go)
+_POD_OVERRIDES = ("serviceAccountName", "nodeSelector", "affinity", "tolerations",
+                  "securityContext", "schedulingGates", "imagePullSecrets")
+
+
+def _pod_overrides(shape: JobShape, rjobs: list[dict[str, Any]]) -> None:
+    """``spec.templateOverrides[].pod[]`` (how Kueue hands a flavor's nodeSelector,
+    tolerations and gates to Trainer): per target replicated job, metadata merged and the
+    scheduling fields of the pod template replaced."""
+    by_name = {r.get("name"): r for r in rjobs}
+    overrides = shape.spec.get("templateOverrides")
+    for entry in overrides if isinstance(overrides, list) else []:
+        pods = entry.get("pod") if isinstance(entry, Mapping) else None
+        for override in pods if isinstance(pods, list) else []:
+            if not isinstance(override, Mapping):
+                raise shape.error("spec.templateOverrides[].pod[] must hold objects")
+            for target in override.get("targetJobs") or []:
+                name = target.get("name") if isinstance(target, Mapping) else None
+                if name not in by_name:
+                    raise shape.error(f"spec.templateOverrides: no replicated job {name!r} "
+                                      f"in the runtime")
+                template = by_name[name]["template"]["spec"]["template"]
+                meta = override.get("metadata") if isinstance(
+                    override.get("metadata"), Mapping) else {}
+                tmeta = template.setdefault("metadata", {})
+                for key in ("labels", "annotations"):
+                    if isinstance(meta.get(key), Mapping):
+                        tmeta[key] = {**dict(tmeta.get(key) or {}), **meta[key]}
+                spec = override.get("spec") if isinstance(override.get("spec"), Mapping) else {}
+                for key in _POD_OVERRIDES:
+                    if spec.get(key) is not None:
+                        template["spec"][key] = copy.deepcopy(spec[key])
 
 
 def _coscheduling(rspec: Mapping[str, Any]) -> Mapping[str, Any] | None:

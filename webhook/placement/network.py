@@ -23,10 +23,8 @@ every pod of the gang (a recreated one too) gets the same:
   removed (they do not listen on it). TFJob: a port per task, written into that pod's
   container port and into ``TF_CONFIG`` of every pod. MPIJob v1 (``kubectl exec``, no sshd)
   needs nothing; MPIJob v2beta1 (and a TrainJob on an MPI runtime) only where no two
-  workers share a node. TrainJob on a torch runtime: one rendezvous port per TrainJob, held
-  by rank 0 (``node/0``) and written into ``PET_MASTER_PORT`` of every pod; the other pods
-  drop the declared 29500. Torchtune runtimes pass the endpoint in ``--rdzv_endpoint``
-  (args), which is not rewritten: they get the ``pod`` plan when their pods share a node.
+  workers share a node. TrainJob on a torch runtime: one rendezvous port per TrainJob in
+  ``PET_MASTER_PORT`` (:mod:`webhook.placement.trainer_network`).
 * ``pod``: no host network (what the policy added is taken back), ``hostIPC``/``hostPID``
   kept, ``NCCL_HOSTID`` = the node's name (downward API ``spec.nodeName``) so that NCCL
   treats co-located pods as one host, and ``NCCL_CUMEM_ENABLE=0`` (the cuMem P2P path passes
@@ -48,6 +46,7 @@ from typing import Any
 
 from gputopo.cluster.objects import Port, claimed_ports
 from gputopo.placement.types import NodeState, ReplicaSlot
+from webhook.placement import trainer_network
 from webhook.placement.ports import OPERATOR_DEFAULT_PORTS
 
 HOST = "host"
@@ -65,19 +64,13 @@ NCCL_CUMEM_ENV = "NCCL_CUMEM_ENABLE"
 HOST_NETWORK_DNS = "ClusterFirstWithHostNet"
 
 MPI_V2BETA1 = ("kubeflow.org/v2beta1", "MPIJob")
-TRAINJOB = "TrainJob"
-#: the port and env Trainer's torch plugin gives every ``node`` pod (unnamed port)
-TRAINER_TORCH_PORT = 29500
-TRAINER_MASTER_PORT_ENV = "PET_MASTER_PORT"
-TRAINER_RANK0 = "node/0"
 _ROLE_WHY = {
     "pytorch": "one rendezvous port per job, free on the master's node",
     "pytorch-elastic": "one rendezvous port per job, free on worker 0's node",
     "tfjob": "one port per TFJob task, rewritten into every pod's TF_CONFIG",
     "pytorch-fixed": "the pod's own MASTER_PORT is kept; the master declares it",
     "pytorch-workers": "the master is not placed by gputopo; workers drop its port",
-    "trainer-torch": "one rendezvous port per TrainJob, held by rank 0 (node/0) and written "
-                     "into PET_MASTER_PORT of every pod",
+    trainer_network.ROLE: trainer_network.WHY,
 }
 
 
@@ -275,8 +268,8 @@ def needs(job: Job, *, mode: str, pod_spec: Mapping[str, Any],
         warnings.append("TFJob tasks without GPUs are not mutated: task ports stay as the "
                         "operator made them")
     shared = _shared_ports(job, pod_spec, pod_type, host_network=True, skip=movable)
-    if role == "trainer-torch":  # the plan moves Trainer's unnamed 29500
-        shared = [p for p in shared if p != ("TCP", TRAINER_TORCH_PORT)]
+    if role == trainer_network.ROLE:  # the plan moves Trainer's unnamed 29500
+        shared = [p for p in shared if p != ("TCP", trainer_network.PORT)]
     if shared and not forced:
         shown = ", ".join(f"{n}/{p}" for p, n in sorted(shared))
         return _shared_fixed(Needs(POD, f"the GPU replicas all declare port {shown}, which "
@@ -328,8 +321,11 @@ def _rewritable(job: Job, pod_spec: Mapping[str, Any], warnings: list[str]
                 ) -> tuple[str, tuple[str, ...], set[str], dict[str, int]]:
     """(role, tasks that get a port of their own, port names the plan rewrites, tasks whose
     port the user fixed → that port)."""
-    if job.kind == TRAINJOB:
-        return _trainer_torch_role(job, pod_spec)
+    if job.kind == trainer_network.KIND:
+        node = _type_named(job.specs, "node")
+        if trainer_network.torch_rendezvous(node in job.gpu_types, pod_spec):
+            return trainer_network.ROLE, (trainer_network.RANK0,), set(), {}
+        return "", (), set(), {}
     default = OPERATOR_DEFAULT_PORTS.get(job.kind)
     if default is None:
         return "", (), set(), {}
@@ -370,18 +366,7 @@ def sshd_workers(job: Job) -> bool:
     mpi-operator v2beta1, and Trainer's MPI runtimes (``deepspeed-distributed``), the
     runtimes whose JobSet has a ``launcher`` replicated job (``plugins/mpi/mpi.go``)."""
     return (job.api_version, job.kind) == MPI_V2BETA1 or (
-        job.kind == TRAINJOB and _type_named(job.specs, "launcher") is not None)
-
-
-def _trainer_torch_role(job: Job, pod_spec: Mapping[str, Any]
-                        ) -> tuple[str, tuple[str, ...], set[str], dict[str, int]]:
-    """A TrainJob on a torch runtime (its ``node`` pods carry ``PET_MASTER_PORT=29500``):
-    rank 0 gets the gang's port; anything else (torchtune's args): nothing rewritten."""
-    node = _type_named(job.specs, "node")
-    if node is None or node not in job.gpu_types or \
-            env_value(pod_spec, TRAINER_MASTER_PORT_ENV) != str(TRAINER_TORCH_PORT):
-        return "", (), set(), {}
-    return "trainer-torch", (TRAINER_RANK0,), set(), {}
+        job.kind == trainer_network.KIND and _type_named(job.specs, "launcher") is not None)
 
 
 def _tf_config(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -481,8 +466,8 @@ def apply(pod: dict[str, Any], original: Mapping[str, Any], plan: Plan, job: Job
         return _pytorch(spec, plan, job, replica)
     if plan.role == "tfjob":
         return _tfjob(spec, plan, job, replica)
-    if plan.role == "trainer-torch":
-        return _trainer_torch(spec, plan, replica)
+    if plan.role == trainer_network.ROLE:
+        return trainer_network.apply(spec, plan.ports.get(trainer_network.RANK0), replica)
     return []
 
 
@@ -572,35 +557,6 @@ def _pytorch(spec: dict[str, Any], plan: Plan, job: Job, replica: str) -> list[s
             elif plan.role == "pytorch-elastic" and item.get("name") == RDZV_ENV:
                 where, _, _ = item["value"].rpartition(":")
                 item["value"] = f"{where or item['value']}:{port}"
-    return []
-
-
-def _trainer_torch(spec: dict[str, Any], plan: Plan, replica: str) -> list[str]:
-    """Rank 0 listens on the gang's port (container and host port); every pod's
-    ``PET_MASTER_PORT`` names it; the other pods drop Trainer's 29500 (unnamed)."""
-    port = plan.ports.get(TRAINER_RANK0)
-    if port is None:
-        return []
-    for c in _containers(spec):
-        ports = c.get("ports")
-        if isinstance(ports, list):
-            kept = []
-            for p in ports:
-                if isinstance(p, dict) and p.get("containerPort") == TRAINER_TORCH_PORT and \
-                        not p.get("name"):
-                    if replica != TRAINER_RANK0:
-                        continue
-                    p["containerPort"] = port
-                    p["hostPort"] = port
-                kept.append(p)
-            if kept:
-                c["ports"] = kept
-            else:
-                del c["ports"]
-        for item in _list(c.get("env")):
-            if isinstance(item, dict) and item.get("name") == TRAINER_MASTER_PORT_ENV and \
-                    isinstance(item.get("value"), str):
-                item["value"] = str(port)
     return []
 
 
@@ -728,7 +684,7 @@ def _stored_plan(stored: Mapping[str, Any]) -> Plan | None:
 #: while remembered; a reader replaces a job's object when it changes, never modifies it),
 #: with the key of what :func:`needs` read of the pod: every later pod of a gang asks again.
 _NETWORKS: dict[int, tuple[Mapping[str, Any], tuple[Any, ...], GangNetwork]] = {}
-_ENV_READ = (RDZV_ENV, "MASTER_PORT", TF_CONFIG_ENV, TRAINER_MASTER_PORT_ENV)
+_ENV_READ = (RDZV_ENV, "MASTER_PORT", TF_CONFIG_ENV, trainer_network.MASTER_PORT_ENV)
 
 
 def _pod_inputs(spec: Mapping[str, Any]) -> tuple[Any, ...] | None:
