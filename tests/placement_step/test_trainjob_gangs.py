@@ -221,3 +221,14 @@ def test_readmitting_a_mutated_trainjob_pod_gives_an_empty_patch(runtime):
             cluster.add(once)
     finally:
         admitter.close()
+
+
+def test_a_jobset_pod_whose_jobset_is_missing_is_admitted_unplaced_with_the_reason(mutate):
+    js = jobset("gone", rjobs=1, pods=2, gpus=2)
+    objs = expand(js)  # its Jobs and pods, but not the JobSet itself
+    result = mutate(objs)
+    assert result.rc == 0, result.stderr
+    assert "owner JobSet default/gone not found; gang size unknown, pod admitted unchanged" \
+        in result.stderr
+    pods = _pods(result, "gone-group0")
+    assert pods == [o for o in objs if o["kind"] == "Pod"]
