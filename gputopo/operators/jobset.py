@@ -230,28 +230,32 @@ def job_pods(job: Mapping[str, Any]) -> list[dict[str, Any]]:
     spec = job["spec"]
     count = min(spec["parallelism"], spec["completions"])
     owner = controller_ref(BATCH_API_VERSION, "Job", meta["name"], meta["uid"])
-    return [_pod(job, index, owner) for index in range(count)]
+    indexed = spec.get("completionMode") == "Indexed"
+    return [_pod(job, index if indexed else None, owner) for index in range(count)]
 
 
-def _pod(job: Mapping[str, Any], index: int, owner: dict[str, Any]) -> dict[str, Any]:
+def _pod(job: Mapping[str, Any], index: int | None, owner: dict[str, Any]
+         ) -> dict[str, Any]:
+    """One pod of the Job: with its completion index (Indexed), else a plain ``<job>-``."""
     meta = job["metadata"]
     template = copy.deepcopy(job["spec"]["template"])
     tmeta = template.get("metadata") or {}
     spec = template["spec"]
     labels = dict(tmeta.get("labels") or {})
-    labels[COMPLETION_INDEX] = str(index)
     annotations = dict(tmeta.get("annotations") or {})
-    annotations[COMPLETION_INDEX] = str(index)
-    if not spec.get("hostname"):
-        spec["hostname"] = f"{meta['name']}-{index}"
-    for key in ("initContainers", "containers"):
-        for container in spec.get(key) or []:
-            env = list(container.get("env") or [])
-            env.append({"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
-                "apiVersion": "v1", "fieldPath": COMPLETION_INDEX_FIELD}}})
-            container["env"] = env
+    if index is not None:
+        labels[COMPLETION_INDEX] = annotations[COMPLETION_INDEX] = str(index)
+        if not spec.get("hostname"):
+            spec["hostname"] = f"{meta['name']}-{index}"
+        for key in ("initContainers", "containers"):
+            for container in spec.get(key) or []:
+                env = list(container.get("env") or [])
+                env.append({"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
+                    "apiVersion": "v1", "fieldPath": COMPLETION_INDEX_FIELD}}})
+                container["env"] = env
     pod_meta: dict[str, Any] = {
-        "generateName": f"{meta['name']}-{index}-", "namespace": meta["namespace"],
+        "generateName": f"{meta['name']}-" + (f"{index}-" if index is not None else ""),
+        "namespace": meta["namespace"],
         "labels": labels, "annotations": annotations,
         "finalizers": [JOB_TRACKING_FINALIZER], "ownerReferences": [owner]}
     return apiserver_defaults({"apiVersion": "v1", "kind": "Pod", "metadata": pod_meta,

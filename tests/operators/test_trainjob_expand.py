@@ -197,3 +197,16 @@ def test_kueue_pod_overrides_reach_the_target_replicated_jobs_pods() -> None:
     job["spec"]["templateOverrides"][0]["pod"][0]["targetJobs"] = [{"name": "ghost"}]
     with pytest.raises(InputError, match="no replicated job 'ghost'"):
         expand(job)
+
+
+def test_a_non_indexed_jobset_job_makes_pods_without_a_completion_index() -> None:
+    js = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+          "metadata": {"name": "ni", "namespace": "team"},
+          "spec": {"replicatedJobs": [{"name": "w", "template": {"spec": {
+              "completionMode": "NonIndexed", "parallelism": 2, "template": {"spec": {
+                  "containers": [{"name": "c", "image": "x"}]}}}}}]}}
+    pods = _of(expand(js), "Pod")
+    assert [p["metadata"]["generateName"] for p in pods] == ["ni-w-0-", "ni-w-0-"]
+    for pod in pods:
+        assert COMPLETION not in pod["metadata"]["annotations"]
+        assert "hostname" not in pod["spec"] and pod["spec"]["subdomain"] == "ni"
