@@ -210,3 +210,39 @@ def test_a_non_indexed_jobset_job_makes_pods_without_a_completion_index() -> Non
     for pod in pods:
         assert COMPLETION not in pod["metadata"]["annotations"]
         assert "hostname" not in pod["spec"] and pod["spec"]["subdomain"] == "ni"
+
+
+def test_mutate_table_on_a_trainjob_file_with_its_runtime_shows_every_pod(tmp_path, capsys):
+    """The runtime from the same file wins over the shipped one of that name."""
+    runtime = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+               "metadata": {"name": "torch-distributed"},
+               "spec": {"mlPolicy": {"numNodes": 1, "torch": {}},
+                        "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {
+                            "metadata": {"labels": {
+                                "trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                            "spec": {"template": {"spec": {"containers": [
+                                {"name": "node", "image": "site/pytorch:own"}]}}}}}]}}}}
+    path = tmp_path / "tj.yaml"
+    path.write_text(dump_documents([runtime, trainjob(nodes=4, gpus=2)]))
+    assert main(["mutate", "-o", "table", str(path)]) == 0
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert [r.split()[0] for r in rows] == [f"team/llm-node-0-{i}-*" for i in range(4)]
+    nodes = {r.split()[1] for r in rows}
+    assert len(nodes) == 1 and "-" not in nodes
+    assert sorted(int(g) for r in rows for g in r.split()[2].split(",")) == list(range(8))
+    assert main(["mutate", str(path)]) == 0
+    images = {line.strip() for line in capsys.readouterr().out.splitlines()
+              if line.strip().startswith("image:")}
+    assert images == {"image: site/pytorch:own"}
+
+
+def test_place_on_a_trainjob_file_answers_for_its_gpu_pods(capsys):
+    import json
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "trainjob-torch-distributed.yaml"
+    assert main(["place", str(example), "-o", "json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["feasible"] is True
+    assert [len(p["gpus"]) for p in answer["placements"]] == [4, 4]
+    assert len({p["node"] for p in answer["placements"]}) == 1
