@@ -57,12 +57,14 @@ def _same_uid(ref: Mapping[str, Any], obj: Mapping[str, Any], what: str) -> None
 
 def pod_sets(jobset: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Per replicated job (spec order): ``replicas`` = its pod count, ``template`` = its pod
-    template; ValueError for a malformed spec."""
+    template (the JobSet's own object, read only: a deep copy per pod made resolve_job of a
+    TrainJob pod ~186 us against ~46 us without, hot, timeit, load 4); ValueError for a
+    malformed spec."""
     try:
         rjobs = js.replicated_jobs(jobset)
     except InputError as exc:
         raise ValueError(exc.reason) from None
-    return {r.name: {"replicas": r.replicas * r.pods_per_job, "template": r.pod_template(),
+    return {r.name: {"replicas": r.replicas * r.pods_per_job, "template": r.pod_template_view(),
                      "podsPerJob": r.pods_per_job}
             for r in rjobs}
 

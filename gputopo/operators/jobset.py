@@ -82,7 +82,7 @@ class ReplicatedJob:
         jspec = template.get("spec")
         if not isinstance(jspec, Mapping):
             raise InputError(f"{where}.template.spec must be an object", obj=label)
-        self.job_spec = copy.deepcopy(dict(jspec))
+        self.job_spec = jspec  # read here, copied by whoever changes it (_job)
         self.parallelism = _int(self.job_spec.get("parallelism"), 1,
                                 f"{where}.template.spec.parallelism", label)
         self.completions = _int(self.job_spec.get("completions"), self.parallelism,
@@ -101,7 +101,13 @@ class ReplicatedJob:
         return min(self.parallelism, self.completions)
 
     def pod_template(self) -> dict[str, Any]:
+        """A copy of the pod template, to change."""
         return copy.deepcopy(dict(self.job_spec["template"]))
+
+    def pod_template_view(self) -> Mapping[str, Any]:
+        """The pod template itself, to read only."""
+        template: Mapping[str, Any] = self.job_spec["template"]
+        return template
 
 
 def replicated_jobs(jobset: Mapping[str, Any]) -> list[ReplicatedJob]:
@@ -192,7 +198,7 @@ def _job(rjob: ReplicatedJob, index: int, keys: Mapping[str, str], *, name: str,
     """``constructJob`` and the API server's Job defaulting."""
     job_name = f"{name}-{rjob.name}-{index}"
     job_uid = made_up_uid(namespace, "Job", job_name)
-    jspec = copy.deepcopy(rjob.job_spec)
+    jspec = copy.deepcopy(dict(rjob.job_spec))
     jspec.setdefault("completionMode", "Indexed")
     jspec["parallelism"] = rjob.parallelism
     jspec["completions"] = rjob.completions
