@@ -65,8 +65,33 @@ def pod_sets(jobset: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     except InputError as exc:
         raise ValueError(exc.reason) from None
     return {r.name: {"replicas": r.replicas * r.pods_per_job, "template": r.pod_template_view(),
-                     "podsPerJob": r.pods_per_job}
+                     "podsPerJob": r.pods_per_job, "dependsOn": r.depends_on}
             for r in rjobs}
+
+
+#: Where JobInfo.spec keeps the GPU pods that start together (see :func:`min_member`).
+STARTING_GPU_PODS = "startingGpuPods"
+
+
+def _starting_gpu_pods(specs: Mapping[str, Mapping[str, Any]], gang_size: Any,
+                       names_: tuple[str, ...]) -> int:
+    """GPU pods of the GPU replicated jobs that depend on no other GPU replicated job."""
+    gpu = {k for k in specs if gang_size({k: specs[k]}, names_) > 0}
+    first = {k: specs[k] for k in gpu if not set(specs[k]["dependsOn"]) & gpu}
+    return int(gang_size(first, names_))
+
+
+def min_member(job: JobInfo) -> int:
+    """The ``minMember`` of the PodGroup gputopo makes for a gang: its GPU pods, less, for a
+    JobSet or TrainJob gang, those of replicated jobs that JobSet starts only once another
+    GPU replicated job is ready (``dependsOn``: the launcher of Trainer's MPI runtimes).
+    Coscheduling holds a group's pods at Permit until ``minMember`` of them are there, and
+    pods created only after the others run would never come."""
+    if (job.api_version, job.kind) in (JOBSET, TRAINJOB):
+        starting = job.spec.get(STARTING_GPU_PODS)
+        if isinstance(starting, int) and 0 < starting <= job.gang_size:
+            return starting
+    return job.gang_size
 
 
 def resolve(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
@@ -81,9 +106,11 @@ def resolve(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
     if jobset is None:
         raise GangUnknown(f"owner JobSet {namespace}/{name} not found")
     _same_uid(jobset_ref, jobset, f"JobSet {namespace}/{name}")
+    names_ = tuple(gpu_resources)
     try:
         specs = pod_sets(jobset)
-        size = gang_size(specs, tuple(gpu_resources))
+        size = gang_size(specs, names_)
+        starting = _starting_gpu_pods(specs, gang_size, names_)
     except ValueError as exc:
         raise GangUnknown(f"JobSet {namespace}/{name}: {exc}") from None
     gang: Mapping[str, Any] = jobset
@@ -117,4 +144,4 @@ def resolve(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
         replica_index=index, role=rtype.lower() if rtype else None, gang_size=size,
         gpus_per_pod=gpus, requests_gpu=gpus > 0,
         labels={str(k): str(v) for k, v in glabels.items()},
-        spec={POD_SETS: specs}, runtime=runtime)
+        spec={POD_SETS: specs, STARTING_GPU_PODS: starting}, runtime=runtime)

@@ -73,6 +73,10 @@ class ReplicatedJob:
             raise InputError(f"{where}.name must be a non-empty string", obj=label)
         self.name = name
         self.replicas = _int(raw.get("replicas"), 1, f"{where}.replicas", label)
+        deps = raw.get("dependsOn")
+        #: replicated jobs whose Jobs JobSet creates only once these are Ready/Complete
+        self.depends_on = tuple(str(d.get("name")) for d in deps if isinstance(d, Mapping)
+                                ) if isinstance(deps, list) else ()
         template = raw.get("template")
         if not isinstance(template, Mapping):
             raise InputError(f"{where}.template must be an object (a Job template)", obj=label)

@@ -178,3 +178,26 @@ def test_trainers_own_podgroup_is_used_never_a_second_one(kube):
     for pod in admitted:
         labels = pod["metadata"]["labels"]
         assert labels[names.POD_GROUP_LABEL] == labels[names.GANG_LABEL] == "tj-trainer"
+
+
+def test_deepspeed_trainjob_podgroup_leaves_out_the_launcher_started_later(kube):
+    """deepspeed-distributed: JobSet creates the launcher's Job only once the node pods are
+    Ready (dependsOn), so a group waiting for it at Permit would never fill: minMember =
+    the 3 node pods; the launcher (also a GPU pod of the gang) joins the placed group."""
+    from k8s_double.owner_chain import apply_chain
+
+    from gputopo.operators import expand
+
+    demo_docs(kube)
+    job = _trainjob("tj-ds", runtime="deepspeed-distributed")
+    job["spec"]["trainer"].update(numNodes=4,
+                                  resourcesPerNode={"limits": {"nvidia.com/gpu": 1}})
+    pods = apply_chain(kube, [job, *expand(job)])
+    nodes = [p for p in pods if p["metadata"]["generateName"].startswith("tj-ds-node-")]
+    assert len(nodes) == 3
+    with live_admitter(kube) as (admitter, _view):
+        admitted = [_admit(admitter, p)[0] for p in nodes]
+    groups = _groups(kube)
+    assert groups["tj-ds"]["spec"]["minMember"] == 3
+    assert {p["metadata"]["labels"][names.GANG_REPLICA_LABEL] for p in admitted} == {"4"}
+    _no_dangling_label(kube, admitted)
