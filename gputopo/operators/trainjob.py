@@ -117,6 +117,26 @@ def _count(value: object, what: str, shape: JobShape) -> int:
     return value
 
 
+def _check_replicated_job(shape: JobShape, rjob: object, where: str) -> None:
+    """The shape the plugins below rely on: a name, a Job template with a pod template
+    whose containers are objects (anything else: one clear error, no traceback)."""
+    named = isinstance(rjob, dict) and isinstance(rjob.get("name"), str) and rjob["name"]
+    template = rjob.get("template") if named and isinstance(rjob, dict) else None
+    jspec = template.get("spec") if isinstance(template, dict) else None
+    pod = jspec.get("template") if isinstance(jspec, dict) else None
+    pspec = pod.get("spec") if isinstance(pod, dict) else None
+    containers = pspec.get("containers") if isinstance(pspec, dict) else None
+    if not isinstance(template, dict) or not isinstance(pod, dict) or not isinstance(
+            containers, list) or not containers or not all(isinstance(c, dict)
+                                                           for c in containers):
+        raise shape.error(f"{where} needs a name and template.spec.template.spec.containers "
+                          f"(a non-empty list of containers)")
+    for meta, path in ((template.get("metadata"), "template.metadata"),
+                       (pod.get("metadata"), "template.spec.template.metadata")):
+        if meta is not None and not isinstance(meta, dict):
+            raise shape.error(f"{where}.{path} must be an object")
+
+
 def build_jobset(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> dict[str, Any]:
     """The JobSet Trainer creates for ``trainjob`` on ``runtime``."""
     shape = JobShape(trainjob)
@@ -127,6 +147,9 @@ def build_jobset(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> dic
     rjobs = jspec.get("replicatedJobs")
     if not isinstance(rjobs, list) or not rjobs:
         raise shape.error(f"runtime {runtime_name(trainjob)!r} has no replicatedJobs")
+    for i, rjob in enumerate(rjobs):
+        _check_replicated_job(shape, rjob, f"runtime {runtime_name(trainjob)!r}: "
+                                           f"spec.template.spec.replicatedJobs[{i}]")
     trainer = shape.spec.get("trainer") if isinstance(shape.spec.get("trainer"), Mapping) else {}
     num_nodes = _count(trainer.get("numNodes", policy.get("numNodes", 1)),
                        "spec.trainer.numNodes", shape)

@@ -246,3 +246,19 @@ def test_place_on_a_trainjob_file_answers_for_its_gpu_pods(capsys):
     assert answer["feasible"] is True
     assert [len(p["gpus"]) for p in answer["placements"]] == [4, 4]
     assert len({p["node"] for p in answer["placements"]}) == 1
+
+
+@pytest.mark.parametrize("rjob", [
+    "node", {"name": "node"}, {"name": "node", "template": {"spec": {}}},
+    {"name": "node", "template": {"spec": {"template": {"spec": {"containers": []}}}}},
+    {"name": "node", "template": {"metadata": "x", "spec": {"template": {"spec": {
+        "containers": [{"name": "node"}]}}}}},
+    {"template": {"spec": {"template": {"spec": {"containers": [{"name": "node"}]}}}}},
+])
+def test_a_malformed_runtime_in_the_input_is_one_clear_error(rjob: Any) -> None:
+    runtime = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+               "metadata": {"name": "broken"},
+               "spec": {"mlPolicy": {"torch": {}}, "template": {"spec": {
+                   "replicatedJobs": [rjob]}}}}
+    with pytest.raises(InputError, match=r"runtime 'broken': spec.template.spec.replicatedJobs"):
+        expand(trainjob("broken"), runtimes=[runtime])
