@@ -137,6 +137,30 @@ def _check_replicated_job(shape: JobShape, rjob: object, where: str) -> None:
             raise shape.error(f"{where}.{path} must be an object")
 
 
+def _check_trainer(shape: JobShape, trainer: Mapping[str, Any]) -> None:
+    """``spec.trainer`` as the TrainJob CRD types it (what the API server would refuse is
+    one clear error here, never a wrong pod)."""
+    def strings(value: object) -> bool:
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+    if trainer.get("image") is not None and not isinstance(trainer["image"], str):
+        raise shape.error("spec.trainer.image must be a string")
+    for key in ("command", "args"):
+        if trainer.get(key) is not None and not strings(trainer[key]):
+            raise shape.error(f"spec.trainer.{key} must be a list of strings")
+    env = trainer.get("env")
+    if env is not None and not (isinstance(env, list) and all(
+            isinstance(e, Mapping) and isinstance(e.get("name"), str) for e in env)):
+        raise shape.error("spec.trainer.env must be a list of {name, value} objects")
+    res = trainer.get("resourcesPerNode")
+    if res is not None and not isinstance(res, Mapping):
+        raise shape.error("spec.trainer.resourcesPerNode must be an object")
+    overrides = shape.spec.get("templateOverrides")
+    if overrides is not None and not (isinstance(overrides, list) and all(
+            isinstance(o, Mapping) for o in overrides)):
+        raise shape.error("spec.templateOverrides must be a list of objects")
+
+
 def build_jobset(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> dict[str, Any]:
     """The JobSet Trainer creates for ``trainjob`` on ``runtime``."""
     shape = JobShape(trainjob)
@@ -151,6 +175,7 @@ def build_jobset(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> dic
         _check_replicated_job(shape, rjob, f"runtime {runtime_name(trainjob)!r}: "
                                            f"spec.template.spec.replicatedJobs[{i}]")
     trainer = shape.spec.get("trainer") if isinstance(shape.spec.get("trainer"), Mapping) else {}
+    _check_trainer(shape, trainer)
     num_nodes = _count(trainer.get("numNodes", policy.get("numNodes", 1)),
                        "spec.trainer.numNodes", shape)
     mpi = policy.get("mpi") if isinstance(policy.get("mpi"), Mapping) else None
@@ -281,7 +306,10 @@ def _pod_overrides(shape: JobShape, rjobs: list[dict[str, Any]]) -> None:
         for override in pods if isinstance(pods, list) else []:
             if not isinstance(override, Mapping):
                 raise shape.error("spec.templateOverrides[].pod[] must hold objects")
-            for target in override.get("targetJobs") or []:
+            targets = override.get("targetJobs")
+            if not isinstance(targets, list):
+                raise shape.error("spec.templateOverrides[].pod[].targetJobs must be a list")
+            for target in targets:
                 name = target.get("name") if isinstance(target, Mapping) else None
                 if name not in by_name:
                     raise shape.error(f"spec.templateOverrides: no replicated job {name!r} "

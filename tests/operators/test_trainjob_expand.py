@@ -262,3 +262,11 @@ def test_a_malformed_runtime_in_the_input_is_one_clear_error(rjob: Any) -> None:
                    "replicatedJobs": [rjob]}}}}
     with pytest.raises(InputError, match=r"runtime 'broken': spec.template.spec.replicatedJobs"):
         expand(trainjob("broken"), runtimes=[runtime])
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("env", "x"), ("env", ["x"]), ("command", "tune"), ("args", [1]), ("image", 5),
+    ("resourcesPerNode", "x")])
+def test_a_mistyped_trainer_field_is_one_clear_error(field: str, value: Any) -> None:
+    with pytest.raises(InputError, match=f"spec.trainer.{field} must be"):
+        expand(trainjob(**{field: value}))
