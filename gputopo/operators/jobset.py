@@ -80,7 +80,7 @@ class ReplicatedJob:
         template = raw.get("template")
         if not isinstance(template, Mapping):
             raise InputError(f"{where}.template must be an object (a Job template)", obj=label)
-        tmeta = template.get("metadata") if isinstance(template.get("metadata"), Mapping) else {}
+        tmeta = template_metadata(template, f"{where}.template", label)
         self.job_labels = dict(tmeta.get("labels") or {})
         self.job_annotations = dict(tmeta.get("annotations") or {})
         jspec = template.get("spec")
@@ -98,6 +98,13 @@ class ReplicatedJob:
                 isinstance(c, Mapping) for c in containers):
             raise InputError(f"{where}.template.spec.template.spec.containers must be a "
                              f"non-empty list of containers", obj=label)
+        assert isinstance(pod, Mapping) and isinstance(pspec, Mapping)
+        template_metadata(pod, f"{where}.template.spec.template", label)
+        inits = pspec.get("initContainers")
+        if inits is not None and not (isinstance(inits, list) and all(
+                isinstance(c, Mapping) for c in inits)):
+            raise InputError(f"{where}.template.spec.template.spec.initContainers must be a "
+                             f"list of containers", obj=label)
 
     @property
     def pods_per_job(self) -> int:
@@ -112,6 +119,22 @@ class ReplicatedJob:
         """The pod template itself, to read only."""
         template: Mapping[str, Any] = self.job_spec["template"]
         return template
+
+
+def template_metadata(template: Mapping[str, Any], where: str, label: str
+                      ) -> Mapping[str, Any]:
+    """A template's metadata, with labels and annotations as string maps."""
+    meta = template.get("metadata")
+    if meta is None:
+        return {}
+    if not isinstance(meta, Mapping):
+        raise InputError(f"{where}.metadata must be an object", obj=label)
+    for key in ("labels", "annotations"):
+        values = meta.get(key)
+        if values is not None and not (isinstance(values, Mapping) and all(
+                isinstance(k, str) and isinstance(v, str) for k, v in values.items())):
+            raise InputError(f"{where}.metadata.{key} must map strings to strings", obj=label)
+    return meta
 
 
 def replicated_jobs(jobset: Mapping[str, Any]) -> list[ReplicatedJob]:

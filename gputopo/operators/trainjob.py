@@ -131,10 +131,8 @@ def _check_replicated_job(shape: JobShape, rjob: object, where: str) -> None:
                                                            for c in containers):
         raise shape.error(f"{where} needs a name and template.spec.template.spec.containers "
                           f"(a non-empty list of containers)")
-    for meta, path in ((template.get("metadata"), "template.metadata"),
-                       (pod.get("metadata"), "template.spec.template.metadata")):
-        if meta is not None and not isinstance(meta, dict):
-            raise shape.error(f"{where}.{path} must be an object")
+    js.template_metadata(template, f"{where}.template", shape.label)
+    js.template_metadata(pod, f"{where}.template.spec.template", shape.label)
 
 
 def _check_trainer(shape: JobShape, trainer: Mapping[str, Any]) -> None:

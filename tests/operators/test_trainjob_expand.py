@@ -270,3 +270,21 @@ def test_a_malformed_runtime_in_the_input_is_one_clear_error(rjob: Any) -> None:
 def test_a_mistyped_trainer_field_is_one_clear_error(field: str, value: Any) -> None:
     with pytest.raises(InputError, match=f"spec.trainer.{field} must be"):
         expand(trainjob(**{field: value}))
+
+
+@pytest.mark.parametrize(("where", "value"), [
+    (("template", "metadata"), "x"), (("template", "metadata"), {"labels": "x"}),
+    (("template", "spec", "template", "metadata"), {"annotations": {"a": 1}}),
+    (("template", "spec", "template", "spec", "initContainers"), "x")])
+def test_a_malformed_jobset_template_is_one_clear_error(where: tuple[str, ...],
+                                                        value: Any) -> None:
+    rjob: dict[str, Any] = {"name": "w", "template": {"spec": {"template": {"spec": {
+        "containers": [{"name": "c", "image": "x"}]}}}}}
+    target = rjob
+    for key in where[:-1]:
+        target = target.setdefault(key, {})
+    target[where[-1]] = value
+    js = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+          "metadata": {"name": "bad"}, "spec": {"replicatedJobs": [rjob]}}
+    with pytest.raises(InputError, match=r"spec.replicatedJobs\[0\]\.template"):
+        expand(js)
