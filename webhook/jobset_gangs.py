@@ -58,7 +58,7 @@ def _same_uid(ref: Mapping[str, Any], obj: Mapping[str, Any], what: str) -> None
 def pod_sets(jobset: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Per replicated job (spec order): ``replicas`` = its pod count, ``template`` = its pod
     template (the JobSet's own object, read only: a deep copy per pod made resolve_job of a
-    TrainJob pod ~186 us against ~46 us without, hot, timeit, load 4); ValueError for a
+    TrainJob pod ~186 us against ~40 us without, hot, timeit, load 2-4); ValueError for a
     malformed spec."""
     try:
         rjobs = js.replicated_jobs(jobset)
@@ -73,12 +73,14 @@ def pod_sets(jobset: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 STARTING_GPU_PODS = "startingGpuPods"
 
 
-def _starting_gpu_pods(specs: Mapping[str, Mapping[str, Any]], gang_size: Any,
-                       names_: tuple[str, ...]) -> int:
-    """GPU pods of the GPU replicated jobs that depend on no other GPU replicated job."""
-    gpu = {k for k in specs if gang_size({k: specs[k]}, names_) > 0}
-    first = {k: specs[k] for k in gpu if not set(specs[k]["dependsOn"]) & gpu}
-    return int(gang_size(first, names_))
+def _gpu_pods(specs: Mapping[str, Mapping[str, Any]], gang_size: Any,
+              names_: tuple[str, ...]) -> tuple[int, int]:
+    """(GPU pods of the JobSet, those of the GPU replicated jobs that depend on no other
+    GPU replicated job), one count per replicated job."""
+    per = {k: int(gang_size({k: v}, names_)) for k, v in specs.items()}
+    gpu = {k for k, n in per.items() if n > 0}
+    starting = sum(per[k] for k in gpu if not set(specs[k]["dependsOn"]) & gpu)
+    return sum(per.values()), starting
 
 
 def min_member(job: JobInfo) -> int:
@@ -109,8 +111,7 @@ def resolve(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
     names_ = tuple(gpu_resources)
     try:
         specs = pod_sets(jobset)
-        size = gang_size(specs, names_)
-        starting = _starting_gpu_pods(specs, gang_size, names_)
+        size, starting = _gpu_pods(specs, gang_size, names_)
     except ValueError as exc:
         raise GangUnknown(f"JobSet {namespace}/{name}: {exc}") from None
     gang: Mapping[str, Any] = jobset
