@@ -12,7 +12,9 @@ Mirrored (JobSet v0.8-v0.12, Kubernetes 1.30+):
   ``network.enableDNSHostnames: true``, pod ``restartPolicy: OnFailure`` when unset;
 * ``pkg/controllers/jobset_controller.go`` ``constructJob``: Job ``<jobset>-<rjob>-<i>``,
   the template's labels and annotations plus ``labelAndAnnotateObject`` (the same keys as
-  labels and annotations on the Job and its pod template), pod ``subdomain`` = the
+  labels and annotations on the Job and its pod template; the exclusive-topology
+  annotations as annotations only, with the node-selector strategy's nodeSelector and
+  toleration), pod ``subdomain`` = the
   ``network.subdomain`` or the JobSet's name, a controller ownerReference to the JobSet;
   ``jobset-uid`` (v0.9+) as well;
 * the API server's Job defaulting (``parallelism`` 1, ``completions`` = parallelism,
@@ -49,6 +51,12 @@ JOB_INDEX = PREFIX + "job-index"
 JOB_GLOBAL_INDEX = PREFIX + "job-global-index"
 JOB_KEY = PREFIX + "job-key"
 RESTART_ATTEMPT = PREFIX + "restart-attempt"
+#: exclusive placement (annotations only): one Job per domain of this node label; with the
+#: node-selector strategy, nodes labelled ahead of time per Job
+EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+NODE_SELECTOR_STRATEGY = "alpha.jobset.sigs.k8s.io/node-selector"
+NAMESPACED_JOB = "alpha.jobset.sigs.k8s.io/namespaced-job"
+NO_SCHEDULE_TAINT = "alpha.jobset.sigs.k8s.io/no-schedule"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 COMPLETION_INDEX_FIELD = f"metadata.annotations['{COMPLETION_INDEX}']"
 JOB_TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
@@ -202,6 +210,9 @@ def expand(jobset: Mapping[str, Any]) -> list[dict[str, Any]]:
     subdomain = network.get("subdomain") or name
     suspended = spec.get("suspend") is True
     owner = controller_ref(str(jobset.get("apiVersion") or API_VERSION), KIND, name, uid)
+    meta = jobset.get("metadata") if isinstance(jobset.get("metadata"), Mapping) else {}
+    js_annotations = meta.get("annotations") if isinstance(meta.get("annotations"),
+                                                           Mapping) else {}
     global_replicas = sum(r.replicas for r in rjobs)
     out: list[dict[str, Any]] = []
     global_index = 0
@@ -211,7 +222,8 @@ def expand(jobset: Mapping[str, Any]) -> list[dict[str, Any]]:
                                 index=index, global_replicas=global_replicas,
                                 global_index=global_index)
             global_index += 1
-            job = _job(rjob, index, keys, name=name, namespace=namespace, owner=owner,
+            extra = _exclusive(js_annotations, rjob.job_annotations)
+            job = _job(rjob, index, keys, extra, name=name, namespace=namespace, owner=owner,
                        subdomain=subdomain if dns else None, suspended=suspended)
             out.append(job)
             if not suspended:
@@ -219,10 +231,22 @@ def expand(jobset: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _job(rjob: ReplicatedJob, index: int, keys: Mapping[str, str], *, name: str,
-         namespace: str, owner: dict[str, Any], subdomain: str | None,
+def _exclusive(jobset: Mapping[str, Any], rjob: Mapping[str, Any]) -> dict[str, str]:
+    """The exclusive-placement annotations ``labelAndAnnotateObject`` copies (the JobSet's,
+    then the replicated job's, which wins), as annotations only."""
+    out: dict[str, str] = {}
+    for source in (jobset, rjob):
+        if isinstance(source.get(EXCLUSIVE_TOPOLOGY), str):
+            out[EXCLUSIVE_TOPOLOGY] = source[EXCLUSIVE_TOPOLOGY]
+            if isinstance(source.get(NODE_SELECTOR_STRATEGY), str):
+                out[NODE_SELECTOR_STRATEGY] = source[NODE_SELECTOR_STRATEGY]
+    return out
+
+
+def _job(rjob: ReplicatedJob, index: int, keys: Mapping[str, str], extra: Mapping[str, str],
+         *, name: str, namespace: str, owner: dict[str, Any], subdomain: str | None,
          suspended: bool) -> dict[str, Any]:
-    """``constructJob`` and the API server's Job defaulting."""
+    """``constructJob`` and the API server's Job defaulting (``extra``: annotations only)."""
     job_name = f"{name}-{rjob.name}-{index}"
     job_uid = made_up_uid(namespace, "Job", job_name)
     jspec = copy.deepcopy(dict(rjob.job_spec))
@@ -238,12 +262,17 @@ def _job(rjob: ReplicatedJob, index: int, keys: Mapping[str, str], *, name: str,
                        "batch.kubernetes.io/controller-uid": job_uid,
                        "batch.kubernetes.io/job-name": job_name,
                        "controller-uid": job_uid, "job-name": job_name}
-    tmeta["annotations"] = {**dict(tmeta.get("annotations") or {}), **keys}
+    tmeta["annotations"] = {**dict(tmeta.get("annotations") or {}), **keys, **extra}
     template["metadata"] = tmeta
     pspec = dict(template.get("spec") or {})
     pspec.setdefault("restartPolicy", "OnFailure")  # JobSet's webhook
     if subdomain is not None:
         pspec["subdomain"] = subdomain
+    if EXCLUSIVE_TOPOLOGY in extra and NODE_SELECTOR_STRATEGY in extra:
+        pspec["nodeSelector"] = {**dict(pspec.get("nodeSelector") or {}),
+                                 NAMESPACED_JOB: f"{namespace}_{job_name}"}
+        pspec["tolerations"] = [*(pspec.get("tolerations") or []), {
+            "key": NO_SCHEDULE_TAINT, "operator": "Exists", "effect": "NoSchedule"}]
     template["spec"] = pspec
     jspec["template"] = template
     jspec["selector"] = {"matchLabels": selector}
@@ -251,7 +280,7 @@ def _job(rjob: ReplicatedJob, index: int, keys: Mapping[str, str], *, name: str,
         "apiVersion": BATCH_API_VERSION, "kind": "Job",
         "metadata": {"name": job_name, "namespace": namespace, "uid": job_uid,
                      "labels": {**rjob.job_labels, **keys},
-                     "annotations": {**rjob.job_annotations, **keys},
+                     "annotations": {**rjob.job_annotations, **keys, **extra},
                      "ownerReferences": [owner]},
         "spec": jspec,
     }

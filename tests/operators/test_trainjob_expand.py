@@ -288,3 +288,22 @@ def test_a_malformed_jobset_template_is_one_clear_error(where: tuple[str, ...],
           "metadata": {"name": "bad"}, "spec": {"replicatedJobs": [rjob]}}
     with pytest.raises(InputError, match=r"spec.replicatedJobs\[0\]\.template"):
         expand(js)
+
+
+def test_jobset_exclusive_placement_annotations_and_node_selector_strategy() -> None:
+    js = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+          "metadata": {"name": "ex", "namespace": "team", "annotations": {
+              "alpha.jobset.sigs.k8s.io/exclusive-topology": "gputopo.io/rack",
+              "alpha.jobset.sigs.k8s.io/node-selector": "true"}},
+          "spec": {"replicatedJobs": [{"name": "w", "template": {"spec": {
+              "template": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}}}]}}
+    (job,) = _of(expand(js), "Job")
+    (pod,) = _of(expand(js), "Pod")
+    for obj in (job, pod):
+        assert obj["metadata"]["annotations"][
+            "alpha.jobset.sigs.k8s.io/exclusive-topology"] == "gputopo.io/rack"
+        assert "alpha.jobset.sigs.k8s.io/exclusive-topology" not in obj["metadata"]["labels"]
+    assert pod["spec"]["nodeSelector"] == {"alpha.jobset.sigs.k8s.io/namespaced-job":
+                                           "team_ex-w-0"}
+    assert pod["spec"]["tolerations"] == [{"key": "alpha.jobset.sigs.k8s.io/no-schedule",
+                                           "operator": "Exists", "effect": "NoSchedule"}]

@@ -232,3 +232,22 @@ def test_a_jobset_pod_whose_jobset_is_missing_is_admitted_unplaced_with_the_reas
         in result.stderr
     pods = _pods(result, "gone-group0")
     assert pods == [o for o in objs if o["kind"] == "Pod"]
+
+
+def test_jobset_exclusive_placement_pods_are_never_pinned(mutate):
+    """JobSet's own webhook keeps each child Job in a domain of its own; gputopo pins none."""
+    js = jobset("excl", rjobs=2, pods=2, gpus=2)
+    js["metadata"]["annotations"] = {
+        "alpha.jobset.sigs.k8s.io/exclusive-topology": "kubernetes.io/hostname"}
+    objs = expand(js)
+    pods = [o for o in objs if o["kind"] == "Pod"]
+    assert all(p["metadata"]["annotations"]["alpha.jobset.sigs.k8s.io/exclusive-topology"]
+               == "kubernetes.io/hostname" for p in pods), "JobSet copies it onto the pods"
+    result = mutate([js])
+    assert result.rc == 0, result.stderr
+    out = _pods(result, "excl-group")
+    assert len(out) == 4
+    for pod in out:
+        assert not (pod["spec"].get("affinity") or {}).get("nodeAffinity")
+        rec = record(pod)
+        assert rec["placed"] is False and "JobSet exclusive placement" in rec["reason"]
