@@ -30,11 +30,13 @@ from gputopo.names import (
     GPUTOPO_NAMESPACE,
     INJECT_LABEL,
     INJECT_VALUE,
+    JOBSET_GROUP,
     KUBEFLOW_GROUP,
     POD_GROUP_API_GROUP,
     POD_GROUP_PLURAL,
     POLICIES_CONFIGMAP,
     QUEUE_LEASE,
+    TRAINER_GROUP,
     WEBHOOK_NAME,
     WEBHOOK_SERVICE,
     WEBHOOK_TLS_SECRET,
@@ -69,7 +71,11 @@ def rbac(*, ack_reports: bool = True) -> list[dict[str, Any]]:
         k8s.rule([""], ["pods"], ["get", "list", "watch", "patch"]),
         k8s.rule([""], ["namespaces"], ["get", "list", "watch"]),
         k8s.rule([KUBEFLOW_GROUP], ["mpijobs", "pytorchjobs", "tfjobs"], ["get", "list", "watch"]),
-        k8s.rule(["batch"], ["jobs"], ["get"]),  # MPIJob v2beta1 launcher's owner, on demand
+        # Kubeflow Trainer v2 and JobSet gangs: the size from the JobSet, the gang's end
+        k8s.rule([TRAINER_GROUP], ["trainjobs"], ["get", "list", "watch"]),
+        k8s.rule([JOBSET_GROUP], ["jobsets"], ["get", "list", "watch"]),
+        # the owner of an MPIJob v2beta1 launcher or a JobSet's pod, on demand
+        k8s.rule(["batch"], ["jobs"], ["get"]),
         # the volumes of a pod that mounts claims (node_volumes.py): read on demand, never
         # watched; a bound claim's volume, an unbound claim's storage class
         k8s.rule([""], ["persistentvolumeclaims", "persistentvolumes"], ["get"]),

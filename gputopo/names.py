@@ -98,6 +98,21 @@ LEGACY_JOB_ROLE_LABELS = ("job-role", "mpi-job-role")
 
 KUBEFLOW_GROUP = "kubeflow.org"
 TRAINING_JOB_KINDS = ("PyTorchJob", "TFJob", "MPIJob")
+# Kubeflow Trainer v2 and JobSet: a TrainJob owns a JobSet, which owns batch Jobs, which own
+# the pods (gputopo/operators/trainjob.py, jobset.py; webhook/jobset_gangs.py).
+TRAINER_GROUP = "trainer.kubeflow.org"
+TRAINER_VERSION = "v1alpha1"
+JOBSET_GROUP = "jobset.x-k8s.io"
+JOBSET_VERSION = "v1alpha2"
+#: Kinds whose objects are gangs (their end releases the gang's GPUs): the Kubeflow v1 jobs,
+#: TrainJob and JobSet.
+GANG_OWNER_KINDS = (*TRAINING_JOB_KINDS, "TrainJob", "JobSet")
+#: (group, plural) of each gang owner kind, for the view's watches and GETs.
+GANG_OWNER_RESOURCES = {
+    "PyTorchJob": (KUBEFLOW_GROUP, "pytorchjobs"), "TFJob": (KUBEFLOW_GROUP, "tfjobs"),
+    "MPIJob": (KUBEFLOW_GROUP, "mpijobs"), "TrainJob": (TRAINER_GROUP, "trainjobs"),
+    "JobSet": (JOBSET_GROUP, "jobsets"),
+}
 # Job-level opt-in of the shipped tke-taco-harp policy (privileged host access for HARP):
 # a label on the MPIJob object itself, value "enabled" (docs/policies.md).
 TACO_HARP_LABEL = "gputopo.io/taco-harp"

@@ -24,8 +24,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Admit the Pods of FILE... through the webhook's own pipeline, in file order, and "
             "print the mutated Pods (or their JSON patches) as multi-document YAML, or a table "
             "of where each pod goes. The files may also hold the Pods' Namespaces and owning "
-            "jobs; a training job (PyTorchJob, TFJob, MPIJob v1/v2beta1) whose pods are not in "
-            "the files is expanded into the pods its operator creates. FILE may be - (stdin). "
+            "jobs; a training job (PyTorchJob, TFJob, MPIJob v1/v2beta1, JobSet, TrainJob with "
+            "its runtime in the files or one Trainer ships) whose pods are not in the files is "
+            "expanded into the pods its operators create. FILE may be - (stdin). "
             "Warnings go to stderr."
         ),
     )

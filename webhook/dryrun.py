@@ -1,7 +1,8 @@
 """``gputopo mutate``: offline admission of Pods from files, through the server's own path.
 
-Training jobs in the input (PyTorchJob, TFJob, MPIJob v1/v2beta1) whose pods the input does
-not already hold are expanded into exactly the objects their operator creates
+Training jobs in the input (PyTorchJob, TFJob, MPIJob v1/v2beta1, JobSet, TrainJob: with
+the (Cluster)TrainingRuntimes of the input, else those Trainer ships) whose pods the input
+does not already hold are expanded into exactly the objects their operator creates
 (:mod:`gputopo.operators`), with a made-up but stable uid, so a user can dry-run the job
 YAML they actually have. Objects without a namespace go to ``--namespace``.
 
@@ -28,6 +29,7 @@ from gputopo import names
 from gputopo.cluster.snapshot import ClusterSnapshot, check_object
 from gputopo.errors import InputError
 from gputopo.operators import expand, is_training_job, with_identity
+from gputopo.operators.trainjob import is_runtime
 from gputopo.yamlio import load_documents
 from webhook.pipeline import Admitter
 from webhook.podshape import check_pod
@@ -196,6 +198,7 @@ def read_inputs(files: Sequence[Path], *, namespace: str = "default",
             if owner is not None:
                 batch_parents[(obj["metadata"]["namespace"], obj["metadata"]["name"])] = owner
     with_pods = {_owned_job(o, jobs, batch_parents) for _, o in found if o.get("kind") == "Pod"}
+    runtimes = [o for _, o in found if is_runtime(o)]  # what a TrainJob of the input names
     pods: list[InputPod] = []
     others: list[dict[str, Any]] = []
     for file, item in found:
@@ -204,7 +207,7 @@ def read_inputs(files: Sequence[Path], *, namespace: str = "default",
             job = item
             others.append(job)
             try:
-                created = expand(job)
+                created = expand(job, runtimes=runtimes)
             except InputError as exc:
                 raise InputError(exc.reason, file=file, obj=_label(job)) from None
             for obj in created:

@@ -5,7 +5,9 @@ pod that merely carries ``training.kubeflow.org/job-name`` is not a job pod), an
 size must be exact — the scheduler waits for exactly that many pods. The operators set a
 controller ownerReference on every pod they create (training-operator: the job itself;
 mpi-operator v2beta1: the job for workers, a ``batch/v1`` Job for the launcher, which the
-MPIJob owns in turn). The job object is read through the ClusterReader.
+MPIJob owns in turn; JobSet: a ``batch/v1`` Job per replicated job and index, which the
+JobSet owns, and a TrainJob may own the JobSet: webhook/jobset_gangs.py). The job object
+is read through the ClusterReader.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any, NamedTuple
 from gputopo import names
 from gputopo.cluster.source import ClusterReader
 from gputopo.quantity import parse_quantity
+from webhook import jobset_gangs
 from webhook.policy.schema import OWNER_KINDS
 from webhook.steps import JobInfo
 
@@ -406,6 +409,8 @@ def resolve_job(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
             raise JobNotFound(f"owner batch/v1 Job {namespace}/{ref.name} not found")
         _check_uid(ref, batch, namespace)
         parent = controller_ref(batch)
+        if parent is not None and (parent.api_version, parent.kind) == jobset_gangs.JOBSET:
+            return _jobset_gang(pod, namespace, cluster, parent, pspec, gpus, gpu_resources)
         if parent is None or (parent.api_version, parent.kind) not in OWNER_KINDS:
             return None  # an ordinary batch Job, not an MPIJob launcher
         ref = parent
@@ -439,6 +444,7 @@ def resolve_job(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
             uid=ref.uid or facts.uid_str, replica_type=rtype, replica_index=index,
             role=rtype.lower() if rtype else None, gang_size=facts.size, gpus_per_pod=gpus,
             requests_gpu=gpus > 0, labels=dict(facts.labels), spec=dict(facts.spec),
+            runtime="",
         )
         return info
     _check_uid(ref, job, namespace)
@@ -466,12 +472,27 @@ def resolve_job(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
         api_version=ref.api_version, kind=ref.kind, name=ref.name, namespace=namespace,
         uid=ref.uid or str(jmeta.get("uid") or ""), replica_type=rtype, replica_index=index,
         role=rtype.lower() if rtype else None, gang_size=size, gpus_per_pod=gpus,
-        requests_gpu=gpus > 0, labels=job_labels, spec=dict(spec),
+        requests_gpu=gpus > 0, labels=job_labels, spec=dict(spec), runtime="",
     )
     if not via_batch:
         _remember_job(job, gpu_resources, (ref.api_version, ref.kind), specs, size,
                       job_labels, spec)
     return info
+
+
+def _jobset_gang(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
+                 parent: OwnerRef, pspec: Mapping[str, Any], gpus: int | None,
+                 gpu_resources: Iterable[str]) -> JobInfo:
+    """The gang of a pod whose batch Job a JobSet controls (webhook/jobset_gangs.py)."""
+    if gpus is None:
+        gpus = pod_gpus(pspec, gpu_resources)
+    ref = {"apiVersion": parent.api_version, "kind": parent.kind, "name": parent.name,
+           "uid": parent.uid}
+    try:
+        return jobset_gangs.resolve(pod, namespace, cluster, ref, gpus, gang_size,
+                                    gpu_resources)
+    except jobset_gangs.GangUnknown as exc:
+        raise JobNotFound(str(exc)) from None
 
 
 class _JobFacts(NamedTuple):

@@ -8,8 +8,9 @@ operator was not started with its gang-scheduling flags: every opted-in GPU pod 
 which is worse than no webhook at all. So at a gang's first admission this step makes sure
 the PodGroup exists, as the policy's ``placement.podGroup`` says:
 
-* ``create`` (default): create it when missing — ``minMember`` = the gang's GPU pods, an
-  ownerReference to the job so it is deleted with the job; if that fails, the label goes;
+* ``create`` (default): create it when missing — ``minMember`` = the gang's GPU pods (of a
+  JobSet or TrainJob: those JobSet starts together, :func:`webhook.jobset_gangs.min_member`),
+  an ownerReference to the job so it is deleted with the job; if that fails, the label goes;
 * ``require``: a PodGroup made by someone else (the operator) must exist; when it does not,
   the label is not added and the user is warned;
 * ``off``: gputopo manages no PodGroup and adds no pod-group label.
@@ -33,6 +34,7 @@ from typing import Any
 from gputopo import names
 from gputopo.cluster.reservations import admission_deadline
 from webhook import metrics
+from webhook.jobset_gangs import min_member
 from webhook.steps import AdmissionContext
 
 log = logging.getLogger(__name__)
@@ -100,7 +102,7 @@ class PodGroupStep:
                 metrics.POD_GROUPS.labels(result="label_removed").inc()
             return
         if preview:
-            ctx.warnings.append(f"podgroup: would create {what} (minMember {job.gang_size})")
+            ctx.warnings.append(f"podgroup: would create {what} (minMember {min_member(job)})")
             return
         error = self._create(ctx, group)
         if error:
@@ -133,7 +135,7 @@ class PodGroupStep:
         from kubernetes.client.rest import ApiException
 
         body = pod_group_body(
-            namespace=job.namespace, name=group, min_member=job.gang_size,
+            namespace=job.namespace, name=group, min_member=min_member(job),
             owner={"apiVersion": job.api_version, "kind": job.kind, "name": job.name,
                    "uid": job.uid})
         error = ""
@@ -143,7 +145,7 @@ class PodGroupStep:
                 names.POD_GROUP_PLURAL, body, _request_timeout=timeout)
             metrics.POD_GROUPS.labels(result="created").inc()
             log.info("podgroup: created PodGroup %s/%s (minMember %d) for %s %s", job.namespace,
-                     group, job.gang_size, job.kind, job.name)
+                     group, min_member(job), job.kind, job.name)
         except ApiException as exc:
             if exc.status != 409:  # 409 AlreadyExists: another replica made it
                 error = f"{exc.status} {exc.reason}"

@@ -47,6 +47,8 @@ class JobInfo:
     requests_gpu: bool
     labels: dict[str, str] = field(default_factory=dict)
     spec: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    #: a TrainJob's ``spec.runtimeRef.name`` ("" for any other job): policies may match it
+    runtime: str = ""
 
 
 @dataclass

@@ -131,7 +131,7 @@ def host_ports_held_by_pod(pod: Mapping[str, Any]) -> tuple[str, frozenset[Port]
 def plan_listeners(plan: Mapping[str, Any]) -> set[Port]:
     """The undeclared listeners a host network plan (a placement record's ``network``)
     names: ``{"plan": "host", "listeners": [["TCP", 2222]]}`` (webhook/placement/network.py,
-    IMPLICIT_LISTENERS); none for any other plan or shape."""
+    implicit_listeners); none for any other plan or shape."""
     if plan.get("plan") != "host" or not isinstance(plan.get("listeners"), list):
         return set()
     out: set[Port] = set()

@@ -175,7 +175,7 @@ class _Informer:
                 del self.store[key]
                 # Out of sight is not deleted: a job's reservation is released only when
                 # the reconciler confirms the job gone (a 403 may be an RBAC hiccup).
-                if self.kind.kind not in names.TRAINING_JOB_KINDS:
+                if self.kind.kind not in names.GANG_OWNER_KINDS:
                     self.view._changed(self.kind, old, None)
         self.synced.set()
         self.view._note_synced()
@@ -428,6 +428,12 @@ class ClusterView:
                 f"{plural}.{version}", f"{names.KUBEFLOW_GROUP}/{version}", kind,
                 custom.list_cluster_custom_object, (names.KUBEFLOW_GROUP, version, plural),
                 optional=True))
+        for group, version, plural, kind in (
+                (names.TRAINER_GROUP, names.TRAINER_VERSION, "trainjobs", "TrainJob"),
+                (names.JOBSET_GROUP, names.JOBSET_VERSION, "jobsets", "JobSet")):
+            kinds.append(WatchedKind(
+                f"{plural}.{version}", f"{group}/{version}", kind,
+                custom.list_cluster_custom_object, (group, version, plural), optional=True))
         self._informers = {k.name: _Informer(self, k) for k in kinds}
         self._reconciler = threading.Thread(target=self._reconcile_loop,
                                             name="reservation-reconciler", daemon=True)
@@ -488,14 +494,14 @@ class ClusterView:
                 self._opted_in.pop(name, None)
             else:
                 self._opted_in[name] = namespace_opted_in(new)
-        elif kind.kind in names.TRAINING_JOB_KINDS and new is not None:
+        elif kind.kind in names.GANG_OWNER_KINDS and new is not None:
             # Not for jobs found finished by the first list (often thousands, kept for
             # their logs): one release thread and LIST each at every start; the reconciler
             # releases those (after the grace) from one LIST.
             first_list = not self._informers[kind.name].synced.is_set()
             if _finished(new) and not first_list and (old is None or not _finished(old)):
                 self._release_job(new, "finished")
-        elif kind.kind in names.TRAINING_JOB_KINDS and new is None and old is not None:
+        elif kind.kind in names.GANG_OWNER_KINDS and new is None and old is not None:
             self._release_job(old, "deleted")
 
     def _invalidate_node(self, node: str) -> None:
@@ -616,7 +622,7 @@ class ClusterView:
         alive: dict[str, dict[str, Any]] = {}
         with self._lock:
             for inf in self._informers.values():
-                if inf.kind.kind in names.TRAINING_JOB_KINDS:
+                if inf.kind.kind in names.GANG_OWNER_KINDS:
                     for job in inf.store.values():
                         alive[str(ob.meta(job).get("uid"))] = job
         for res in store.list():
@@ -654,11 +660,14 @@ class ClusterView:
     def _job_exists(self, key: GangKey) -> bool | None:
         """Whether the job with this uid exists, by GET; None when the API cannot say."""
         custom = client.CustomObjectsApi(self.api_client)
-        versions = ("v1", "v2beta1") if key.kind == "MPIJob" else ("v1",)
+        versions = {"MPIJob": ("v1", "v2beta1"), "TrainJob": (names.TRAINER_VERSION,),
+                    "JobSet": (names.JOBSET_VERSION,)}.get(key.kind, ("v1",))
+        group, plural = names.GANG_OWNER_RESOURCES.get(
+            key.kind, (names.KUBEFLOW_GROUP, key.kind.lower() + "s"))
         for version in versions:
             try:
                 resp = custom.get_namespaced_custom_object(
-                    names.KUBEFLOW_GROUP, version, key.namespace, key.kind.lower() + "s",
+                    group, version, key.namespace, plural,
                     key.name, _preload_content=False, _request_timeout=self.fetch_timeout)
             except ApiException as exc:
                 if exc.status == 404:
@@ -781,8 +790,8 @@ class ClusterView:
         if (api_version, kind) == ("storage.k8s.io/v1", "StorageClass"):
             return client.StorageV1Api(self.api_client).read_storage_class(name, **t)
         group, _, version = api_version.partition("/")
-        if group == names.KUBEFLOW_GROUP and kind in names.TRAINING_JOB_KINDS and namespace:
-            plural = kind.lower() + "s"
+        if names.GANG_OWNER_RESOURCES.get(kind, ("", ""))[0] == group and namespace:
+            plural = names.GANG_OWNER_RESOURCES[kind][1]
             return client.CustomObjectsApi(self.api_client).get_namespaced_custom_object(
                 group, version, namespace, plural, name, **t)
         return None
@@ -899,12 +908,16 @@ class _MemoryOnly:
         raise WouldBlock("node states are for the admitter thread")
 
 
+_FINISHED = ("Succeeded", "Failed", "Completed", "Complete")
+
+
 def _finished(job: dict[str, Any]) -> bool:
     """A training job whose Succeeded or Failed condition is True (training-operator and
-    mpi-operator both report terminal state as conditions)."""
+    mpi-operator both report terminal state as conditions; a JobSet says Completed, a
+    TrainJob Complete)."""
     status = job.get("status") if isinstance(job.get("status"), dict) else {}
     for cond in status.get("conditions") or []:
-        if isinstance(cond, dict) and cond.get("type") in ("Succeeded", "Failed") and \
+        if isinstance(cond, dict) and cond.get("type") in _FINISHED and \
                 str(cond.get("status")) == "True":
             return True
     return False

@@ -155,8 +155,9 @@ def add_env(container: dict[str, Any], *pairs: tuple[str, str]) -> None:
 
 def apiserver_defaults(pod: dict[str, Any]) -> dict[str, Any]:
     """The defaults the API server fills before a mutating webhook sees a Pod (the ones the
-    webhook reads): restartPolicy, dnsPolicy, schedulerName, port protocol, and requests
-    copied from limits where a container sets only limits (``SetDefaults_Pod``)."""
+    webhook reads): restartPolicy, dnsPolicy, schedulerName, port protocol, a fieldRef's
+    apiVersion, and requests copied from limits where a container sets only limits
+    (``SetDefaults_Pod``)."""
     spec = pod["spec"]
     spec.setdefault("restartPolicy", "Always")
     spec.setdefault("dnsPolicy", "ClusterFirst")
@@ -166,6 +167,11 @@ def apiserver_defaults(pod: dict[str, Any]) -> dict[str, Any]:
             for port in container.get("ports") or []:
                 if isinstance(port, dict):
                     port.setdefault("protocol", "TCP")
+            for item in container.get("env") or []:  # SetDefaults_ObjectFieldSelector
+                ref = (item.get("valueFrom") or {}).get("fieldRef") if isinstance(
+                    item, dict) else None
+                if isinstance(ref, dict):
+                    ref.setdefault("apiVersion", "v1")
             resources = container.get("resources")
             if isinstance(resources, dict) and isinstance(resources.get("limits"), Mapping):
                 requests = resources.get("requests")

@@ -5,7 +5,8 @@ cluster, and it is the plainest way to see the solver's reasoning. It reads the 
 files as ``mutate`` (:class:`gputopo.cluster.snapshot.ClusterSnapshot`) and prints the
 contract's JSON with ``-o json``, else a short readable report. The gang is given either
 as ``--replicas N --gpus-per-replica G`` or as a training-job file (PyTorchJob, TFJob,
-MPIJob), whose GPU pods (expanded as the operator would create them) make the gang.
+MPIJob, JobSet, or a TrainJob with its runtime in the file or shipped by Trainer), whose GPU
+pods (expanded as the operators would create them) make the gang.
 
 Exit status: 0 when the gang is placeable, 1 when it is not (the answer says why), 2 on bad
 input — so a script can ask "does it fit?" without parsing the output.
@@ -21,6 +22,7 @@ from typing import Any
 
 from gputopo.errors import InputError
 from gputopo.operators import expand, is_training_job, with_identity
+from gputopo.operators.trainjob import is_runtime
 from gputopo.placement.solver import solve
 from gputopo.placement.types import GangRequest, Placement, with_transport_shares
 from gputopo.topology.transport import (
@@ -126,13 +128,16 @@ def gang_of_job_file(path: str) -> tuple[GangRequest, str, dict[str, Any]]:
     (whose CPU, memory and other requests limit how many share a node)."""
     from gputopo.yamlio import load_documents
 
-    jobs = [d for d in load_documents(path) if is_training_job(d)]
+    docs = load_documents(path)
+    jobs = [d for d in docs if is_training_job(d)]
     if not jobs:
-        raise InputError("no PyTorchJob, TFJob or MPIJob in the file", file=path)
+        raise InputError("no PyTorchJob, TFJob, MPIJob, TrainJob or JobSet in the file",
+                         file=path)
     job = with_identity(jobs[0])
     what = f"{job['kind']} {job['metadata']['namespace']}/{job['metadata']['name']}"
+    runtimes = [d for d in docs if is_runtime(d)]  # a TrainJob's, else the shipped ones
     try:
-        pods = [o for o in expand(job) if o["kind"] == "Pod"]
+        pods = [o for o in expand(job, runtimes=runtimes) if o["kind"] == "Pod"]
     except InputError as exc:
         raise InputError(exc.reason, file=path, obj=what) from None
     gpu_pods = [p for p in pods if _pod_gpus(p, what) > 0]

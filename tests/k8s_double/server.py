@@ -8,7 +8,8 @@ a cluster, this module serves a small, faithful subset of the REST API on 127.0.
   checked as the API server checks a core/v1 Event: :func:`event_create_errors`);
   batch/v1 jobs;
   coordination.k8s.io/v1 leases; kubeflow.org/v1 pytorchjobs, tfjobs, mpijobs and
-  kubeflow.org/v2beta1 mpijobs; scheduling.x-k8s.io/v1alpha1 podgroups (the
+  kubeflow.org/v2beta1 mpijobs; trainer.kubeflow.org/v1alpha1 trainjobs;
+  jobset.x-k8s.io/v1alpha2 jobsets; scheduling.x-k8s.io/v1alpha1 podgroups (the
   scheduler-plugins CRD, served CRD-style like the Kubeflow jobs); resource.nvidia.com/
   v1beta1 computedomains (NVIDIA's DRA driver for GPUs, CRD-style).
 * Pod updates over HTTP (PUT, PATCH) follow the API server's rules
@@ -71,7 +72,8 @@ class Resource:
     @property
     def custom(self) -> bool:
         """A CRD's resource: its list items carry apiVersion and kind on the wire."""
-        return self.group in ("kubeflow.org", "scheduling.x-k8s.io", "resource.nvidia.com")
+        return self.group in ("kubeflow.org", "scheduling.x-k8s.io", "trainer.kubeflow.org",
+                              "jobset.x-k8s.io", "resource.nvidia.com")
 
 
 RESOURCES = [
@@ -91,6 +93,8 @@ RESOURCES = [
     Resource("kubeflow.org", "v1", "tfjobs", "TFJob", True),
     Resource("kubeflow.org", "v1", "mpijobs", "MPIJob", True),
     Resource("kubeflow.org", "v2beta1", "mpijobs", "MPIJob", True),
+    Resource("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob", True),
+    Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", True),
 ]
 BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}
 BY_KIND = {(r.api_version, r.kind): r for r in RESOURCES}

@@ -113,3 +113,91 @@ def test_off_adds_no_pod_group_label(kube, tmp_path):
         pod, _ = _admit(admitter, worker_pod(job, 0))
     assert names.POD_GROUP_LABEL not in pod["metadata"]["labels"]
     assert _groups(kube) == {}
+
+
+def _trainjob(name: str, runtime: str = "torch-distributed") -> dict[str, Any]:
+    from gputopo.operators import with_identity
+
+    return with_identity({
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"runtimeRef": {"name": runtime, "kind": "ClusterTrainingRuntime"},
+                 "trainer": {"numNodes": 2,
+                             "resourcesPerNode": {"limits": {"nvidia.com/gpu": 4}}}}})
+
+
+def test_trainjob_gang_podgroup_is_the_one_trainer_would_make(kube):
+    """No coscheduling in the runtime: gputopo makes PodGroup <trainjob>, owned by the
+    TrainJob, minMember = its pods (torch-distributed: every pod asks for GPUs)."""
+    from k8s_double.owner_chain import apply_chain
+
+    from gputopo.operators import expand
+
+    demo_docs(kube)
+    job = _trainjob("tj-create")
+    pods = apply_chain(kube, [job, *expand(job)])
+    uid = kube.objects("trainer.kubeflow.org/v1alpha1", "TrainJob")[0]["metadata"]["uid"]
+    with live_admitter(kube) as (admitter, _view):
+        admitted = [_admit(admitter, p)[0] for p in pods]
+    groups = _groups(kube)
+    assert set(groups) == {"tj-create"}
+    assert groups["tj-create"]["spec"]["minMember"] == 2
+    (owner,) = groups["tj-create"]["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("TrainJob", "tj-create", uid)
+    assert {p["metadata"]["labels"][names.POD_GROUP_LABEL] for p in admitted} == {"tj-create"}
+    _no_dangling_label(kube, admitted)
+
+
+def test_trainers_own_podgroup_is_used_never_a_second_one(kube):
+    """A coscheduling runtime: Trainer made PodGroup <trainjob> (every pod, initializers
+    included) and labelled the pods; gputopo's gang label names the same group and it
+    creates none."""
+    from k8s_double.owner_chain import apply_chain
+
+    from gputopo.operators import expand
+
+    demo_docs(kube)
+    runtime = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+               "metadata": {"name": "torch-gang"},
+               "spec": {"mlPolicy": {"numNodes": 1, "torch": {}},
+                        "podGroupPolicy": {"coscheduling": {}},
+                        "template": {"spec": {"replicatedJobs": [{"name": "node", "template": {
+                            "metadata": {"labels": {
+                                "trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+                            "spec": {"template": {"spec": {"containers": [
+                                {"name": "node", "image": "train"}]}}}}}]}}}}
+    job = _trainjob("tj-trainer", runtime="torch-gang")
+    objs = expand(job, runtimes=[runtime])
+    assert [o for o in objs if o["kind"] == "PodGroup"]
+    pods = apply_chain(kube, [job, *objs])
+    with live_admitter(kube) as (admitter, view):
+        assert _wait(lambda: view.pod_group("default", "tj-trainer")[1] is not None)
+        admitted = [_admit(admitter, p)[0] for p in pods]
+    assert set(_groups(kube)) == {"tj-trainer"}
+    assert kube.verbs.get(("create", "scheduling.x-k8s.io", "podgroups", "default"), 0) == 0
+    for pod in admitted:
+        labels = pod["metadata"]["labels"]
+        assert labels[names.POD_GROUP_LABEL] == labels[names.GANG_LABEL] == "tj-trainer"
+
+
+def test_deepspeed_trainjob_podgroup_leaves_out_the_launcher_started_later(kube):
+    """deepspeed-distributed: JobSet creates the launcher's Job only once the node pods are
+    Ready (dependsOn), so a group waiting for it at Permit would never fill: minMember =
+    the 3 node pods; the launcher (also a GPU pod of the gang) joins the placed group."""
+    from k8s_double.owner_chain import apply_chain
+
+    from gputopo.operators import expand
+
+    demo_docs(kube)
+    job = _trainjob("tj-ds", runtime="deepspeed-distributed")
+    job["spec"]["trainer"].update(numNodes=4,
+                                  resourcesPerNode={"limits": {"nvidia.com/gpu": 1}})
+    pods = apply_chain(kube, [job, *expand(job)])
+    nodes = [p for p in pods if p["metadata"]["generateName"].startswith("tj-ds-node-")]
+    assert len(nodes) == 3
+    with live_admitter(kube) as (admitter, _view):
+        admitted = [_admit(admitter, p)[0] for p in nodes]
+    groups = _groups(kube)
+    assert groups["tj-ds"]["spec"]["minMember"] == 3
+    assert {p["metadata"]["labels"][names.GANG_REPLICA_LABEL] for p in admitted} == {"4"}
+    _no_dangling_label(kube, admitted)

@@ -29,7 +29,7 @@ def test_defaults():
     assert policy.placement.enabled and policy.placement.when_full == "wait"
     assert policy.placement.pod_group == "create" and policy.placement.max_wait_seconds == 3600
     assert policy.match.roles == ()
-    assert len(policy.match.owners) == 4
+    assert len(policy.match.owners) == 6  # 4 Kubeflow kinds, TrainJob, JobSet
     assert policy.mutations.limits["hugepages-1Gi"].value(8) == Fraction(50 * 2**30)
 
 

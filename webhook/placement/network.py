@@ -9,7 +9,10 @@ make pods that cannot share a node once the ACK policy turns ``hostNetwork`` on:
   (``pkg/apis/core/v1/defaults.go``, ``defaultHostNetworkPorts``), so the NodePorts filter
   keeps two of them off one node;
 * every TFJob task binds ``tfjob-port`` 2222, and ``TF_CONFIG`` names it for every task;
-* mpi-operator v2beta1 workers run ``sshd`` on a port baked into the image, declared nowhere.
+* mpi-operator v2beta1 workers run ``sshd`` on a port baked into the image, declared nowhere;
+  so do the pods of Kubeflow Trainer's MPI runtimes (``deepspeed-distributed``; sshd on 2222);
+* Kubeflow Trainer's torch runtimes give every ``node`` pod ``containerPort: 29500`` and
+  ``PET_MASTER_PORT=29500`` (``plugins/torch/torch.go``).
 
 So a plan is chosen at the gang's first admission and stored with its reservation, so that
 every pod of the gang (a recreated one too) gets the same:
@@ -19,7 +22,9 @@ every pod of the gang (a recreated one too) gets the same:
   jobs: ``PET_RDZV_ENDPOINT`` and worker 0); the other replicas' ``pytorchjob-port`` is
   removed (they do not listen on it). TFJob: a port per task, written into that pod's
   container port and into ``TF_CONFIG`` of every pod. MPIJob v1 (``kubectl exec``, no sshd)
-  needs nothing; MPIJob v2beta1 only where no two workers share a node.
+  needs nothing; MPIJob v2beta1 (and a TrainJob on an MPI runtime) only where no two
+  workers share a node. TrainJob on a torch runtime: one rendezvous port per TrainJob in
+  ``PET_MASTER_PORT`` (:mod:`webhook.placement.trainer_network`).
 * ``pod``: no host network (what the policy added is taken back), ``hostIPC``/``hostPID``
   kept, ``NCCL_HOSTID`` = the node's name (downward API ``spec.nodeName``) so that NCCL
   treats co-located pods as one host, and ``NCCL_CUMEM_ENABLE=0`` (the cuMem P2P path passes
@@ -41,6 +46,7 @@ from typing import Any
 
 from gputopo.cluster.objects import Port, claimed_ports, plan_listeners
 from gputopo.placement.types import NodeState, ReplicaSlot
+from webhook.placement import trainer_network
 from webhook.placement.ports import OPERATOR_DEFAULT_PORTS
 
 HOST = "host"
@@ -59,21 +65,21 @@ HOST_NETWORK_DNS = "ClusterFirstWithHostNet"
 
 MPI_V2BETA1 = ("kubeflow.org/v2beta1", "MPIJob")
 #: Listeners a job's pods open without declaring them (no containerPort: neither the
-#: scheduler's NodePorts filter nor a port view sees them), per (apiVersion, kind): the sshd
-#: of mpi-operator v2beta1 workers, on the port its base image bakes in. Under host
-#: networking such a listener is a claim on the node's network across ALL jobs, as a
-#: declared host port is: the plan names it (``listeners`` of its JSON, in every pod's
-#: placement record), gputopo.cluster.objects counts it among the host ports the pod holds,
-#: and no other gang gets a host-network listener on the same port of that node.
-IMPLICIT_LISTENERS: dict[tuple[str, str], frozenset[Port]] = {
-    MPI_V2BETA1: frozenset({("TCP", 2222)}),
-}
+#: scheduler's NodePorts filter nor a port view sees them): the sshd of MPI-over-SSH workers
+#: (mpi-operator v2beta1, Trainer's MPI runtimes such as deepspeed-distributed), on the port
+#: their images bake in (2222). Under host networking such a listener is a claim on the
+#: node's network across ALL jobs, as a declared host port is: the plan names it
+#: (``listeners`` of its JSON, in every pod's placement record), gputopo.cluster.objects
+#: counts it among the host ports the pod holds, and no other gang gets a host-network
+#: listener on the same port of that node (:func:`implicit_listeners`).
+SSHD_LISTENERS: frozenset[Port] = frozenset({("TCP", 2222)})
 _ROLE_WHY = {
     "pytorch": "one rendezvous port per job, free on the master's node",
     "pytorch-elastic": "one rendezvous port per job, free on worker 0's node",
     "tfjob": "one port per TFJob task, rewritten into every pod's TF_CONFIG",
     "pytorch-fixed": "the pod's own MASTER_PORT is kept; the master declares it",
     "pytorch-workers": "the master is not placed by gputopo; workers drop its port",
+    trainer_network.ROLE: trainer_network.WHY,
 }
 
 
@@ -99,7 +105,7 @@ class Needs:
     warnings: tuple[str, ...] = ()
     pinned: Mapping[str, int] = field(default_factory=dict)  # task → the user's own port
     forced: bool = False  # host networking asked for (policy network: host, or the pod)
-    listeners: frozenset[Port] = frozenset()  # undeclared listeners (IMPLICIT_LISTENERS)
+    listeners: frozenset[Port] = frozenset()  # undeclared listeners (implicit_listeners)
 
 
 @dataclass(frozen=True)
@@ -256,8 +262,8 @@ def needs(job: Job, *, mode: str, pod_spec: Mapping[str, Any],
         warnings.append("the pod sets hostNetwork itself; kept, so the gang uses the host "
                         "network (network: pod asked otherwise)")
     forced = mode == HOST or user_host
-    if (job.api_version, job.kind) == MPI_V2BETA1:
-        listeners = IMPLICIT_LISTENERS[MPI_V2BETA1]
+    listeners = implicit_listeners(job)
+    if listeners:
         if forced:
             # another job's host-network sshd on a node keeps this gang off it
             return Needs(HOST, "host networking (the policy or the pod asks for it)",
@@ -280,6 +286,8 @@ def needs(job: Job, *, mode: str, pod_spec: Mapping[str, Any],
         warnings.append("TFJob tasks without GPUs are not mutated: task ports stay as the "
                         "operator made them")
     shared = _shared_ports(job, pod_spec, pod_type, host_network=True, skip=movable)
+    if role == trainer_network.ROLE:  # the plan moves Trainer's unnamed 29500
+        shared = [p for p in shared if p != ("TCP", trainer_network.PORT)]
     if shared and not forced:
         shown = ", ".join(f"{n}/{p}" for p, n in sorted(shared))
         return _shared_fixed(Needs(POD, f"the GPU replicas all declare port {shown}, which "
@@ -331,6 +339,11 @@ def _rewritable(job: Job, pod_spec: Mapping[str, Any], warnings: list[str]
                 ) -> tuple[str, tuple[str, ...], set[str], dict[str, int]]:
     """(role, tasks that get a port of their own, port names the plan rewrites, tasks whose
     port the user fixed → that port)."""
+    if job.kind == trainer_network.KIND:
+        node = _type_named(job.specs, "node")
+        if trainer_network.torch_rendezvous(node in job.gpu_types, pod_spec):
+            return trainer_network.ROLE, (trainer_network.RANK0,), set(), {}
+        return "", (), set(), {}
     default = OPERATOR_DEFAULT_PORTS.get(job.kind)
     if default is None:
         return "", (), set(), {}
@@ -364,6 +377,20 @@ def _rewritable(job: Job, pod_spec: Mapping[str, Any], warnings: list[str]
     if not listed <= gpu:
         return "tfjob", (), set(), {}
     return "tfjob", tuple(ordered_replicas(job)), {port_name}, {}
+
+
+def implicit_listeners(job: Job) -> frozenset[Port]:
+    """The listeners the job's GPU pods open without declaring them: sshd's port for
+    MPI-over-SSH jobs (:func:`sshd_workers`), nothing for any other job."""
+    return SSHD_LISTENERS if sshd_workers(job) else frozenset()
+
+
+def sshd_workers(job: Job) -> bool:
+    """MPI over SSH, sshd listening on a port baked into the image and declared nowhere:
+    mpi-operator v2beta1, and Trainer's MPI runtimes (``deepspeed-distributed``), the
+    runtimes whose JobSet has a ``launcher`` replicated job (``plugins/mpi/mpi.go``)."""
+    return (job.api_version, job.kind) == MPI_V2BETA1 or (
+        job.kind == trainer_network.KIND and _type_named(job.specs, "launcher") is not None)
 
 
 def _tf_config(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -471,6 +498,8 @@ def apply(pod: dict[str, Any], original: Mapping[str, Any], plan: Plan, job: Job
         return _pytorch(spec, plan, job, replica)
     if plan.role == "tfjob":
         return _tfjob(spec, plan, job, replica)
+    if plan.role == trainer_network.ROLE:
+        return trainer_network.apply(spec, plan.ports.get(trainer_network.RANK0), replica)
     return []
 
 
@@ -687,7 +716,7 @@ def _stored_plan(stored: Mapping[str, Any]) -> Plan | None:
 #: while remembered; a reader replaces a job's object when it changes, never modifies it),
 #: with the key of what :func:`needs` read of the pod: every later pod of a gang asks again.
 _NETWORKS: dict[int, tuple[Mapping[str, Any], tuple[Any, ...], GangNetwork]] = {}
-_ENV_READ = (RDZV_ENV, "MASTER_PORT", TF_CONFIG_ENV)
+_ENV_READ = (RDZV_ENV, "MASTER_PORT", TF_CONFIG_ENV, trainer_network.MASTER_PORT_ENV)
 
 
 def _pod_inputs(spec: Mapping[str, Any]) -> tuple[Any, ...] | None:
@@ -697,8 +726,8 @@ def _pod_inputs(spec: Mapping[str, Any]) -> tuple[Any, ...] | None:
     :func:`env_value` is asked for. None when a container or port is a mapping of another
     type than dict (the two readers differ there): not remembered."""
     ports: list[tuple[Any, ...]] = []
-    env: list[Any] = [None, None, None]
-    found = [False, False, False]
+    env: list[Any] = [None] * len(_ENV_READ)
+    found = [False] * len(_ENV_READ)
     for key in ("initContainers", "containers"):
         items = spec.get(key)
         if not isinstance(items, list):

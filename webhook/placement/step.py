@@ -58,7 +58,7 @@ from gputopo.placement.types import GangRequest, NodeState, ReplicaSlot
 from gputopo.placement.waiting import after_max_wait_text
 from webhook import events, metrics
 from webhook.jobs import pod_gpus
-from webhook.placement import network
+from webhook.placement import network, node_choice
 from webhook.placement.compute_domain import ComputeDomains
 from webhook.placement.mutations import (
     GPU_RESOURCES,
@@ -335,6 +335,16 @@ class PlacementStep:
             return
         counts = gpu_counts_by_replica_type(job, resources)
         net = self._net(ctx, settings, specs, counts)
+        elsewhere = node_choice.chosen_elsewhere(ctx.pod)
+        if elsewhere is not None:  # Kueue TAS or JobSet picks the node: no pin, no reservation
+            plan = network.Plan(network.POD, "another component chooses the node; co-located "
+                                "pods keep their ports in their own network namespaces")
+            ctx.warnings.extend(network.apply(ctx.pod, ctx.original, plan, net.job,
+                                              replica.wire(), containers))
+            ctx.warnings.extend(apply_unplaced(ctx.pod, {
+                "placed": False, "job": what, "jobUid": key.uid, "replica": replica.wire(),
+                "node": None, "gpus": [], "reason": elsewhere, "network": plan.to_json()}))
+            return
         if net.need.warnings:
             ctx.warnings.extend(f"network: {w}" for w in net.need.warnings)
         if net.need.cap is not None:

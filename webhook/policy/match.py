@@ -1,4 +1,5 @@
-"""Does a policy apply to this pod? Namespace opt-in, owner kind, role, labels.
+"""Does a policy apply to this pod? Namespace opt-in, owner kind, role, TrainJob runtime,
+labels.
 
 Why the opt-in is checked here as well as by the webhook configuration's namespaceSelector:
 the selector can be edited by anyone with access to the configuration, and the dry run has
@@ -56,6 +57,8 @@ def matches(policy: Policy, *, namespace_labels: Mapping[str, str], job: JobInfo
     if (job.api_version, job.kind) not in pairs:  # the same strings' ==
         return False
     if m.roles and job.role not in m.roles:
+        return False
+    if m.runtimes and job.runtime not in m.runtimes:
         return False
     return (not m.pod_labels or _subset(m.pod_labels, pod_labels)) and (
         not m.job_labels or _subset(m.job_labels, job.labels))

@@ -26,17 +26,22 @@ ComputeDomainPolicy = Literal["create", "off"]
 #: How long a gang waits for a placement of ``minShare`` before ``afterMaxWait`` applies.
 DEFAULT_MAX_WAIT_SECONDS = 3600
 
-#: Replica roles a policy may name: the lower-cased replica types of the Kubeflow jobs.
-ROLES = ("master", "worker", "launcher", "chief", "ps", "evaluator")
+#: Replica roles a policy may name: the lower-cased replica types of the Kubeflow jobs, and
+#: ``node`` (the replicated job of Trainer v2's runtimes that runs the training).
+ROLES = ("master", "worker", "launcher", "chief", "ps", "evaluator", "node")
 
 #: (apiVersion, kind) of every owner the pipeline understands, and where each keeps its
 #: replica specs. The v2beta1 MPIJob launcher pod is owned by a batch/v1 Job that the MPIJob
-#: owns; the pipeline follows that chain.
+#: owns; the pipeline follows that chain. A JobSet's pods are owned by its batch/v1 Jobs (and
+#: a TrainJob owns its JobSet): their replicated jobs become replica specs under "podSets"
+#: (webhook/jobset_gangs.py).
 OWNER_KINDS: dict[tuple[str, str], str] = {
     ("kubeflow.org/v1", "PyTorchJob"): "pytorchReplicaSpecs",
     ("kubeflow.org/v1", "TFJob"): "tfReplicaSpecs",
     ("kubeflow.org/v1", "MPIJob"): "mpiReplicaSpecs",
     ("kubeflow.org/v2beta1", "MPIJob"): "mpiReplicaSpecs",
+    ("trainer.kubeflow.org/v1alpha1", "TrainJob"): "podSets",
+    ("jobset.x-k8s.io/v1alpha2", "JobSet"): "podSets",
 }
 DEFAULT_PRIORITY = 100
 DEFAULT_RENAME = {names.SOURCE_GPU_RESOURCE: names.TOPOLOGY_GPU_RESOURCE}
@@ -61,6 +66,9 @@ class Match:
     roles: tuple[str, ...] = ()  # empty: any role
     pod_labels: dict[str, str] = field(default_factory=dict)
     job_labels: dict[str, str] = field(default_factory=dict)
+    #: TrainJob runtimes (``spec.runtimeRef.name``); non-empty: only TrainJob gangs on one
+    #: of them match
+    runtimes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

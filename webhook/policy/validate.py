@@ -33,6 +33,9 @@ from webhook.policy import schema as s
 log = logging.getLogger(__name__)
 
 _DNS1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+#: a DNS-1123 subdomain (what a TrainingRuntime's name is), at most 253 characters
+_RUNTIME_NAME = re.compile(
+    r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _QUALIFIED = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
@@ -118,7 +121,8 @@ def _list(raw: Any, path: str, err: _Errors) -> list[Any]:
 def _match(raw: Any, err: _Errors) -> s.Match:
     path = "spec.match"
     m = _mapping(raw, path, err)
-    _keys(m, ("namespaceLabels", "owners", "roles", "podLabels", "jobLabels"), path, err)
+    _keys(m, ("namespaceLabels", "owners", "roles", "podLabels", "jobLabels", "runtimes"),
+          path, err)
     owners: list[s.OwnerKind] = []
     for i, o in enumerate(_list(m.get("owners"), f"{path}.owners", err)):
         where = f"{path}.owners[{i}]"
@@ -140,6 +144,15 @@ def _match(raw: Any, err: _Errors) -> s.Match:
             err.add(f"{path}.roles[{i}]", f"must be one of {', '.join(s.ROLES)}; got {r!r}")
         else:
             roles.append(r)
+    runtimes: list[str] = []
+    for i, r in enumerate(_list(m.get("runtimes"), f"{path}.runtimes", err)):
+        if not isinstance(r, str) or not _RUNTIME_NAME.fullmatch(r):
+            err.add(f"{path}.runtimes[{i}]", f"must be a TrainingRuntime name (lower-case "
+                    f"alphanumerics, '-' and '.', at most 253); got {r!r}")
+        else:
+            runtimes.append(r)
+    if m.get("runtimes") == []:
+        err.add(f"{path}.runtimes", "must name at least one runtime (omit it for any)")
     default = s.Match()
     return s.Match(
         namespace_labels=_labels(m.get("namespaceLabels"), f"{path}.namespaceLabels", err),
@@ -147,6 +160,7 @@ def _match(raw: Any, err: _Errors) -> s.Match:
         roles=tuple(roles),
         pod_labels=_labels(m.get("podLabels"), f"{path}.podLabels", err),
         job_labels=_labels(m.get("jobLabels"), f"{path}.jobLabels", err),
+        runtimes=tuple(runtimes),
     )
 
 
