@@ -15,11 +15,13 @@ from __future__ import annotations
 from bench.baselines.besteffort import place as besteffort
 from bench.baselines.default_scheduler import place as default_scheduler
 from bench.baselines.first_fit import place as first_fit
+from bench.baselines.rack_pack import place as rack_pack
 
 BASELINES = {
     "default-scheduler": default_scheduler,
     "first-fit": first_fit,
     "go-gpuallocator": besteffort,
+    "kueue-tas": rack_pack,
 }
 
-__all__ = ["BASELINES", "besteffort", "default_scheduler", "first_fit"]
+__all__ = ["BASELINES", "besteffort", "default_scheduler", "first_fit", "rack_pack"]

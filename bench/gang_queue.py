@@ -1,0 +1,171 @@
+"""One queue for every policy of the replays: the product's own admission and queue rules.
+
+Why this module: a replay that compares placement policies must not also compare queues.
+Every policy, gputopo and the baselines alike, goes through the same code here, built on
+the product's pieces (as ``bench/queue_replay.py`` does):
+
+- **admission**: :meth:`webhook.placement.reserve.GangReserver.reserve`, the solve +
+  compare-and-swap reservation of the webhook, with the policy's solver in place of
+  gputopo's. gputopo's gangs may wait for a good placement (``whenFull: wait``: the
+  product's ``good_share``); a baseline takes any feasible placement (it has no such rule).
+- **the queue**: a gang that got no placement waits; after every event (an arrival, a
+  job's end) one pass of :func:`webhook.queue.gangs.serve_pass` (arrival order, backfill,
+  starvation guard, ``maxWaitSeconds``) places what it can, exactly as
+  :class:`webhook.queue.placer.PlacementQueue` does: the same ``good_share`` first, and
+  for an overdue gang the best placement there is, else released unplaced.
+- **released unplaced**: the gang's pods go to the cluster's scheduler without a pin; the
+  replay serves them FIFO (the head blocks the rest, as a gang scheduler does) with the
+  ``unplaced`` policy (the default scheduler behind gputopo; a baseline's own policy).
+
+Only the I/O is simulated: no API server, a gang "binds" the moment it is reserved.
+tests/queue/test_replay_queue_equal.py holds this queue equal to the product's
+(``PlacementQueue`` and the admission step on the API test double).
+
+The node list a gang may use can be narrowed per gang (``fits``): the Alibaba replay counts
+CPU and memory that way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gputopo.cluster.reservations import GangKey, GangReservation, InMemoryReservationStore
+from gputopo.placement.types import GangRequest, NodeState, Placement
+from webhook.placement.reserve import GOOD_SHARE, GangReserver, Unplaced
+from webhook.queue.gangs import DEFAULT_STARVATION_SECONDS, WaitingGang, serve_pass
+
+Policy = Callable[[Sequence[NodeState], GangRequest], Placement]
+#: The product's default ``maxWaitSeconds`` (webhook/policy/schema.py).
+DEFAULT_MAX_WAIT_SECONDS = 3600.0
+
+
+@dataclass(frozen=True)
+class Started:
+    """A gang that got its GPUs: when, where, and which rule placed it."""
+
+    key: GangKey
+    at: float
+    reservation: GangReservation
+    how: str  # admission | queue | fallback | unplaced
+
+
+@dataclass
+class _Reader:
+    """A ClusterReader of fixed nodes (usage lives in the reservation store); ``only``
+    narrows the node list for the gang being placed."""
+
+    nodes: list[NodeState]
+    only: Callable[[NodeState], bool] | None = None
+
+    def node_states(self) -> list[NodeState]:
+        if self.only is None:
+            return self.nodes
+        return [n for n in self.nodes if self.only(n)]
+
+    def object(self, **_: Any) -> None:
+        return None
+
+    def namespace(self, name: str) -> None:
+        return None
+
+
+@dataclass
+class GangQueue:
+    """Admission + the placement queue for one policy on one cluster (module docstring).
+
+    ``wait_for_good``: gangs wait for a placement of at least ``GOOD_SHARE`` of their ideal
+    bandwidth (gputopo's ``whenFull: wait``); False: any feasible placement is taken.
+    ``fits``: per gang, which nodes it may use (None: all).
+    """
+
+    nodes: list[NodeState]
+    policy: Policy
+    wait_for_good: bool
+    unplaced_policy: Policy
+    max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS
+    starvation_seconds: float = DEFAULT_STARVATION_SECONDS
+    fits: Callable[[GangKey], Callable[[NodeState], bool] | None] | None = None
+    waiting: list[WaitingGang] = field(default_factory=list)
+    released_unplaced: list[tuple[GangKey, GangRequest]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.store = InMemoryReservationStore(ttl_seconds=1e12)
+        self.reserver = GangReserver(self.store, solver=self.policy)
+        self.reader = _Reader(self.nodes)
+        self._gangs: dict[GangKey, GangRequest] = {}
+
+    @property
+    def good_share(self) -> float | None:
+        return GOOD_SHARE if self.wait_for_good else None
+
+    # --- the events ----------------------------------------------------------------------
+    def arrive(self, key: GangKey, gang: GangRequest, now: float) -> Started | None:
+        """A gang's first GPU pod is admitted: placed now, or it waits (None)."""
+        self._gangs[key] = gang
+        made = self._reserve(key, gang, self.good_share)
+        if isinstance(made, GangReservation):
+            return Started(key, now, made, "admission")
+        self.waiting.append(WaitingGang(key, gang, now, self.max_wait_seconds))
+        return None
+
+    def release(self, key: GangKey) -> None:
+        """The gang's job ended: its GPUs are free."""
+        self.store.release(key)
+
+    def serve(self, now: float) -> list[Started]:
+        """One queue pass, then the unplaced gangs' scheduler; who started."""
+        out: list[Started] = []
+
+        def place(g: WaitingGang) -> str | None:
+            made = self._reserve(g.key, g.request, self.good_share)
+            if isinstance(made, Unplaced):
+                return made.reason
+            out.append(Started(g.key, now, made, "queue"))
+            return None
+
+        def fall_back(g: WaitingGang) -> bool:
+            made = self._reserve(g.key, g.request, None)
+            if isinstance(made, GangReservation):
+                out.append(Started(g.key, now, made, "fallback"))
+            else:
+                self.released_unplaced.append((g.key, g.request))
+            return True
+
+        if self.waiting:
+            result = serve_pass(self.waiting, now=now,
+                                starvation_seconds=self.starvation_seconds,
+                                place=place, fall_back=fall_back)
+            done = set(result.placed) | set(result.fallen_back)
+            self.waiting[:] = [g for g in self.waiting if str(g.key) not in done]
+        out.extend(self._schedule_unplaced(now))
+        return out
+
+    # --- helpers -------------------------------------------------------------------------
+    def _reserve(self, key: GangKey, gang: GangRequest, good: float | None
+                 ) -> GangReservation | Unplaced:
+        self.reader.only = self.fits(key) if self.fits is not None else None
+        made = self.reserver.reserve(cluster=self.reader, pod={}, key=key, gang=gang,
+                                     good_share=good)
+        return made if isinstance(made, Unplaced) else made[0]
+
+    def _schedule_unplaced(self, now: float) -> list[Started]:
+        """The scheduler's FIFO of gangs released unplaced: the head blocks the rest."""
+        out = []
+        while self.released_unplaced:
+            key, gang = self.released_unplaced[0]
+            self.reader.only = self.fits(key) if self.fits is not None else None
+            held = self.store.held_gpus()
+            free = [NodeState(name=n.name, topology=n.topology,
+                              used=n.used | frozenset(held.get(n.name, ())), zone=n.zone,
+                              rack=n.rack, network_gbps=n.network_gbps,
+                              network_transport=n.network_transport)
+                    for n in self.reader.node_states()]
+            placement = self.unplaced_policy(free, gang)
+            if not placement.feasible:
+                break
+            res = self.store.reserve(key, placement)
+            self.released_unplaced.pop(0)
+            out.append(Started(key, now, res, "unplaced"))
+        return out
