@@ -21,20 +21,26 @@ Only the I/O is simulated: no API server, a gang "binds" the moment it is reserv
 tests/queue/test_replay_queue_equal.py holds this queue equal to the product's
 (``PlacementQueue`` and the admission step on the API test double).
 
-The node list a gang may use can be narrowed per gang (``fits``): the Alibaba replay counts
+The nodes a gang may use can be narrowed per gang (``unfit``): the Alibaba replay counts
 CPU and memory that way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from gputopo.cluster.node_fit import NodeFacts
 from gputopo.cluster.reservations import GangKey, GangReservation, InMemoryReservationStore
 from gputopo.placement.types import GangRequest, NodeState, Placement
 from webhook.placement.reserve import GOOD_SHARE, GangReserver, Unplaced
-from webhook.queue.gangs import DEFAULT_STARVATION_SECONDS, WaitingGang, serve_pass
+from webhook.queue.gangs import (
+    DEFAULT_STARVATION_SECONDS,
+    PassResult,
+    WaitingGang,
+    serve_pass,
+)
 
 Policy = Callable[[Sequence[NodeState], GangRequest], Placement]
 #: The product's default ``maxWaitSeconds`` (webhook/policy/schema.py).
@@ -51,18 +57,32 @@ class Started:
     how: str  # admission | queue | fallback | unplaced
 
 
-@dataclass
 class _Reader:
-    """A ClusterReader of fixed nodes (usage lives in the reservation store); ``only``
-    narrows the node list for the gang being placed."""
+    """A ClusterReader of fixed nodes (usage lives in the reservation store).
 
-    nodes: list[NodeState]
-    only: Callable[[NodeState], bool] | None = None
+    ``blocked``: nodes the gang being placed cannot use (e.g. too little CPU left): they
+    are handed over with every GPU taken, so the list keeps its length and every other
+    node its object, and the reserver's memos (which go by node identity) carry over."""
+
+    def __init__(self, nodes: Sequence[NodeState]) -> None:
+        self.nodes = [n if n.facts is not None else _with_facts(n) for n in nodes]
+        self.blocked: frozenset[str] = frozenset()
+        self._full: dict[str, NodeState] = {}
+        self._last: tuple[frozenset[str], list[NodeState]] = (frozenset(), self.nodes)
 
     def node_states(self) -> list[NodeState]:
-        if self.only is None:
-            return self.nodes
-        return [n for n in self.nodes if self.only(n)]
+        if self.blocked == self._last[0]:
+            return self._last[1]
+        blocked = self.blocked
+        out = [self._full_copy(n) if n.name in blocked else n for n in self.nodes]
+        self._last = (blocked, out)
+        return out
+
+    def _full_copy(self, n: NodeState) -> NodeState:
+        hit = self._full.get(n.name)
+        if hit is None:
+            hit = self._full[n.name] = replace(n, used=frozenset(n.topology.indices))
+        return hit
 
     def object(self, **_: Any) -> None:
         return None
@@ -71,13 +91,19 @@ class _Reader:
         return None
 
 
+def _with_facts(n: NodeState) -> NodeState:
+    """The node with the facts of a plain Node object (no labels, no taints): what the
+    reserver's fit memo needs to keep its answer between gangs."""
+    return replace(n, facts=NodeFacts.of({"metadata": {"name": n.name}}))
+
+
 @dataclass
 class GangQueue:
     """Admission + the placement queue for one policy on one cluster (module docstring).
 
     ``wait_for_good``: gangs wait for a placement of at least ``GOOD_SHARE`` of their ideal
     bandwidth (gputopo's ``whenFull: wait``); False: any feasible placement is taken.
-    ``fits``: per gang, which nodes it may use (None: all).
+    ``unfit``: per gang, the names of nodes it cannot use (None: it may use all).
     """
 
     nodes: list[NodeState]
@@ -86,7 +112,7 @@ class GangQueue:
     unplaced_policy: Policy
     max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS
     starvation_seconds: float = DEFAULT_STARVATION_SECONDS
-    fits: Callable[[GangKey], Callable[[NodeState], bool] | None] | None = None
+    unfit: Callable[[GangKey], frozenset[str]] | None = None
     waiting: list[WaitingGang] = field(default_factory=list)
     released_unplaced: list[tuple[GangKey, GangRequest]] = field(default_factory=list)
 
@@ -94,7 +120,10 @@ class GangQueue:
         self.store = InMemoryReservationStore(ttl_seconds=1e12)
         self.reserver = GangReserver(self.store, solver=self.policy)
         self.reader = _Reader(self.nodes)
+        self.nodes = self.reader.nodes
         self._gangs: dict[GangKey, GangRequest] = {}
+        #: what the last :meth:`serve` pass decided (the product's PassResult)
+        self.last_pass = PassResult()
 
     @property
     def good_share(self) -> float | None:
@@ -115,7 +144,8 @@ class GangQueue:
         self.store.release(key)
 
     def serve(self, now: float) -> list[Started]:
-        """One queue pass, then the unplaced gangs' scheduler; who started."""
+        """One queue pass (its decisions in :attr:`last_pass`), then the unplaced gangs'
+        scheduler; who started."""
         out: list[Started] = []
 
         def place(g: WaitingGang) -> str | None:
@@ -133,8 +163,9 @@ class GangQueue:
                 self.released_unplaced.append((g.key, g.request))
             return True
 
+        self.last_pass = PassResult()
         if self.waiting:
-            result = serve_pass(self.waiting, now=now,
+            result = self.last_pass = serve_pass(self.waiting, now=now,
                                 starvation_seconds=self.starvation_seconds,
                                 place=place, fall_back=fall_back)
             done = set(result.placed) | set(result.fallen_back)
@@ -145,7 +176,7 @@ class GangQueue:
     # --- helpers -------------------------------------------------------------------------
     def _reserve(self, key: GangKey, gang: GangRequest, good: float | None
                  ) -> GangReservation | Unplaced:
-        self.reader.only = self.fits(key) if self.fits is not None else None
+        self.reader.blocked = self.unfit(key) if self.unfit is not None else frozenset()
         made = self.reserver.reserve(cluster=self.reader, pod={}, key=key, gang=gang,
                                      good_share=good)
         return made if isinstance(made, Unplaced) else made[0]
@@ -155,7 +186,7 @@ class GangQueue:
         out = []
         while self.released_unplaced:
             key, gang = self.released_unplaced[0]
-            self.reader.only = self.fits(key) if self.fits is not None else None
+            self.reader.blocked = self.unfit(key) if self.unfit is not None else frozenset()
             held = self.store.held_gpus()
             free = [NodeState(name=n.name, topology=n.topology,
                               used=n.used | frozenset(held.get(n.name, ())), zone=n.zone,
