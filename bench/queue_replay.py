@@ -11,15 +11,16 @@ V100 nodes, the seeds' topology, 25 Gbit/s between nodes), in simulated time:
 The gputopo parts are the real ones: :class:`webhook.placement.reserve.GangReserver` (the
 solve + compare-and-swap reservation of admission and the queue, on an in-memory store),
 :data:`GOOD_SHARE`, and the queue's pass policy :func:`webhook.queue.gangs.serve_pass`
-(arrival order, backfill, starvation guard, ``maxWaitSeconds`` fallback). Only the I/O is
-simulated: no API server, pods "bound" the moment they are placed.
+(arrival order, backfill, starvation guard, the waiting rule after ``maxWaitSeconds``).
+Only the I/O is simulated: no API server, pods "bound" the moment they are placed.
 
 - ``admit``: at arrival the best placement there is; when none, the gang waits for the
   default scheduler, which binds it FIFO and topology-blind
   (:mod:`bench.baselines.default_scheduler`) as soon as enough GPUs are free.
 - ``wait``: at arrival a placement only if good; else the gang waits and every event (a
-  job ends, a job arrives) runs one queue pass; after ``maxWaitSeconds`` the best placement
-  there is, or the topology-blind queue.
+  job ends, a job arrives) runs one queue pass; after ``maxWaitSeconds`` what the default
+  waiting rule allows (gputopo.placement.waiting: the best placement free if it reaches
+  ``floorShare`` of the gang's best, else it keeps waiting).
 
 A job's duration does not depend on its placement here (conservative for ``wait``: a
 better placement would also finish sooner).
@@ -132,7 +133,7 @@ def replay(policy: str, jobs: Sequence[Job], nodes: list[NodeState], *, max_wait
         heapq.heappush(events, (j.arrival, 1, "arrive", j.name))
     jobs_by_name = {j.name: j for j in jobs}
     waiting: list[WaitingGang] = []  # the queue (wait)
-    blind: list[Job] = []  # FIFO for the default scheduler (admit, and wait's fallback)
+    blind: list[Job] = []  # FIFO for the default scheduler (admit; wait: gangs denied)
 
     def key_of(job: Job) -> GangKey:
         return GangKey("bench", "MPIJob", job.name, job.name)
@@ -166,18 +167,17 @@ def replay(policy: str, jobs: Sequence[Job], nodes: list[NodeState], *, max_wait
             started(job, placement.bus_bandwidth_gbps, now, "scheduler")
 
     def queue_pass(now: float) -> None:
-        def place(g: WaitingGang) -> str | None:
-            return try_reserve(by_key[g.key], now, GOOD_SHARE, "queue")
+        def place(g: WaitingGang, need: float) -> str | None:
+            how = "queue" if need >= g.rule.min_share else "fallback"  # below minShare
+            return try_reserve(by_key[g.key], now, need, how)
 
-        def fall_back(g: WaitingGang) -> bool:
-            job = by_key[g.key]
-            if try_reserve(job, now, None, "fallback") is not None:
-                blind.append(job)
+        def give_up(g: WaitingGang, why: str) -> bool:  # afterMaxWait: deny (not default)
+            blind.append(by_key[g.key])
             return True
 
         result = serve_pass(waiting, now=now, starvation_seconds=DEFAULT_STARVATION_SECONDS,
-                            place=place, fall_back=fall_back)
-        done = set(result.placed) | set(result.fallen_back)
+                            place=place, give_up=give_up)
+        done = set(result.placed) | set(result.fallen_back) | set(result.denied)
         waiting[:] = [g for g in waiting if str(g.key) not in done]
 
     while events:

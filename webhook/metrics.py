@@ -60,14 +60,16 @@ QUEUE_WAITING = Gauge(
 QUEUE_WAIT_SECONDS = Histogram(
     "gputopo_queue_wait_seconds",
     "How long a gang waited gated, from its first pod's admission to its release "
-    "(placed or fallen back).",
+    "(placed, placed below minShare after maxWaitSeconds, or denied).",
     buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400),
 )
 QUEUE_PLACEMENTS = Counter(
     "gputopo_queue_placements_total", "Waiting gangs the queue placed.")
 QUEUE_FALLBACKS = Counter(
     "gputopo_queue_fallbacks_total",
-    "Waiting gangs released unplaced after maxWaitSeconds, by reason.", ["reason"])
+    "Waiting gangs that reached maxWaitSeconds and were placed below minShare "
+    "(reason=placed_below_good, afterMaxWait: takeBest) or denied (reason=denied).",
+    ["reason"])
 QUEUE_LEADER = Gauge(
     "gputopo_queue_leader", "1 while this process holds the placement queue's Lease.")
 

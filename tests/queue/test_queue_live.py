@@ -190,11 +190,56 @@ def test_queue_command_shows_the_waiting_gangs_and_why_not_now(kube, tmp_path, c
     assert "MPIJob default/waiter" in out
 
 
-def test_after_max_wait_the_gang_takes_the_best_placement_there_is(kube):
-    busy_cluster(kube)  # free: A:6,7 and B:6,7 — feasible, but not good
+def _policy_dir(tmp_path: Any, **placement: Any) -> Any:
+    """The shipped ACK policy with ``placement`` keys set, as the only policy of a folder."""
+    from gputopo.yamlio import dump, load_documents
+    from webhook.assembly import default_policies_dir
+
+    (doc,) = load_documents(default_policies_dir() / "ack-gpu-topology.yaml")
+    doc["spec"]["placement"].update(placement)
+    folder = tmp_path / "policies"
+    folder.mkdir()
+    (folder / "policy.yaml").write_text(dump(doc))
+    return folder
+
+
+def test_by_default_a_gang_never_starts_below_the_floor_even_after_max_wait(kube):
+    """The seeds' case: the only free GPUs are two per node (A:6,7, B:6,7), which would run
+    the 4 x 1-GPU gang at ~3 % of its best bus bandwidth over TCP. Before and after
+    maxWaitSeconds the default rule (takeBest, floorShare 0.5) keeps it waiting, gated,
+    nothing reserved; when a whole NVLink quad frees up it starts there at its best."""
+    holder = busy_cluster(kube)  # free: A:6,7 and B:6,7 — feasible, but far below the floor
     with live_admitter(kube, can_wait=True) as (admitter, view):
         assert wait_for(lambda: sum(len(n.used) for n in view.node_states()) == 12)
+        job, admitted = waiting_gang(kube, admitter)
+        rec = record(admitted[0])
+        assert (rec["minShare"], rec["afterMaxWait"], rec["floorShare"]) == (
+            0.9, "takeBest", 0.5)
+        key = str(GangKey("default", "MPIJob", "waiter", job["metadata"]["uid"]))
+        late = _queue(view, kube, clock=lambda: time.time() + 3601)  # maxWaitSeconds 3600
+        result = late.run_once()
+        assert result.placed == [] and result.fallen_back == [] and result.denied == []
+        assert "waits for at least 50% of it" in result.waiting[key]
+        assert view.reservations.list() == []
+        assert all(gated(p) and "affinity" not in p["spec"] for p in pods_of(kube, "waiter"))
+        kube.remove(holder)  # A:0-3 frees up
+        assert wait_for(lambda: sum(len(n.used) for n in view.node_states()) == 8)
+        assert late.run_once().placed == [key]  # at its best: minShare met
+    pods = pods_of(kube, "waiter")
+    assert sorted(g for p in pods for g in gpu_group(p)) == [0, 1, 2, 3]
+    assert {pinned_node(p) for p in pods} == {NODE_A} and not any(gated(p) for p in pods)
+
+
+def test_after_max_wait_take_best_with_a_low_floor_takes_the_best_placement_there_is(
+        kube, tmp_path):
+    """``afterMaxWait: takeBest, floorShare: 0`` (the old behaviour, opted into): after
+    maxWaitSeconds the gang takes the two-node placement, pinned, its env right."""
+    busy_cluster(kube)  # free: A:6,7 and B:6,7 — feasible, but not good
+    policies = _policy_dir(tmp_path, afterMaxWait="takeBest", floorShare=0)
+    with live_admitter(kube, policies=policies, can_wait=True) as (admitter, view):
+        assert wait_for(lambda: sum(len(n.used) for n in view.node_states()) == 12)
         waiting_gang(kube, admitter)
+        assert _queue(view, kube).run_once().waiting  # before maxWaitSeconds: minShare
         queue = _queue(view, kube, clock=lambda: time.time() + 3601)  # maxWaitSeconds 3600
         result = queue.run_once()
     assert len(result.fallen_back) == 1 and result.placed == []
@@ -212,22 +257,45 @@ def test_after_max_wait_the_gang_takes_the_best_placement_there_is(kube):
                      .split(",")) == gpu_group(pod)
 
 
-def test_after_max_wait_with_no_room_at_all_the_gates_go_unpinned(kube):
+@pytest.mark.parametrize("after", ["takeBest", "keepWaiting"])
+def test_after_max_wait_with_no_room_at_all_the_gang_keeps_waiting_gated(kube, tmp_path,
+                                                                         after):
+    """No gang is ever released without a placement (its GPU env would read empty
+    annotations): with nothing free it keeps waiting, whatever the rule."""
     busy_cluster(kube)
     kube.apply(busy_pod("rest-a", NODE_A, "6,7"))
     kube.apply(busy_pod("rest-b", NODE_B, "6,7"))
-    with live_admitter(kube, can_wait=True) as (admitter, view):
+    policies = _policy_dir(tmp_path, afterMaxWait=after, floorShare=0)
+    with live_admitter(kube, policies=policies, can_wait=True) as (admitter, view):
         assert wait_for(lambda: sum(len(n.used) for n in view.node_states()) == 16)
         waiting_gang(kube, admitter)
         queue = _queue(view, kube, clock=lambda: time.time() + 3601)
         result = queue.run_once()
-        assert len(result.fallen_back) == 1
+        assert len(result.waiting) == 1 and not result.fallen_back and not result.denied
         assert view.reservations.list() == []  # nothing reserved for it
     for pod in pods_of(kube, "waiter"):
-        assert not gated(pod) and "affinity" not in pod["spec"]
+        assert gated(pod) and "affinity" not in pod["spec"]
+        assert record(pod)["waiting"] is True
+
+
+def test_after_max_wait_deny_gives_up_and_the_pods_stay_gated(kube, tmp_path):
+    busy_cluster(kube)  # feasible but poor: deny does not take it either
+    policies = _policy_dir(tmp_path, afterMaxWait="deny", maxWaitSeconds=60)
+    with live_admitter(kube, policies=policies, can_wait=True) as (admitter, view):
+        assert wait_for(lambda: sum(len(n.used) for n in view.node_states()) == 12)
+        job, _ = waiting_gang(kube, admitter)
+        key = str(GangKey("default", "MPIJob", "waiter", job["metadata"]["uid"]))
+        assert _queue(view, kube, clock=lambda: time.time() + 30).run_once().waiting
+        queue = _queue(view, kube, clock=lambda: time.time() + 61)
+        assert queue.run_once().denied == [key]
+        again = queue.run_once()  # a denied gang is no longer served
+        assert again.denied == [] and again.waiting == {}
+        assert view.reservations.list() == []
+    for pod in pods_of(kube, "waiter"):
+        assert gated(pod) and "affinity" not in pod["spec"]
         rec = record(pod)
-        assert rec["placed"] is False and rec["waiting"] is False
-        assert "maxWaitSeconds" in rec["reason"] and rec["queue"]["fallback"]
+        assert rec["placed"] is False and rec["waiting"] is False and rec["denied"] is True
+        assert "afterMaxWait: deny" in rec["reason"]
 
 
 def test_a_gang_that_fits_halfway_through_its_admissions_is_completed_by_the_queue(kube):
@@ -297,15 +365,9 @@ def test_the_queue_rates_networks_with_the_admitting_policy_s_transport_share(ku
     shares, and the queue (which has no policy at hand) places the gang with them: the
     2 + 2 placement over the demo's 25 Gbit/s TCP network is predicted at 25 x 0.5 / 8,
     not at the default 25 x 0.25 / 8."""
-    from gputopo.yamlio import dump, load_documents
-    from webhook.assembly import default_policies_dir
-
-    (doc,) = load_documents(default_policies_dir() / "ack-gpu-topology.yaml")
-    doc["spec"]["placement"]["transportShare"] = {"tcp": 0.5}
-    (tmp_path / "policies").mkdir()
-    (tmp_path / "policies" / "policy.yaml").write_text(dump(doc))
+    policies = _policy_dir(tmp_path, transportShare={"tcp": 0.5}, floorShare=0)
     busy_cluster(kube)  # free: A:6,7 and B:6,7 — feasible, but not good
-    with live_admitter(kube, policies=tmp_path / "policies", can_wait=True) as (admitter, view):
+    with live_admitter(kube, policies=policies, can_wait=True) as (admitter, view):
         assert wait_for(lambda: sum(len(n.used) for n in view.node_states()) == 12)
         _, admitted = waiting_gang(kube, admitter)
         assert all(record(p)["gang"]["transportShare"] == {"tcp": 0.5} for p in admitted)

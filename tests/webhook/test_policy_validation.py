@@ -133,3 +133,29 @@ def test_placement_wait_settings_are_checked():
     assert {e.obj for e in errors} == {"spec.placement.whenFull",
                                        "spec.placement.maxWaitSeconds",
                                        "spec.placement.podGroup"}
+
+
+def test_the_waiting_rule_keys_default_and_are_checked():
+    policy, errors = validate_document(GOOD, source="p.yaml")
+    assert errors == [] and policy is not None
+    rule = policy.placement.waiting
+    assert (rule.min_share, rule.after_max_wait, rule.floor_share) == (0.9, "takeBest", 0.5)
+    assert rule.floor == 0.5
+    set_ = {**GOOD, "spec": {**GOOD["spec"], "placement": {
+        "minShare": 0.8, "afterMaxWait": "deny", "floorShare": 0}}}
+    policy, errors = validate_document(set_, source="p.yaml")
+    assert errors == [] and policy is not None
+    rule = policy.placement.waiting
+    assert (rule.min_share, rule.after_max_wait, rule.floor_share, rule.floor) == (
+        0.8, "deny", 0.0, 0.8)  # deny never starts a gang below minShare
+    bad = {**GOOD, "spec": {**GOOD["spec"], "placement": {
+        "minShare": 1.5, "afterMaxWait": "later", "floorShare": True}}}
+    _, errors = validate_document(bad, source="p.yaml")
+    assert {e.obj for e in errors} == {"spec.placement.minShare",
+                                       "spec.placement.afterMaxWait",
+                                       "spec.placement.floorShare"}
+    above = {**GOOD, "spec": {**GOOD["spec"], "placement": {"minShare": 0.6,
+                                                            "floorShare": 0.7}}}
+    _, errors = validate_document(above, source="p.yaml")
+    assert [(e.obj, e.reason) for e in errors] == [
+        ("spec.placement.floorShare", "must not exceed minShare (0.6); got 0.7")]

@@ -38,6 +38,7 @@ from gputopo.placement.types import (
     SharesMemo,
     with_transport_shares,
 )
+from gputopo.placement.waiting import DEFAULT_MIN_SHARE, starts
 from gputopo.topology.transport import TransportShares
 from webhook.placement import network
 
@@ -54,10 +55,9 @@ DEFAULT_MAX_ATTEMPTS = 5
 #: admission of the same gang to finish writing its reservation (claims, then the gang
 #: record: a few API round trips).
 DEFAULT_SETTLE_SECONDS = 0.5
-#: A gang that may wait (``whenFull: wait``) takes a placement only when its predicted bus
-#: bandwidth is at least this share of what the gang would get on the same nodes with every
-#: GPU free; below it, it waits for a good placement (docs/queue.md).
-GOOD_SHARE = 0.9
+#: The default ``minShare`` of the waiting rule (gputopo.placement.waiting; docs/queue.md),
+#: under its old name for callers that pass it as ``good_share``.
+GOOD_SHARE = DEFAULT_MIN_SHARE
 
 
 @dataclass(frozen=True)
@@ -444,9 +444,10 @@ class GangReserver:
 
     def not_good(self, placement: Placement, nodes: Sequence[NodeState], gang: GangRequest,
                  good_share: float) -> Unplaced | None:
-        """Why a feasible ``placement`` is not good enough to take now, or None."""
+        """Why a feasible ``placement`` is not good enough to take now (below ``good_share``
+        of the gang's ideal bandwidth: the waiting rule's :func:`starts`), or None."""
         ideal = self.ideal_bandwidth(nodes, gang)
-        if ideal <= 0 or placement.bus_bandwidth_gbps >= good_share * ideal:
+        if starts(placement.bus_bandwidth_gbps, ideal, good_share):
             return None
         spread = sorted({s.node for s in placement.slots})
         return Unplaced(
@@ -473,7 +474,8 @@ class GangReserver:
         cluster merely full of settled reservations costs no wait.
 
         ``good_share``: the gang may wait, so a feasible placement below that share of the
-        gang's ideal bandwidth (:meth:`not_good`) is not taken (None: take the best there is).
+        gang's ideal bandwidth (:meth:`not_good`) is not taken (None: take the best there is);
+        callers take it from the gang's waiting rule (``WaitingRule.start_share``).
 
         ``net``: the gang's network plan: nodes holding a host port the gang cannot move are
         left out, the plan is decided from the solver's slots (ports derived from GPUs) and

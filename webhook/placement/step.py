@@ -52,6 +52,7 @@ from gputopo.cluster.reservations import (
 )
 from gputopo.cluster.source import node_state_named
 from gputopo.placement.types import GangRequest, NodeState, ReplicaSlot
+from gputopo.placement.waiting import after_max_wait_text
 from webhook import metrics
 from webhook.jobs import pod_gpus
 from webhook.placement import network
@@ -66,7 +67,6 @@ from webhook.placement.mutations import (
 from webhook.placement.reserve import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_SETTLE_SECONDS,
-    GOOD_SHARE,
     GangReserver,
     HeldMemo,
     Solver,
@@ -443,13 +443,20 @@ class PlacementStep:
         """Solve the whole gang and reserve it (:meth:`GangReserver.reserve`, shared with
         the placement queue); the admitted pod's constraints decide for the gang."""
         return self.reserver.reserve(cluster=ctx.cluster, pod=ctx.pod, key=key, gang=gang,
-                                     good_share=GOOD_SHARE if self._may_wait(ctx) else None,
+                                     good_share=self._min_share(ctx),
                                      net=net,
                                      shares=placement_settings(ctx.policy).transport_share)
 
     def _may_wait(self, ctx: AdmissionContext) -> bool:
         """The gang may wait for a good placement (``whenFull: wait`` and a queue runs)."""
         return self.can_wait and placement_settings(ctx.policy).when_full == WHEN_FULL_WAIT
+
+    def _min_share(self, ctx: AdmissionContext) -> float | None:
+        """The share of its best a gang needs to start at admission (its policy's
+        ``minShare``), or None when it may not wait (it takes what there is)."""
+        if not self._may_wait(ctx):
+            return None
+        return placement_settings(ctx.policy).waiting.start_share(overdue=False)
 
     def _preview(
         self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, gang: GangRequest,
@@ -466,8 +473,9 @@ class PlacementStep:
                 if not placement.feasible:
                     return Unplaced(_ruled_out(placement.reason or "no feasible placement",
                                                fit, excluded))
-                if self._may_wait(ctx):
-                    poor = self.reserver.not_good(placement, fit, gang, GOOD_SHARE)
+                need = self._min_share(ctx)
+                if need is not None:
+                    poor = self.reserver.not_good(placement, fit, gang, need)
                     if poor is not None:
                         return poor
                 slot_nodes = {s.node for s in placement.slots}
@@ -578,8 +586,8 @@ class PlacementStep:
             ctx.warnings.append(
                 f"{prefix} {what} ({demand}) waits for a placement: {why.reason}; its pods "
                 f"are held by the scheduling gate {names.PLACEMENT_GATE} until the queue "
-                f"places the whole gang (at most {settings.max_wait_seconds} s, then it is "
-                f"admitted unplaced)")
+                f"places the whole gang: "
+                f"{after_max_wait_text(settings.waiting, settings.max_wait_seconds)}")
             if not preview:
                 metrics.PLACEMENTS.labels(result="gated").inc()
             return
@@ -641,6 +649,7 @@ def waiting_record(key: GangKey, gang: GangRequest, settings: PlacementSettings,
         "waiting": True,
         "since": time.time(),
         "maxWaitSeconds": settings.max_wait_seconds,
+        **settings.waiting.to_json(),
         "gang": {"namespace": key.namespace, "kind": key.kind, "name": key.name,
                  "uid": key.uid, "replicas": gang.replicas,
                  "gpusPerReplica": gang.gpus_per_replica,

@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import Any, Literal
 
 from gputopo import names
+from gputopo.placement.waiting import WaitingRule
 from gputopo.topology.transport import TransportShares
 
 API_VERSION = "gputopo.io/v1alpha1"
@@ -21,7 +22,7 @@ KIND = "TopologyPolicy"
 Mode = Literal["enforce", "audit"]
 WhenFull = Literal["wait", "admit", "deny"]
 PodGroupPolicy = Literal["create", "require", "off"]
-#: How long a gang may wait for a placement before it is admitted unplaced (whenFull: wait).
+#: How long a gang waits for a placement of ``minShare`` before ``afterMaxWait`` applies.
 DEFAULT_MAX_WAIT_SECONDS = 3600
 
 #: Replica roles a policy may name: the lower-cased replica types of the Kubeflow jobs.
@@ -125,6 +126,9 @@ class PlacementSettings:
     #: this policy admits; a node's own ``gputopo.io/network-efficiency`` still wins.
     #: Sorted (transport, share) pairs; empty: the defaults.
     transport_share: TransportShares = ()
+    #: ``minShare``, ``afterMaxWait``, ``floorShare``: when a gang that may wait takes the
+    #: placement it can get (gputopo.placement.waiting)
+    waiting: WaitingRule = field(default_factory=WaitingRule)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gputopo.errors import PolicyError
+from gputopo.placement.waiting import (
+    AFTER_MAX_WAIT,
+    DEFAULT_AFTER_MAX_WAIT,
+    DEFAULT_FLOOR_SHARE,
+    DEFAULT_MIN_SHARE,
+    WaitingRule,
+)
 from gputopo.topology.transport import (
     TRANSPORT_EFFICIENCY,
     TRANSPORT_ORDER,
@@ -277,7 +284,8 @@ def _placement(raw: Any, err: _Errors) -> s.PlacementSettings:
     path = "spec.placement"
     p = _mapping(raw, path, err)
     _keys(p, ("enabled", "whenFull", "maxWaitSeconds", "podGroup", "onUnplaceable",
-              "network", "hostPorts", "gpuEnv", "transportShare"), path, err)
+              "network", "hostPorts", "gpuEnv", "transportShare", "minShare",
+              "afterMaxWait", "floorShare"), path, err)
     when_full = _choice(p.get("whenFull"), f"{path}.whenFull", err, ("wait", "admit", "deny"),
                         None)
     old = _choice(p.get("onUnplaceable"), f"{path}.onUnplaceable", err, ("admit", "deny"),
@@ -306,7 +314,29 @@ def _placement(raw: Any, err: _Errors) -> s.PlacementSettings:
         gpu_env=_choice(p.get("gpuEnv"), f"{path}.gpuEnv", err, ("pod", "plugin"), "pod"),
         transport_share=_transport_share(p.get("transportShare"), f"{path}.transportShare",
                                          err),
+        waiting=_waiting_rule(p, path, err),
     )
+
+
+def _waiting_rule(p: Mapping[str, Any], path: str, err: _Errors) -> WaitingRule:
+    """``minShare`` and ``floorShare``: shares of the gang's best bus bandwidth, from 0 to
+    1, a floor set no higher than ``minShare``; ``afterMaxWait``: takeBest | keepWaiting |
+    deny (gputopo.placement.waiting)."""
+    def share(key: str, default: float) -> float:
+        v = p.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 1:
+            err.add(f"{path}.{key}", f"must be a number from 0 to 1 (a share of the gang's "
+                    f"best predicted bus bandwidth); got {v!r}")
+            return default
+        return float(v)
+
+    low, high = share("floorShare", DEFAULT_FLOOR_SHARE), share("minShare", DEFAULT_MIN_SHARE)
+    if low > high and "floorShare" in p:  # the default floor merely follows minShare down
+        err.add(f"{path}.floorShare", f"must not exceed minShare ({high:g}); got {low:g}")
+    return WaitingRule(
+        min_share=high, floor_share=min(low, high),
+        after_max_wait=_choice(p.get("afterMaxWait"), f"{path}.afterMaxWait", err,
+                               AFTER_MAX_WAIT, DEFAULT_AFTER_MAX_WAIT))
 
 
 def _transport_share(raw: Any, path: str, err: _Errors) -> TransportShares:

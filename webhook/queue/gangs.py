@@ -7,10 +7,12 @@ needs neither the policies nor the job to rebuild its state: a new leader, or ``
 queue`` reading a cluster file, sees exactly what the last one saw.
 
 Order: arrival (the earliest ``since`` of the gang's pods), then the gang key, so the order
-is total and the same in every process. :func:`serve_order` says which gangs a pass may
+is total and the same in every process. :func:`serve_pass` says which gangs a pass may
 place: all of them in order (backfill: a smaller, younger gang may use GPUs an older one
 cannot use yet), except that once a gang has waited ``starvation_seconds`` nothing behind it
-is placed before it (it is not overtaken for ever).
+is placed before it (it is not overtaken for ever); and whether a gang takes the placement
+it can get is the waiting rule's call (:mod:`gputopo.placement.waiting`), the same at
+admission and in the benchmark's replay.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 from gputopo import names
 from gputopo.cluster.reservations import GangKey, ReplicaKey
 from gputopo.placement.types import GangRequest
+from gputopo.placement.waiting import WaitingRule, rule_from_record
 from gputopo.topology.transport import TRANSPORT_EFFICIENCY, TransportShares, order_problem
 
 #: A gang that has waited this long blocks backfill behind it (docs/queue.md).
@@ -53,12 +56,15 @@ class WaitingGang:
     #: the admitting policy's ``placement.transportShare``, from the record: the queue
     #: rates the nodes' networks as admission did
     transport_share: TransportShares = ()
+    #: the admitting policy's waiting rule (``minShare``, ``afterMaxWait``, ``floorShare``),
+    #: from the record; the documented defaults when the record has none
+    rule: WaitingRule = field(default_factory=WaitingRule)
 
     def waited(self, now: float) -> float:
         return max(0.0, now - self.since)
 
     def overdue(self, now: float) -> bool:
-        """Waited longer than its policy's ``maxWaitSeconds``: release it unplaced."""
+        """Waited its policy's ``maxWaitSeconds``: ``rule.after_max_wait`` applies."""
         return self.waited(now) >= self.max_wait_seconds
 
     @property
@@ -128,6 +134,7 @@ def waiting_gangs(pods: Iterable[Mapping[str, Any]]) -> list[WaitingGang]:
         # lack the key and another carry it, and every reader must see the same gang
         newest = max(g.pods, key=lambda p: (p.since, p.replica))
         g.transport_share = transport_shares(newest.record["gang"])
+        g.rule = rule_from_record(newest.record)
     return out
 
 
@@ -158,7 +165,9 @@ class PassResult:
     """What one pass did, for tests, logs, the bench and ``gputopo queue``."""
 
     placed: list[str] = field(default_factory=list)
+    #: placed after ``maxWaitSeconds`` with ``afterMaxWait: takeBest``'s lower bar
     fallen_back: list[str] = field(default_factory=list)
+    denied: list[str] = field(default_factory=list)  # ``afterMaxWait: deny``: given up
     waiting: dict[str, str] = field(default_factory=dict)  # gang → why not now
     blocked_by: str | None = None  # the starving gang that stopped backfill
     not_leader: bool = False
@@ -166,27 +175,39 @@ class PassResult:
 
 def serve_pass(
     gangs: list[WaitingGang], *, now: float, starvation_seconds: float,
-    place: Callable[[WaitingGang], str | None],
-    fall_back: Callable[[WaitingGang], bool],
+    place: Callable[[WaitingGang, float], str | None],
+    give_up: Callable[[WaitingGang, str], bool],
     may_act: Callable[[], bool] = lambda: True,
 ) -> PassResult:
     """The queue's policy for one pass over ``gangs`` (oldest first), I/O left to callers:
-    ``place(gang)`` returns None when placed, else why not; ``fall_back(gang)`` releases an
-    overdue gang (True when done). Backfill: a gang that does not fit is skipped, younger
-    ones may go — unless it is starving, then the pass stops there."""
+    ``place(gang, need)`` places the gang when the best placement free reaches ``need``, its
+    share of the gang's best (:func:`gputopo.placement.waiting.starts`), and returns None,
+    else why not; ``give_up(gang, why)`` denies an overdue gang whose rule says ``deny``
+    (True when done). ``need`` comes from the gang's own rule: ``minShare`` first, then
+    after ``maxWaitSeconds`` with ``afterMaxWait: takeBest`` its floor (``fallen_back``:
+    placed below ``minShare``). Backfill: a gang that does not start is
+    skipped, younger ones may go — unless it is starving, then the pass stops there."""
     result = PassResult()
     for gang in gangs:
         if not may_act():
             result.not_leader = True
             return result
         name = str(gang.key)
-        if gang.overdue(now):
-            if fall_back(gang):
-                result.fallen_back.append(name)
-            continue
-        why = place(gang)
+        overdue = gang.overdue(now)
+        why = place(gang, gang.rule.min_share)
         if why is None:
             result.placed.append(name)
+            continue
+        lower = gang.rule.start_share(overdue=overdue)
+        if lower < gang.rule.min_share:  # overdue, takeBest: down to its floor
+            below = place(gang, lower)
+            if below is None:
+                result.fallen_back.append(name)
+                continue
+            why = below
+        if gang.rule.gives_up(overdue=overdue):
+            if give_up(gang, why):
+                result.denied.append(name)
             continue
         result.waiting[name] = why
         if starving(gang, now, starvation_seconds):

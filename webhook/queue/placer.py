@@ -1,21 +1,25 @@
-"""One pass of the placement queue: place the waiting gangs that fit now, release overdue ones.
+"""One pass of the placement queue: place the waiting gangs that start now, per the waiting rule.
 
 A pass lists the unbound pods, rebuilds the waiting gangs from their records
-(:mod:`webhook.queue.gangs`) and serves them oldest first (the order and the backfill rule
-are :func:`webhook.queue.gangs.serve_pass`; this module does the I/O):
+(:mod:`webhook.queue.gangs`) and serves them oldest first (the order, the backfill rule
+and the waiting rule are :func:`webhook.queue.gangs.serve_pass`; this module does the I/O):
 
-1. **overdue** (waited ``maxWaitSeconds``): the best placement there is, even below the
-   "good" bar; if none, the gates are lifted with no pin and the record says why;
-2. **fits well now**: :meth:`GangReserver.reserve` — the very solve + compare-and-swap reservation
-   of admission, so the queue and the webhook replicas never hand out one GPU twice — or
-   the gang's existing reservation (a later pod of the gang was admitted when GPUs had
-   freed up); then EVERY gated replica is assigned its slot in the store, then every pod
-   gets its slot written (node pin, GPU annotations its env reads, record) while still
-   gated, and only then are the gates lifted. So no pod of a gang is released before all
-   have their slots, and a queue killed half-way is completed by the next leader (each step
-   is idempotent: the same replica gets the same slot, an existing pin is not added twice);
-3. **does not fit**: it keeps waiting; if it has waited ``starvation_seconds``, no gang
-   behind it is placed in this pass (backfill stops, it is not overtaken for ever).
+1. **starts now** (the best placement free reaches the share the gang's rule asks:
+   ``minShare``, or after ``maxWaitSeconds`` with ``afterMaxWait: takeBest`` its
+   ``floorShare``): :meth:`GangReserver.reserve` — the very solve + compare-and-swap
+   reservation of admission, so the queue and the webhook replicas never hand out one GPU
+   twice — or the gang's existing reservation (a later pod of the gang was admitted when
+   GPUs had freed up); then EVERY gated replica is assigned its slot in the store, then
+   every pod gets its slot written (node pin, GPU annotations its env reads, record) while
+   still gated, and only then are the gates lifted. So no pod of a gang is released before
+   all have their slots, and a queue killed half-way is completed by the next leader (each
+   step is idempotent: the same replica gets the same slot, an existing pin is not added
+   twice);
+2. **does not start**: it keeps waiting; if it has waited ``starvation_seconds``, no gang
+   behind it is placed in this pass (backfill stops, it is not overtaken for ever);
+3. **overdue with ``afterMaxWait: deny``**: its records say it was denied and the queue
+   stops serving it; the gates stay (never lifted without a placement: the GPU env of a
+   gated pod reads annotations only a placement writes).
 
 Pod writes are JSON patches guarded by a ``test`` of the resourceVersion just read (a
 concurrent change fails the patch → the next pass retries) and use only what the API
@@ -42,7 +46,7 @@ from gputopo.cluster.source import ClusterReader
 from webhook import metrics
 from webhook.placement import network
 from webhook.placement.mutations import record_json, remove_gate, write_slot
-from webhook.placement.reserve import GOOD_SHARE, GangReserver, Unplaced
+from webhook.placement.reserve import GangReserver, Unplaced
 from webhook.placement.step import placed_record
 from webhook.queue.gangs import (
     DEFAULT_STARVATION_SECONDS,
@@ -57,7 +61,8 @@ from webhook.queue.report import why_not_now
 log = logging.getLogger(__name__)
 
 #: Record keys of a waiting pod (:func:`webhook.placement.step.waiting_record`).
-WAITING_KEYS = ("waiting", "since", "maxWaitSeconds", "gang")
+WAITING_KEYS = ("waiting", "since", "maxWaitSeconds", "minShare", "afterMaxWait",
+                "floorShare", "gang")
 
 
 def released(pod: dict[str, Any]) -> None:
@@ -117,20 +122,17 @@ class PlacementQueue:
         gangs = self.waiting()
         metrics.QUEUE_WAITING.set(len(gangs))
         now = self._clock()
-
-        def fall_back(gang: WaitingGang) -> bool:
-            # the best placement there is (pinned, its env right), else no pin at all
-            return self._place(gang, now, good_share=None, fallback=True) is None or \
-                self._unplace(gang, now)
-
         return serve_pass(gangs, now=now, starvation_seconds=self.starvation_seconds,
-                          place=lambda g: self._place(g, now, good_share=GOOD_SHARE),
-                          fall_back=fall_back, may_act=self.is_leader)
+                          place=lambda g, need: self._place(
+                              g, now, good_share=need, fallback=need < g.rule.min_share),
+                          give_up=lambda g, why: self._deny(g, now, why),
+                          may_act=self.is_leader)
 
     def _place(self, gang: WaitingGang, now: float, *, good_share: float | None,
                fallback: bool = False) -> str | None:
-        """Place ``gang`` and release its pods; None when done, else why not. ``good_share``
-        None: take the best placement there is (after ``maxWaitSeconds``)."""
+        """Place ``gang`` and release its pods; None when done, else why not. ``good_share``:
+        the share of its best the placement needs (``fallback``: the lower bar of
+        ``afterMaxWait: takeBest``)."""
         key = gang.key
         try:
             res = self.store.get(key)
@@ -161,7 +163,9 @@ class PlacementQueue:
             rec.update({k: wp.record[k] for k in WAITING_KEYS if k in wp.record})
             rec["queue"] = {"waitedSeconds": waited, "by": self.identity}
             if fallback:
-                rec["queue"]["fallback"] = "maxWaitSeconds: best placement there was"
+                rec["queue"]["fallback"] = (
+                    f"maxWaitSeconds: best placement there was, at least "
+                    f"{gang.rule.floor:.0%} of the best (afterMaxWait: takeBest)")
             if not self._update(wp, "slot", lambda pod, slot=slot, rec=rec: write_slot(
                     pod, node=slot.node, gpu_group=slot.gpus,
                     gpu_visible=res.visible_gpus(slot.node), record=rec)):
@@ -178,30 +182,30 @@ class PlacementQueue:
                  ", ".join(f"{s.node}:{list(s.gpus)}" for s in slots.values()))
         return None
 
-    def _unplace(self, gang: WaitingGang, now: float) -> bool:
-        """Lift the gates of an overdue gang, unplaced, saying why in each record."""
+    def _deny(self, gang: WaitingGang, now: float, why: str) -> bool:
+        """Give up on an overdue gang (``afterMaxWait: deny``): each record says so and stops
+        being a waiting one; the gates stay, so no pod of it ever starts."""
         waited = round(gang.waited(now), 3)
-        why = (f"waited {waited:.0f} s for a placement (maxWaitSeconds "
-               f"{gang.max_wait_seconds:.0f}); admitted without node or GPU pinning")
+        reason = (f"denied: no placement of {gang.rule.min_share:.0%} of the gang's best "
+                  f"within maxWaitSeconds {gang.max_wait_seconds:.0f} (afterMaxWait: deny); "
+                  f"last: {why}. Its pods stay gated; delete the job")
 
-        def unplace(pod: dict[str, Any]) -> None:
+        def deny(pod: dict[str, Any]) -> None:
             ann = pod["metadata"].setdefault("annotations", {})
             try:
                 rec = json.loads(ann.get(names.PLACEMENT_ANNOTATION) or "{}")
             except ValueError:
                 rec = {}
-            rec.update({"placed": False, "waiting": False, "reason": why,
-                        "queue": {"waitedSeconds": waited, "by": self.identity,
-                                  "fallback": "maxWaitSeconds"}})
+            rec.update({"placed": False, "waiting": False, "denied": True, "reason": reason,
+                        "queue": {"waitedSeconds": waited, "by": self.identity}})
             ann[names.PLACEMENT_ANNOTATION] = record_json(rec)
-            remove_gate(pod)
 
         for wp in gang.pods:
-            if not self._update(wp, "fallback", unplace):
+            if not self._update(wp, "deny", deny):
                 return False
-        metrics.QUEUE_FALLBACKS.labels(reason="unplaced").inc()
+        metrics.QUEUE_FALLBACKS.labels(reason="denied").inc()
         metrics.QUEUE_WAIT_SECONDS.observe(waited)
-        log.warning("queue: %s released unplaced: %s", gang.key, why)
+        log.warning("queue: %s %s", gang.key, reason)
         return True
 
     # --- writing ---------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from gputopo.cluster.source import ClusterReader
-from webhook.placement.reserve import GOOD_SHARE, GangReserver, nodes_for, ruled_out
+from webhook.placement.reserve import GangReserver, nodes_for, ruled_out
 from webhook.queue.gangs import WaitingGang
 
 
@@ -28,14 +28,17 @@ class Row:
     why: str
 
 
-def why_not_now(gang: WaitingGang, cluster: ClusterReader, reserver: GangReserver) -> str:
-    """Why ``gang`` is not placed now, in a sentence (no side effects)."""
+def why_not_now(gang: WaitingGang, cluster: ClusterReader, reserver: GangReserver, *,
+                now: float | None = None) -> str:
+    """Why ``gang`` is not placed now, in a sentence (no side effects); the bar is the one
+    its waiting rule sets at ``now`` (default: the clock)."""
     pod = gang.pods[0].pod
+    need = gang.rule.start_share(overdue=gang.overdue(time.time() if now is None else now))
     free, excluded = reserver.free_nodes(cluster, pod, gang.transport_share)
     placement = reserver.solver(free, gang.request)
     if placement.feasible:
         fit, _ = nodes_for(cluster, pod, gang.transport_share)
-        poor = reserver.not_good(placement, fit, gang.request, GOOD_SHARE)
+        poor = reserver.not_good(placement, fit, gang.request, need)
         return poor.reason if poor is not None else "fits now (placed at the next pass)"
     per_node = sorted((len(n.free) for n in free), reverse=True)
     best = per_node[0] if per_node else 0
@@ -50,7 +53,8 @@ def rows(gangs: list[WaitingGang], cluster: ClusterReader, reserver: GangReserve
     return [Row(position=i, job=f"{g.key.kind} {g.key.namespace}/{g.key.name}",
                 demand=g.demand, pods=len(g.pods),
                 since=datetime.fromtimestamp(g.since, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                waited_seconds=round(g.waited(t), 1), why=why_not_now(g, cluster, reserver))
+                waited_seconds=round(g.waited(t), 1),
+                why=why_not_now(g, cluster, reserver, now=t))
             for i, g in enumerate(gangs, start=1)]
 
 

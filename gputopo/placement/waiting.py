@@ -1,0 +1,122 @@
+"""The waiting rule: does a gang start now on the best placement free, or wait for a better one?
+
+Why one pure module: the same question is asked at a gang's first admission
+(webhook/placement/step.py, through :class:`webhook.placement.reserve.GangReserver`), by the
+placement queue on every pass (webhook/queue/gangs.py ``serve_pass``) and by the
+benchmark's cluster replay, which must queue exactly as the product does. All three call
+these functions; none of them holds a threshold of its own.
+
+The measure is the gang's **share**: the predicted all-reduce bus bandwidth of the best
+placement among the free GPUs, divided by the best the gang could get on the same nodes
+(those its pod's constraints admit) with every GPU free — the cluster to itself. A job's
+communication runs at that share of its best speed; the whole step slows down at most as
+much (compute does not depend on the placement).
+
+- ``minShare`` (default 0.9): the gang starts now only at or above it;
+- ``afterMaxWait`` — what a gang that waited ``maxWaitSeconds`` does:
+
+  ``takeBest`` (default)
+      starts on the best placement free if its share is at least ``floorShare`` (default
+      0.5), else keeps waiting: the default never starts a gang below half its best speed;
+  ``keepWaiting``
+      keeps waiting for ``minShare``: never starts below ``minShare``;
+  ``deny``
+      gives up: its pods stay gated (never start) and say why, until the job is deleted.
+
+No gang is ever released without a placement: a gated pod's GPU env reads annotations only
+a placement writes, so an unpinned release would run the job without its GPUs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+AfterMaxWait = Literal["takeBest", "keepWaiting", "deny"]
+TAKE_BEST: AfterMaxWait = "takeBest"
+KEEP_WAITING: AfterMaxWait = "keepWaiting"
+DENY: AfterMaxWait = "deny"
+AFTER_MAX_WAIT: tuple[AfterMaxWait, ...] = (TAKE_BEST, KEEP_WAITING, DENY)
+
+DEFAULT_MIN_SHARE = 0.9
+DEFAULT_AFTER_MAX_WAIT: AfterMaxWait = TAKE_BEST
+DEFAULT_FLOOR_SHARE = 0.5
+#: Shares are ratios of two solver outputs: the same placement computed twice may differ in
+#: the last bits, so a share within this of the bar meets it.
+TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True)
+class WaitingRule:
+    """A policy's waiting rule (``spec.placement.minShare``, ``afterMaxWait``,
+    ``floorShare``); the defaults are the documented ones."""
+
+    min_share: float = DEFAULT_MIN_SHARE
+    after_max_wait: AfterMaxWait = DEFAULT_AFTER_MAX_WAIT
+    floor_share: float = DEFAULT_FLOOR_SHARE
+
+    @property
+    def floor(self) -> float:
+        """The least share this rule ever starts a gang at."""
+        if self.after_max_wait == TAKE_BEST:
+            return min(self.floor_share, self.min_share)
+        return self.min_share
+
+    def start_share(self, *, overdue: bool) -> float:
+        """The share a placement needs to be taken now (``overdue``: the gang waited its
+        ``maxWaitSeconds``)."""
+        return self.floor if overdue else self.min_share
+
+    def gives_up(self, *, overdue: bool) -> bool:
+        """True when a gang that cannot start now is to be denied rather than kept waiting."""
+        return overdue and self.after_max_wait == DENY
+
+    def to_json(self) -> dict[str, object]:
+        """The record keys of a waiting pod (webhook/placement/step.py ``waiting_record``)."""
+        return {"minShare": self.min_share, "afterMaxWait": self.after_max_wait,
+                "floorShare": self.floor_share}
+
+
+def share(bandwidth_gbps: float, best_gbps: float) -> float:
+    """``bandwidth`` as a share of the gang's ``best``; 1 when there is no best to miss (a
+    one-GPU gang moves no all-reduce traffic)."""
+    if best_gbps <= 0:
+        return 1.0
+    return bandwidth_gbps / best_gbps
+
+
+def starts(bandwidth_gbps: float, best_gbps: float, need: float | None) -> bool:
+    """THE decision: a placement of ``bandwidth`` is taken when its share of ``best`` is at
+    least ``need`` (None: the gang may not wait, any feasible placement is taken)."""
+    return need is None or share(bandwidth_gbps, best_gbps) >= need - TOLERANCE
+
+
+def rule_from_record(record: object) -> WaitingRule:
+    """The rule a waiting pod's record carries (:meth:`WaitingRule.to_json`); a value that
+    is absent (a record of a webhook older than the keys) or not one a valid policy could
+    give falls back to its default, field by field."""
+    rec = record if isinstance(record, dict) else {}
+
+    def fraction(key: str, default: float) -> float:
+        v = rec.get(key)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v <= 1:
+            return default
+        return float(v)
+
+    after = rec.get("afterMaxWait")
+    return WaitingRule(
+        min_share=fraction("minShare", DEFAULT_MIN_SHARE),
+        after_max_wait=after if after in AFTER_MAX_WAIT else DEFAULT_AFTER_MAX_WAIT,
+        floor_share=fraction("floorShare", DEFAULT_FLOOR_SHARE))
+
+
+def after_max_wait_text(rule: WaitingRule, max_wait_seconds: float) -> str:
+    """What happens to a waiting gang, in a clause of a user-facing sentence."""
+    wait = f"{max_wait_seconds:.0f} s"
+    if rule.after_max_wait == TAKE_BEST:
+        return (f"it starts at {rule.min_share:.0%} of its best predicted bus bandwidth; "
+                f"after {wait} at {rule.floor:.0%}")
+    if rule.after_max_wait == DENY:
+        return (f"it starts at {rule.min_share:.0%} of its best predicted bus bandwidth; "
+                f"after {wait} it is denied (its pods stay gated)")
+    return f"it starts at {rule.min_share:.0%} of its best predicted bus bandwidth, however long"
