@@ -57,7 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.baselines import BASELINES, default_scheduler  # noqa: E402
+from bench.baselines import BASELINES  # noqa: E402
 from bench.cluster_replay import percentile  # noqa: E402
 from bench.gang_queue import GangQueue, Policy, Started  # noqa: E402
 from bench.placement import md_table  # noqa: E402
@@ -177,10 +177,8 @@ class Cluster:
         self._version = 0
         self._unfit_memo: dict[tuple[int, int, frozenset[str]],
                                tuple[int, frozenset[str]]] = {}
-        self.queue = GangQueue(
-            trace.nodes, POLICIES[policy], wait_for_good=wait_for_good,
-            unplaced_policy=default_scheduler if policy == "gputopo" else POLICIES[policy],
-            unfit=self._unfit)
+        self.queue = GangQueue(trace.nodes, POLICIES[policy], wait_for_good=wait_for_good,
+                               unfit=self._unfit)
 
     def _unfit(self, key: GangKey) -> frozenset[str]:
         """Nodes without the pod's CPU or memory left, or of a GPU model it may not use.

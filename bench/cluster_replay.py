@@ -19,7 +19,8 @@ product's; and one straggler decided its makespan. Here:
   completion time (arrival to end) p50/p95 by job size, queue wait p50/p95, time until
   99 % of the work is done, stranded free GPUs over the arrival window (free GPUs on
   partly used nodes, as a share of all free GPUs, time-averaged from first to last
-  arrival), and how many jobs started below 90 % of their best bandwidth.
+  arrival), and how many multi-GPU jobs started below the waiting rule's ``minShare``
+  (0.9) and below its floor (0.5) of their best bandwidth.
 - **Baselines** (:mod:`bench.baselines`): the default scheduler (LeastAllocated, lowest
   device ids), first fit, go-gpuallocator BestEffort behind the default scheduler, and
   Kueue TAS rack-packing with go-gpuallocator's GPU choice.
@@ -57,16 +58,18 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `python bench/cluster_replay.py` from anywhere
     sys.path.insert(0, str(ROOT))
 
-from bench.baselines import BASELINES, default_scheduler  # noqa: E402
+from bench.baselines import BASELINES  # noqa: E402
 from bench.gang_queue import DEFAULT_MAX_WAIT_SECONDS, GangQueue, Policy  # noqa: E402
 from bench.placement import MODELS, OVERLAP, Model, md_table, mixed_cluster  # noqa: E402
 from gputopo.cluster.reservations import GangKey  # noqa: E402
 from gputopo.placement.solver import solve  # noqa: E402
 from gputopo.placement.types import GangRequest, NodeState  # noqa: E402
+from gputopo.placement.waiting import WaitingRule  # noqa: E402
 from gputopo.topology.cost import step_time_s  # noqa: E402
-from webhook.placement.reserve import GOOD_SHARE  # noqa: E402
 
 POLICIES: dict[str, Policy] = {"gputopo": solve, **BASELINES}
+#: gputopo's waiting rule: the product's defaults (minShare 0.9, takeBest, floorShare 0.5)
+RULE = WaitingRule()
 #: Job sizes (GPUs) and their probabilities: most jobs are small, as in published traces.
 SIZES = ((1, 0.45), (2, 0.18), (4, 0.14), (8, 0.13), (16, 0.06), (32, 0.04))
 #: Job-size buckets of the completion-time figures.
@@ -163,7 +166,6 @@ def replay(policy: str, cluster: list[NodeState], jobs: Sequence[Job], ideal: Id
     stranded share of free GPUs averaged over the arrival window."""
     ours = policy == "gputopo"
     queue = GangQueue(cluster, POLICIES[policy], wait_for_good=ours,
-                      unplaced_policy=default_scheduler if ours else POLICIES[policy],
                       max_wait_seconds=max_wait)
     by_key = {j.key: j for j in jobs}
     ran: dict[int, Ran] = {}
@@ -237,7 +239,8 @@ def summary(policy: str, jobs: Sequence[Job], ran: dict[int, Ran], stranded: flo
         "jctP95H": percentile(list(jct.values()), 0.95) / 3600,
         "waitP50Min": percentile(waits, 0.50) / 60, "waitP95Min": percentile(waits, 0.95) / 60,
         "t99H": t99 / 3600, "stranded": stranded,
-        "belowGood": sum(r.share < GOOD_SHARE for r in multi),
+        "belowMin": sum(r.share < RULE.min_share - 1e-9 for r in multi),
+        "belowFloor": sum(r.share < RULE.floor - 1e-9 for r in multi),
         "minShare": min((r.share for r in multi), default=1.0),
         "placedBy": {h: sum(r.how == h for r in ran.values())
                      for h in sorted({r.how for r in ran.values()})},
@@ -268,7 +271,8 @@ FIGURES = (
     ("waitP95Min", "wait p95 min", ".1f", True),
     ("t99H", "99 % of work h", ".1f", True),
     ("stranded", "stranded (arrivals)", ".1%", True),
-    ("belowGood", "jobs < 90 % of best bw", ".0f", True),
+    ("belowMin", "jobs < minShare", ".0f", True),
+    ("belowFloor", "jobs < floor", ".0f", True),
 )
 
 

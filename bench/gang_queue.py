@@ -6,16 +6,14 @@ the product's pieces (as ``bench/queue_replay.py`` does):
 
 - **admission**: :meth:`webhook.placement.reserve.GangReserver.reserve`, the solve +
   compare-and-swap reservation of the webhook, with the policy's solver in place of
-  gputopo's. gputopo's gangs may wait for a good placement (``whenFull: wait``: the
-  product's ``good_share``); a baseline takes any feasible placement (it has no such rule).
+  gputopo's. gputopo's gangs wait for a good placement as the product's do (the waiting
+  rule, :mod:`gputopo.placement.waiting`: ``minShare`` of the gang's best bandwidth); a
+  baseline takes any feasible placement (it has no such rule).
 - **the queue**: a gang that got no placement waits; after every event (an arrival, a
   job's end) one pass of :func:`webhook.queue.gangs.serve_pass` (arrival order, backfill,
-  starvation guard, ``maxWaitSeconds``) places what it can, exactly as
-  :class:`webhook.queue.placer.PlacementQueue` does: the same ``good_share`` first, and
-  for an overdue gang the best placement there is, else released unplaced.
-- **released unplaced**: the gang's pods go to the cluster's scheduler without a pin; the
-  replay serves them FIFO (the head blocks the rest, as a gang scheduler does) with the
-  ``unplaced`` policy (the default scheduler behind gputopo; a baseline's own policy).
+  starvation guard, the waiting rule after ``maxWaitSeconds``) places what it can, exactly
+  as :class:`webhook.queue.placer.PlacementQueue` does. A gang the rule denies
+  (``afterMaxWait: deny``) never runs.
 
 Only the I/O is simulated: no API server, a gang "binds" the moment it is reserved.
 tests/queue/test_replay_queue_equal.py holds this queue equal to the product's
@@ -34,7 +32,8 @@ from typing import Any
 from gputopo.cluster.node_fit import NodeFacts
 from gputopo.cluster.reservations import GangKey, GangReservation, InMemoryReservationStore
 from gputopo.placement.types import GangRequest, NodeState, Placement
-from webhook.placement.reserve import GOOD_SHARE, GangReserver, Unplaced
+from gputopo.placement.waiting import WaitingRule
+from webhook.placement.reserve import GangReserver, Unplaced
 from webhook.queue.gangs import (
     DEFAULT_STARVATION_SECONDS,
     PassResult,
@@ -54,7 +53,7 @@ class Started:
     key: GangKey
     at: float
     reservation: GangReservation
-    how: str  # admission | queue | fallback | unplaced
+    how: str  # admission | queue | fallback (after maxWaitSeconds, below minShare)
 
 
 class _Reader:
@@ -101,42 +100,37 @@ def _with_facts(n: NodeState) -> NodeState:
 class GangQueue:
     """Admission + the placement queue for one policy on one cluster (module docstring).
 
-    ``wait_for_good``: gangs wait for a placement of at least ``GOOD_SHARE`` of their ideal
-    bandwidth (gputopo's ``whenFull: wait``); False: any feasible placement is taken.
+    ``wait_for_good``: gangs follow the waiting rule ``rule`` (gputopo's ``whenFull:
+    wait``); False: any feasible placement is taken (a baseline).
     ``unfit``: per gang, the names of nodes it cannot use (None: it may use all).
     """
 
     nodes: list[NodeState]
     policy: Policy
     wait_for_good: bool
-    unplaced_policy: Policy
+    rule: WaitingRule = field(default_factory=WaitingRule)
     max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS
     starvation_seconds: float = DEFAULT_STARVATION_SECONDS
     unfit: Callable[[GangKey], frozenset[str]] | None = None
     waiting: list[WaitingGang] = field(default_factory=list)
-    released_unplaced: list[tuple[GangKey, GangRequest]] = field(default_factory=list)
+    denied: list[GangKey] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.store = InMemoryReservationStore(ttl_seconds=1e12)
         self.reserver = GangReserver(self.store, solver=self.policy)
         self.reader = _Reader(self.nodes)
         self.nodes = self.reader.nodes
-        self._gangs: dict[GangKey, GangRequest] = {}
         #: what the last :meth:`serve` pass decided (the product's PassResult)
         self.last_pass = PassResult()
-
-    @property
-    def good_share(self) -> float | None:
-        return GOOD_SHARE if self.wait_for_good else None
 
     # --- the events ----------------------------------------------------------------------
     def arrive(self, key: GangKey, gang: GangRequest, now: float) -> Started | None:
         """A gang's first GPU pod is admitted: placed now, or it waits (None)."""
-        self._gangs[key] = gang
-        made = self._reserve(key, gang, self.good_share)
+        made = self._reserve(key, gang, self.rule.start_share(overdue=False))
         if isinstance(made, GangReservation):
             return Started(key, now, made, "admission")
-        self.waiting.append(WaitingGang(key, gang, now, self.max_wait_seconds))
+        self.waiting.append(WaitingGang(key, gang, now, self.max_wait_seconds,
+                                        rule=self.rule))
         return None
 
     def release(self, key: GangKey) -> None:
@@ -144,59 +138,34 @@ class GangQueue:
         self.store.release(key)
 
     def serve(self, now: float) -> list[Started]:
-        """One queue pass (its decisions in :attr:`last_pass`), then the unplaced gangs'
-        scheduler; who started."""
+        """One queue pass (its decisions in :attr:`last_pass`); who started."""
         out: list[Started] = []
 
-        def place(g: WaitingGang) -> str | None:
-            made = self._reserve(g.key, g.request, self.good_share)
+        def place(g: WaitingGang, need: float) -> str | None:
+            made = self._reserve(g.key, g.request, need)
             if isinstance(made, Unplaced):
                 return made.reason
-            out.append(Started(g.key, now, made, "queue"))
+            out.append(Started(g.key, now, made,
+                               "queue" if need >= g.rule.min_share else "fallback"))
             return None
 
-        def fall_back(g: WaitingGang) -> bool:
-            made = self._reserve(g.key, g.request, None)
-            if isinstance(made, GangReservation):
-                out.append(Started(g.key, now, made, "fallback"))
-            else:
-                self.released_unplaced.append((g.key, g.request))
+        def give_up(g: WaitingGang, why: str) -> bool:
+            self.denied.append(g.key)
             return True
 
         self.last_pass = PassResult()
         if self.waiting:
-            result = self.last_pass = serve_pass(self.waiting, now=now,
-                                starvation_seconds=self.starvation_seconds,
-                                place=place, fall_back=fall_back)
-            done = set(result.placed) | set(result.fallen_back)
+            result = self.last_pass = serve_pass(
+                self.waiting, now=now, starvation_seconds=self.starvation_seconds,
+                place=place, give_up=give_up)
+            done = set(result.placed) | set(result.fallen_back) | set(result.denied)
             self.waiting[:] = [g for g in self.waiting if str(g.key) not in done]
-        out.extend(self._schedule_unplaced(now))
         return out
 
     # --- helpers -------------------------------------------------------------------------
-    def _reserve(self, key: GangKey, gang: GangRequest, good: float | None
+    def _reserve(self, key: GangKey, gang: GangRequest, need: float
                  ) -> GangReservation | Unplaced:
         self.reader.blocked = self.unfit(key) if self.unfit is not None else frozenset()
         made = self.reserver.reserve(cluster=self.reader, pod={}, key=key, gang=gang,
-                                     good_share=good)
+                                     good_share=need if self.wait_for_good else None)
         return made if isinstance(made, Unplaced) else made[0]
-
-    def _schedule_unplaced(self, now: float) -> list[Started]:
-        """The scheduler's FIFO of gangs released unplaced: the head blocks the rest."""
-        out = []
-        while self.released_unplaced:
-            key, gang = self.released_unplaced[0]
-            self.reader.blocked = self.unfit(key) if self.unfit is not None else frozenset()
-            held = self.store.held_gpus()
-            free = [NodeState(name=n.name, topology=n.topology,
-                              used=n.used | frozenset(held.get(n.name, ())), zone=n.zone,
-                              rack=n.rack, network_gbps=n.network_gbps,
-                              network_transport=n.network_transport)
-                    for n in self.reader.node_states()]
-            placement = self.unplaced_policy(free, gang)
-            if not placement.feasible:
-                break
-            res = self.store.reserve(key, placement)
-            self.released_unplaced.pop(0)
-            out.append(Started(key, now, res, "unplaced"))
-        return out
