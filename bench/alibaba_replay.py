@@ -189,8 +189,10 @@ class Cluster:
         hit = self._unfit_memo.get(ask)
         if hit is not None and hit[0] == self._version:
             return hit[1]
-        out = {n for n in self._tight
-               if self.cpu[n] < pod.cpu_milli or self.mem[n] < pod.memory_mib}
+        # a node without a free GPU is no candidate anyway: leaving it out of the answer
+        # keeps the answer (and so the queue's node list) the same for longer
+        out = {n for n in self._tight if self.used[n] < self.size[n]
+               and (self.cpu[n] < pod.cpu_milli or self.mem[n] < pod.memory_mib)}
         if pod.models:
             out.update(n for n, m in self.trace.models.items() if m not in pod.models)
         answer = frozenset(out)
@@ -312,6 +314,7 @@ def over_time(trace: Trace, policy: str, factor: float) -> dict[str, Any]:
     first8 = None
     multi = best = 0
     n8 = 0
+    hows: dict[str, int] = {}
 
     def started(s: Started) -> None:
         nonlocal multi, best
@@ -319,6 +322,7 @@ def over_time(trace: Trace, policy: str, factor: float) -> dict[str, Any]:
         pod = trace.pods[i]
         node, gpus = c.take(s)
         start[i], where[i] = s.at, node
+        hows[s.how] = hows.get(s.how, 0) + 1
         if pod.gpus > 1:
             multi += 1
             best += c.best_set(node, gpus)
@@ -349,8 +353,9 @@ def over_time(trace: Trace, policy: str, factor: float) -> dict[str, Any]:
     waits = [start[i] - trace.pods[i].created / factor for i in start]
     waits8 = [start[i] - trace.pods[i].created / factor for i in start
               if trace.pods[i].gpus == 8]
-    hows: dict[str, int] = {}
     return {"policy": policy, "pods": len(trace.pods), "started": len(start),
+            "neverStarted": len(trace.pods) - len(start),
+            "belowMin": hows.get("fallback", 0),
             "waitP50S": percentile(waits, 0.5), "waitP95S": percentile(waits, 0.95),
             "waitMaxS": max(waits, default=0.0), "wait8P95S": percentile(waits8, 0.95),
             "first8Waited": first8, "eightGpuPods": n8,
@@ -410,7 +415,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows = [over_time(trace, p, factor) for p in policies]
             table = md_table([{**r, "first8Waited": _fmt(r["first8Waited"], "d")}
                               for r in rows], [
-                ("policy", "policy", ""), ("started", "pods started", "d"),
+                ("policy", "policy", ""), ("neverStarted", "pods never started", "d"),
+                ("belowMin", "started below minShare", "d"),
                 ("waitP50S", "wait p50 s", ".0f"), ("waitP95S", "wait p95 s", ".0f"),
                 ("waitMaxS", "wait max s", ".0f"), ("wait8P95S", "8-GPU wait p95 s", ".0f"),
                 ("first8Waited", "1st 8-GPU pod that waited (of 44)", ""),

@@ -67,7 +67,10 @@ from gputopo.placement.types import GangRequest, NodeState  # noqa: E402
 from gputopo.placement.waiting import WaitingRule  # noqa: E402
 from gputopo.topology.cost import step_time_s  # noqa: E402
 
-POLICIES: dict[str, Policy] = {"gputopo": solve, **BASELINES}
+POLICIES: dict[str, Policy] = {"gputopo": solve, "gputopo-admit": solve, **BASELINES}
+#: policies whose gangs follow the waiting rule (``whenFull: wait``); "gputopo-admit" is the
+#: same solver taking any feasible placement (``whenFull: admit``): placement without the rule
+WAITS = frozenset({"gputopo"})
 #: gputopo's waiting rule: the product's defaults (minShare 0.9, takeBest, floorShare 0.5)
 RULE = WaitingRule()
 #: Job sizes (GPUs) and their probabilities: most jobs are small, as in published traces.
@@ -164,8 +167,7 @@ def replay(policy: str, cluster: list[NodeState], jobs: Sequence[Job], ideal: Id
            max_wait: float = DEFAULT_MAX_WAIT_SECONDS) -> tuple[dict[int, Ran], float]:
     """Arrivals and ends in time order, one queue pass after each; every job's run, and the
     stranded share of free GPUs averaged over the arrival window."""
-    ours = policy == "gputopo"
-    queue = GangQueue(cluster, POLICIES[policy], wait_for_good=ours,
+    queue = GangQueue(cluster, POLICIES[policy], wait_for_good=policy in WAITS,
                       max_wait_seconds=max_wait)
     by_key = {j.key: j for j in jobs}
     ran: dict[int, Ran] = {}
