@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.baselines import default_scheduler
 from gputopo.cluster.reservations import GangKey, InMemoryReservationStore
 from gputopo.placement.types import GangRequest, NodeState, Placement
+from gputopo.placement.waiting import AFTER_MAX_WAIT, WaitingRule
 from webhook.placement.reserve import GOOD_SHARE, GangReserver, Unplaced
 from webhook.queue.gangs import DEFAULT_STARVATION_SECONDS, WaitingGang, serve_pass
 
@@ -122,8 +123,10 @@ def job_stream(count: int, seed: int, *, gpus: int, load: float) -> list[Job]:
     return jobs
 
 
-def replay(policy: str, jobs: Sequence[Job], nodes: list[NodeState], *, max_wait: float
-           ) -> dict[str, Outcome]:
+def replay(policy: str, jobs: Sequence[Job], nodes: list[NodeState], *, max_wait: float,
+           rule: WaitingRule | None = None) -> dict[str, Outcome]:
+    """``rule``: the waiting rule of ``wait`` (None: the product's default)."""
+    rule = rule or WaitingRule()
     store = InMemoryReservationStore(ttl_seconds=1e12)
     sim = Sim(Cluster(nodes), GangReserver(store))
     out = {j.name: Outcome() for j in jobs}
@@ -171,8 +174,8 @@ def replay(policy: str, jobs: Sequence[Job], nodes: list[NodeState], *, max_wait
             how = "queue" if need >= g.rule.min_share else "fallback"  # below minShare
             return try_reserve(by_key[g.key], now, need, how)
 
-        def give_up(g: WaitingGang, why: str) -> bool:  # afterMaxWait: deny (not default)
-            blind.append(by_key[g.key])
+        def give_up(g: WaitingGang, why: str) -> bool:  # afterMaxWait: deny: never runs
+            out[by_key[g.key].name].how = "denied"
             return True
 
         result = serve_pass(waiting, now=now, starvation_seconds=DEFAULT_STARVATION_SECONDS,
@@ -190,8 +193,8 @@ def replay(policy: str, jobs: Sequence[Job], nodes: list[NodeState], *, max_wait
                 blind.append(job)
         else:
             by_key[key_of(job)] = job
-            if try_reserve(job, now, GOOD_SHARE, "admission") is not None:
-                waiting.append(WaitingGang(key_of(job), job.gang, now, max_wait))
+            if try_reserve(job, now, rule.min_share, "admission") is not None:
+                waiting.append(WaitingGang(key_of(job), job.gang, now, max_wait, rule=rule))
         if policy == "wait":
             queue_pass(now)
         schedule_blind(now)
@@ -199,17 +202,29 @@ def replay(policy: str, jobs: Sequence[Job], nodes: list[NodeState], *, max_wait
 
 
 def summary(policy: str, jobs: Sequence[Job], out: dict[str, Outcome]) -> dict[str, Any]:
-    waits = sorted(out[j.name].placed_at - j.arrival for j in jobs)
-    shares = [out[j.name].share for j in jobs]
-    p95 = waits[min(len(waits) - 1, round(0.95 * (len(waits) - 1)))]
+    """Figures over the jobs that started (a denied one never does)."""
+    ran = [j for j in jobs if out[j.name].placed_at >= 0]
+    waits = sorted(out[j.name].placed_at - j.arrival for j in ran)
+    shares = [out[j.name].share for j in ran]
+    p95 = waits[min(len(waits) - 1, round(0.95 * (len(waits) - 1)))] if waits else 0.0
     hows: dict[str, int] = {}
     for o in out.values():
         hows[o.how] = hows.get(o.how, 0) + 1
-    return {"policy": policy, "jobs": len(jobs),
-            "best_topology_share": round(sum(s >= GOOD_SHARE for s in shares) / len(jobs), 3),
-            "mean_bandwidth_share": round(sum(shares) / len(jobs), 3),
+    return {"policy": policy, "jobs": len(jobs), "started": len(ran),
+            "best_topology_share": round(sum(s >= GOOD_SHARE for s in shares) / len(ran), 3),
+            "mean_bandwidth_share": round(sum(shares) / len(ran), 3),
+            "lowest_bandwidth_share": round(min(shares), 3),
             "mean_wait_s": round(sum(waits) / len(waits), 1), "p95_wait_s": round(p95, 1),
             "placed_by": hows}
+
+
+def parse_rule(text: str) -> WaitingRule:
+    """``takeBest:0.5``, ``keepWaiting``, ``deny`` (minShare stays the default)."""
+    after, _, floor = text.partition(":")
+    if after not in AFTER_MAX_WAIT:
+        raise argparse.ArgumentTypeError(f"{after!r}: one of {', '.join(AFTER_MAX_WAIT)}")
+    return WaitingRule(after_max_wait=after,  # type: ignore[arg-type]
+                       **({"floor_share": float(floor)} if floor else {}))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -219,23 +234,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--load", type=float, default=0.85)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--max-wait", type=float, default=1800.0)
+    ap.add_argument("--rule", type=parse_rule, action="append", default=None,
+                    help="a waiting rule for 'wait' (repeatable): afterMaxWait[:floorShare],"
+                         " e.g. takeBest:0.5 (the default), keepWaiting, deny")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args(argv)
     nodes = dgx1_cluster(args.nodes)
     jobs = job_stream(args.jobs, args.seed, gpus=8 * args.nodes, load=args.load)
-    rows = [summary(p, jobs, replay(p, jobs, nodes, max_wait=args.max_wait))
-            for p in ("admit", "wait")]
+    rows = [summary("admit", jobs, replay("admit", jobs, nodes, max_wait=args.max_wait))]
+    for rule in args.rule or [WaitingRule()]:
+        name = f"wait ({rule.after_max_wait}, floor {rule.floor:.0%})"
+        rows.append(summary(name, jobs, replay("wait", jobs, nodes, max_wait=args.max_wait,
+                                               rule=rule)))
     if not args.markdown:
         print(json.dumps(rows, indent=2))
         return 0
-    print("| whenFull | jobs | best-topology share | mean bandwidth share | mean wait (s) | "
-          "p95 wait (s) | placed by |")
-    print("|---|---:|---:|---:|---:|---:|---|")
+    print("| whenFull | jobs started | best-topology share | mean bandwidth share | lowest "
+          "share | mean wait (s) | p95 wait (s) | placed by |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
     for r in rows:
         by = ", ".join(f"{k} {v}" for k, v in sorted(r["placed_by"].items()))
-        print(f"| {r['policy']} | {r['jobs']} | {r['best_topology_share']:.1%} | "
-              f"{r['mean_bandwidth_share']:.1%} | {r['mean_wait_s']:.0f} | "
-              f"{r['p95_wait_s']:.0f} | {by} |")
+        print(f"| {r['policy']} | {r['started']}/{r['jobs']} | {r['best_topology_share']:.1%} | "
+              f"{r['mean_bandwidth_share']:.1%} | {r['lowest_bandwidth_share']:.1%} | "
+              f"{r['mean_wait_s']:.0f} | {r['p95_wait_s']:.0f} | {by} |")
     return 0
 
 

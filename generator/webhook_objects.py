@@ -72,6 +72,9 @@ def rbac(*, ack_reports: bool = True) -> list[dict[str, Any]]:
         k8s.rule(["batch"], ["jobs"], ["get"]),  # MPIJob v2beta1 launcher's owner, on demand
         # the PodGroup a gang label names must exist: watched, created when missing
         k8s.rule([POD_GROUP_API_GROUP], [POD_GROUP_PLURAL], ["list", "watch", "create"]),
+        # Kubernetes Events of each placement outcome on the pods and jobs (webhook/events.py):
+        # created only, one per object and reason per minute at most, never patched
+        k8s.rule([""], ["events"], ["create"]),
     ]
     reports_rules = [k8s.rule([""], ["configmaps"], ["list", "watch"])]
     # reservations: full PUTs with resourceVersion (optimistic concurrency); the GPU

@@ -106,7 +106,9 @@ def _mutate(args: argparse.Namespace) -> int:
                 raise InputError("give --policies or --platform, not both", obj="--platform")
             chosen = platform(args.platform)
             policies = gather_policies(default_policies_dir(), chosen.policies, Path(tmp))
-        admitter = build_admitter(policies, cluster, placement=make_placement_step(),
+        # can_wait: the live webhook's answer (a queue runs there), gated gangs included
+        admitter = build_admitter(policies, cluster,
+                                  placement=make_placement_step(can_wait=True),
                                   reload_interval_s=0)
     try:
         outcomes = admit_all(admitter, cluster, pods)

@@ -321,7 +321,7 @@ def placement_of(pod: Mapping[str, Any]) -> dict[str, Any] | None:
 
 def table_rows(outcomes: Sequence[Outcome]) -> list[list[str]]:
     """One row per admitted pod: POD, NODE, GPUS, BUS GB/S, WARNINGS (how many; the text
-    goes to stderr), NOTE (why a GPU pod was left unplaced or denied)."""
+    goes to stderr), NOTE (why a GPU pod waits gated, was left unplaced or denied)."""
     rows: list[list[str]] = []
     for out in outcomes:
         record = placement_of(out.pod) if out.allowed else None
@@ -334,6 +334,8 @@ def table_rows(outcomes: Sequence[Outcome]) -> list[list[str]]:
             gpus = ",".join(str(g) for g in record.get("gpus") or []) or "-"
             bw = record.get("busBandwidthGBps")
             bus = f"{bw:.1f}" if isinstance(bw, int | float) else "-"
+        elif record is not None and record.get("waiting"):
+            note = f"waits: {record.get('reason')}"
         elif record is not None:
             note = f"unplaced: {record.get('reason')}"
         rows.append([out.label.split(" ", 1)[1], node, gpus, bus, str(len(out.warnings)), note])

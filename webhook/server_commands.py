@@ -187,14 +187,22 @@ def _build_admitter(
     policies = policies_dir if policies_dir is not None else default_policies_dir()
     live = getattr(cluster, "listeners", None) is not None and \
         getattr(cluster, "reservations", None) is not None
+    recorder = None
+    if live:  # Kubernetes Events of each outcome, written off the admission path
+        from webhook.events import EventRecorder
+        from webhook.queue.runner import default_identity
+
+        recorder = EventRecorder(cluster.api_client, instance=default_identity()).start()
+        cleanup.callback(recorder.stop)
     admitter = build_admitter(policies, cluster,
-                              placement=placement_step_for(cluster, can_wait=live))
+                              placement=placement_step_for(cluster, can_wait=live,
+                                                           recorder=recorder))
     cleanup.callback(admitter.close)
     _say(f"policies: {policies} (reloaded when the files change)")
     if live:
         from webhook.queue.runner import start_queue
 
-        runner = start_queue(cluster)
+        runner = start_queue(cluster, recorder=recorder)
         cleanup.callback(runner.stop)
         _say(f"placement queue: started (active while this process holds the Lease "
              f"gputopo-system/gputopo-placement-queue; identity {runner.queue.identity})")

@@ -35,6 +35,10 @@ on that node. Its :class:`Score` is compared lexicographically, larger is better
    what keeps a one-GPU job off an intact NVLink pair when a loose GPU exists.
 5. ``packing``: minus the number of touched nodes that had no GPU in use before: fill
    nodes already partly used before opening empty ones.
+6. ``fit``: minus the free GPUs the touched nodes keep after the placement: best-fit, the
+   most allocated nodes that fit first. A one-GPU job given nodes with 7 and 1 free GPUs
+   (the blocks term tied: its GPU breaks no well-connected block on either) takes the 1,
+   keeping the 7 whole for a larger job, instead of the first node by name.
 
 Ties after that are broken by the sorted list of (node name, GPU indices) of the shares,
 smallest first, so the answer is deterministic (not part of :class:`Score`).
@@ -84,6 +88,7 @@ class Score:
     locality: int
     blocks: tuple[int, ...]
     packing: int
+    fit: int
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -93,6 +98,7 @@ class Score:
             "span": SPANS[-self.locality],
             "blocksDelta": dict(zip(_BLOCK_KEYS, self.blocks, strict=True)),
             "emptyNodesOpened": -self.packing,
+            "freeGpusLeft": -self.fit,
         }
 
 
@@ -331,11 +337,13 @@ def score_by_name(
     pair = min(min_pair_bandwidth(n.topology, shares[n.name]) for n in touched)
     blocks = [0] * len(BLOCK_SIZES)
     opened = 0
+    left = 0
     for n in touched:
         free_mask = _free(n.topology, n.used)[1]
         delta = blocks_delta(n.topology, free_mask, position_mask(n.topology, shares[n.name]))
         blocks = [a + b for a, b in zip(blocks, delta, strict=True)]
         opened += not n.used
+        left += free_mask.bit_count() - len(shares[n.name])
     return Score(
         bus_bandwidth=bus,
         nodes=-len(touched),
@@ -343,6 +351,7 @@ def score_by_name(
         locality=-SPAN_RANK[span],
         blocks=tuple(blocks),
         packing=-opened,
+        fit=-left,
     )
 
 

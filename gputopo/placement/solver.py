@@ -36,7 +36,8 @@ The search, for ``R`` replicas of ``G`` GPUs (``n = R*G``):
       every feasible triple with the same rounded value ties, and of those only the
       smallest ``m`` (the objective's ``nodes`` term) goes on;
    b. among those, the highest slowest-pair threshold that stays feasible;
-   c. among those, a DP over classes that maximises the blocks kept and then packing.
+   c. among those, a DP over classes that maximises the blocks kept, then packing, then
+      fit (fewest GPUs left free on the touched nodes).
 
    Scopes are visited best upper bound first — a bound of the whole objective, term by
    term (``_Search._bound``) — and the search stops at the first that cannot win; scopes
@@ -88,6 +89,9 @@ from gputopo.topology.model import Topology
 #: Base of the integer encoding of the blocks vector (order-preserving while every summed
 #: component stays within +-BASE/2; 64 touched nodes x 32 blocks is far below).
 BASE = 1 << 20
+#: Scale of (blocks, packing) over the fit term (GPUs left free, summed over the touched
+#: nodes) in the knapsack's values: order-preserving while that sum stays below half of it.
+FIT_BASE = 1 << 32
 
 
 @dataclass(frozen=True)
@@ -238,7 +242,7 @@ class _Kind:
 
     def __post_init__(self) -> None:
         #: per gang size n: (one-node key, best n-GPU share), see :meth:`one_node`
-        self.rated: dict[int, tuple[tuple[float, float, int, int], _Option]] = {}
+        self.rated: dict[int, tuple[tuple[float, float, int, int, int], _Option]] = {}
         self._head: tuple[str, tuple[int, ...]] | None = None
         self._bounds: dict[tuple[int, int], tuple[float, int]] = {}
         #: per (gang size, share, node network): a one-node placement's (score, bus
@@ -257,14 +261,16 @@ class _Kind:
                                              max(o.health for o in opts))
         return got
 
-    def one_node(self, n: int) -> tuple[tuple[float, float, int, int], _Option]:
+    def one_node(self, n: int) -> tuple[tuple[float, float, int, int, int], _Option]:
         """The best ``n``-GPU share of the free GPUs (the first Pareto option) and its key
-        for the one-node search: (ring bandwidth, slowest pair, blocks kept, packing)."""
+        for the one-node search: (ring bandwidth, slowest pair, blocks kept, packing, fit:
+        minus the GPUs left free)."""
         got = self.rated.get(n)
         if got is None:
             opt = _options(self.topology, self.free_mask, n)[0]
             k1 = 0.0 if n == 1 else round(opt.bw, ROUND)
-            got = self.rated[n] = ((k1, opt.pair, opt.health, -int(self.opened)), opt)
+            got = self.rated[n] = ((k1, opt.pair, opt.health, -int(self.opened),
+                                    n - self.free), opt)
         return got
 
     def head(self) -> tuple[str, tuple[int, ...]]:
@@ -539,8 +545,9 @@ def _grid(r: int) -> tuple[int, int]:
     return width, sum(row << (m * width) for m in range(r + 1))
 
 
-#: (bus bandwidth, -nodes, slowest pair, locality, encoded blocks, packing): Score's order
-_Bound = tuple[float, int, float, int, int, int]
+#: (bus bandwidth, -nodes, slowest pair, locality, encoded blocks, packing, fit): Score's
+#: order
+_Bound = tuple[float, int, float, int, int, int, int]
 _Opts = list[dict[int, tuple[_Option, ...]]]  # per class: replicas on a node -> options
 _Plan = list[tuple[int, int, _Option]]  # per chosen node: (class position, replicas, share)
 
@@ -982,7 +989,7 @@ class _Search:
                     break
                 if self.prune_by_score:
                     have = (top.bus_bandwidth, top.nodes, top.bottleneck_pair, top.locality,
-                            _encode(top.blocks), top.packing)
+                            _encode(top.blocks), top.packing, top.fit)
                     if bound < have:
                         break
                     if bound == have and min(n.name for c in classes if self._cap(c)
@@ -1069,7 +1076,8 @@ class _Search:
         given the terms before it tie: the fewest nodes the scope can use (``m``: only a
         plan of exactly ``m`` nodes ties on the nodes term), the best pair of any share
         (the Pareto options keep it), a rack's locality (the narrowest span of two nodes),
-        the ``m`` best blocks deltas of distinct nodes, no empty node opened.
+        the ``m`` best blocks deltas of distinct nodes, no empty node opened, the GPUs left
+        free on the ``m`` fullest nodes that can take a replica.
         """
         caps = [self._cap(c) for c in classes]
         if sum(min(len(c.nodes), self.r) * j for c, j in zip(classes, caps, strict=True)) < self.r:
@@ -1080,13 +1088,17 @@ class _Search:
         bw = round(_f(self.n, m, -math.inf, net, SPAN_FACTOR[span]), ROUND)
         pair = -math.inf
         healths: list[int] = []
+        frees: list[int] = []
         for c, j in zip(classes, caps, strict=True):
             if j:
                 p, h = c.kind.share_bounds(self.g, j)
                 pair = max(pair, p)
                 healths.extend([h] * min(len(c.nodes), m))
+                frees.extend([c.kind.free] * min(len(c.nodes), m))
         healths.sort(reverse=True)
-        return (bw, -m, pair, -SPAN_RANK["rack"], sum(healths[:m]), 0)
+        frees.sort()
+        return (bw, -m, pair, -SPAN_RANK["rack"], sum(healths[:m]), 0,
+                self.n - sum(frees[:m]))
 
     def _scope(self, span: str, classes: list[_Class], floor: float | None) -> _Candidate | None:
         sig = (span, tuple((c.canon, min(len(c.nodes), self.r)) for c in classes))
@@ -1188,7 +1200,7 @@ class _Search:
                     stage2.append((m, t_i, t_n))
                     break
         assert best_pair is not None
-        # c. blocks kept, then packing
+        # c. blocks kept, then packing, then fit
         best_plan = None
         best_value = None
         for m, t_i, t_n in stage2:
@@ -1256,7 +1268,8 @@ class _Search:
         t_n: float,
         t_p: float,
     ) -> tuple[int, _Plan] | None:
-        """Max (blocks kept, packing) over plans with exactly m nodes and all R replicas.
+        """Max (blocks kept, packing, fit) over plans with exactly m nodes and all R
+        replicas.
 
         A knapsack over classes: state (nodes used, replicas placed) -> best value, with
         back-pointers (copying partial plans made large one-GPU gangs quadratic).
@@ -1296,7 +1309,8 @@ class _Search:
         for i, (ci, c, k, allowed) in enumerate(usable):
             state = {key: v for key, v in state.items() if live(*key, i)}
             unit = sorted(
-                ((j, o.health * BASE - int(c.opened)) for j, o in allowed.items()), reverse=True
+                ((j, (o.health * BASE - int(c.opened)) * FIT_BASE - (c.kind.free - j * self.g))
+                 for j, o in allowed.items()), reverse=True
             )
             # inner[(q, rr)]: best value of q nodes of this class holding rr replicas;
             # choice[(q, rr)]: the replica count of the q-th node in that best.

@@ -47,6 +47,7 @@ def _queue_and_pod_groups(kube, view: ClusterView) -> None:
 
     from gputopo import names
     from webhook.assembly import build_admitter
+    from webhook.events import EventRecorder
     from webhook.placement.step import placement_step_for
     from webhook.queue.lease import LeaderElector
     from webhook.queue.placer import PlacementQueue
@@ -60,7 +61,9 @@ def _queue_and_pod_groups(kube, view: ClusterView) -> None:
                     and view.object(api_version="kubeflow.org/v1", kind="MPIJob",
                                     namespace="default", name="queued") is not None
                     and sum(len(n.used) for n in view.node_states()) == 8)
-    admitter = build_admitter(None, view, placement=placement_step_for(view, can_wait=True),
+    recorder = EventRecorder(view.api_client).start()
+    admitter = build_admitter(None, view, placement=placement_step_for(view, can_wait=True,
+                                                                       recorder=recorder),
                               reload_interval_s=0)
     try:
         pod = kube.apply(admit(admitter, worker_pod(mpi, 0)))
@@ -73,8 +76,10 @@ def _queue_and_pod_groups(kube, view: ClusterView) -> None:
                             name=names.QUEUE_LEASE, identity="rbac")
     assert elector.try_acquire_or_renew() and elector.try_acquire_or_renew()  # create, renew
     queue = PlacementQueue(view.api_client, view, view.reservations,
-                           is_leader=elector.is_leader)
+                           is_leader=elector.is_leader, recorder=recorder)
     assert len(queue.run_once().placed) == 1
+    assert recorder.flush() and recorder.written  # the Events of the queue's placement
+    recorder.stop()
     elector.release()
 
 

@@ -212,12 +212,14 @@ def test_webhook_rbac_is_least_privilege(committed):
         assert "*" not in rule["resources"] and "*" not in rule["apiGroups"]
         if rule["verbs"] and writes & set(rule["verbs"]):
             # writes: reservations (ConfigMaps) and the queue's Lease in gputopo's own
-            # namespace; pods: patch only (the queue lifts its gate); PodGroups: create only
+            # namespace; pods: patch only (the queue lifts its gate); PodGroups and Events:
+            # create only
             allowed = {
                 ("Role", GPUTOPO_NAMESPACE, ("configmaps",)): {"create", "update", "delete"},
                 ("Role", GPUTOPO_NAMESPACE, ("leases",)): {"create", "update"},
                 ("ClusterRole", None, ("pods",)): {"patch"},
                 ("ClusterRole", None, ("podgroups",)): {"create"},
+                ("ClusterRole", None, ("events",)): {"create"},
             }[(kind, namespace, tuple(rule["resources"]))]
             assert writes & set(rule["verbs"]) <= allowed, rule
             if rule["resources"] == ["leases"] and "update" in rule["verbs"]:

@@ -4,7 +4,9 @@ Why: gputopo talks to the API server through the official ``kubernetes`` client.
 that path for real (HTTP, JSON wire format, resourceVersions, watches, 409s, 410s) without
 a cluster, this module serves a small, faithful subset of the REST API on 127.0.0.1:
 
-* core/v1 nodes, namespaces (cluster-scoped), pods, configmaps; batch/v1 jobs;
+* core/v1 nodes, namespaces (cluster-scoped), pods, configmaps, events (a create is
+  checked as the API server checks a core/v1 Event: :func:`event_create_errors`);
+  batch/v1 jobs;
   coordination.k8s.io/v1 leases; kubeflow.org/v1 pytorchjobs, tfjobs, mpijobs and
   kubeflow.org/v2beta1 mpijobs; scheduling.x-k8s.io/v1alpha1 podgroups (the
   scheduler-plugins CRD, served CRD-style like the Kubeflow jobs).
@@ -296,6 +298,32 @@ def pod_update_errors(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return errors
 
 
+# --- Event create rules (pkg/apis/core/validation/events.go) -----------------------------
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
+
+
+def event_create_errors(event: dict[str, Any], namespace: str) -> list[str]:
+    """Why the API server would refuse creating this core/v1 Event (empty: it accepts it).
+
+    ``ValidateEventCreate`` for a core/v1 request runs ``legacyValidateEvent`` only: an Event
+    without ``eventTime`` must be in its involvedObject's namespace (an involvedObject
+    without one — a Node — goes to "" or "default"), and the namespace must be a DNS-1123
+    subdomain. The events.k8s.io/v1 rules (eventTime, reportingController, note length)
+    are not applied to core/v1 requests."""
+    errors: list[str] = []
+    involved = event.get("involvedObject") if isinstance(event.get("involvedObject"),
+                                                         dict) else {}
+    if not event.get("eventTime"):
+        ins = involved.get("namespace") or ""
+        if (not ins and namespace not in ("", "default")) or (ins and ins != namespace):
+            errors.append(f"involvedObject.namespace: Invalid value: {ins!r}: does not "
+                          f"match event.namespace")
+    if not _DNS1123_SUBDOMAIN.match(namespace or "") or len(namespace) > 253:
+        errors.append(f"metadata.namespace: Invalid value: {namespace!r}")
+    return errors
+
+
 @dataclass
 class Event:
     rv: int
@@ -465,6 +493,8 @@ class KubeApiDouble:
         ns = (namespace or md.get("namespace") or "default") if res.namespaced else ""
         if res.namespaced:
             md["namespace"] = ns
+        if res.plural == "events" and (errors := event_create_errors(obj, ns)):
+            raise ApiError(422, "Invalid", f'Event "{name}" is invalid: ' + "; ".join(errors))
         obj["apiVersion"], obj["kind"] = res.api_version, res.kind
         with self._lock:
             store = self._objects[res]
@@ -644,7 +674,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _body(self) -> Any:
         n = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(n) if n else b""
+        raw = self.rfile.read(n) if n and not self._body_read else b""
+        self._body_read = True
         if not raw:
             return None
         try:
@@ -689,6 +720,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _handle(self) -> None:
         api = self.api
+        self._body_read = False
         if self.path.startswith("/_double/"):
             self._control()
             return
@@ -734,6 +766,10 @@ class _Handler(BaseHTTPRequestHandler):
                 raise ApiError(405, "MethodNotAllowed", f"{m} not supported on {self.path}")
         except ApiError as exc:
             with contextlib.suppress(OSError):  # the client may be gone (killed mid-request)
+                # a request refused before its body was read (403, 405): read it all the
+                # same, or its bytes would be taken for the next request on the connection
+                with contextlib.suppress(ApiError):
+                    self._body()
                 self._send_json(exc.code, exc.status())
         except OSError:  # BrokenPipe, ConnectionReset: the client went away
             self.close_connection = True

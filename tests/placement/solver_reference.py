@@ -14,6 +14,11 @@ and nodes are grouped by their effective network (line rate x transport). Those 
 places were changed here exactly as in the solver (marked "issue 11"), nothing else, so
 this copy still pins the one-pass rework's search against the search it replaced.
 
+ADAPTED TWICE (issue 22, best-fit ties): the objective gained ``fit`` after packing (minus
+the GPUs left free on the touched nodes). The two places the search ranks by packing were
+changed here exactly as in the solver (marked "issue 22"): the one-node key and the
+knapsack's unit value.
+
 The original module docstring follows.
 
 The gang placement solver: the best placement of a gang by the objective in ``objective.py``.
@@ -403,7 +408,8 @@ class _Search:
                 continue
             opt = _options(cls.topology, cls.free_mask, self.n)[0]
             k1 = 0.0 if self.n == 1 else round(opt.bw, ROUND)
-            key = (k1, opt.pair, opt.health, -int(cls.opened))
+            key = (k1, opt.pair, opt.health, -int(cls.opened),
+                   self.n - cls.free_mask.bit_count())  # issue 22: fit
             tie = (cls.names[0], opt.gpus)
             if best is None or key > best[0] or (key == best[0] and tie < best[1]):
                 best = (key, tie, cls.names[0], opt)
@@ -638,8 +644,10 @@ class _Search:
             allowed = self._allowed(per, t_i, t_p)
             if not allowed:
                 continue
-            unit = sorted(
-                ((j, o.health * BASE - int(c.opened)) for j, o in allowed.items()), reverse=True
+            unit = sorted(  # issue 22: fit (GPUs left free) after packing
+                ((j, (o.health * BASE - int(c.opened)) * (1 << 32)
+                  - (c.free_mask.bit_count() - j * self.g)) for j, o in allowed.items()),
+                reverse=True
             )
             # inner[(q, rr)]: best value of q nodes of this class holding rr replicas;
             # choice[(q, rr)]: the replica count of the q-th node in that best.

@@ -34,17 +34,18 @@ def _wait(condition, timeout: float = 10.0) -> bool:
 
 
 @contextmanager
-def live_admitter(kube, *, policies=None, can_wait: bool = False
+def live_admitter(kube, *, policies=None, can_wait: bool = False, recorder=None
                   ) -> Iterator[tuple[Any, ClusterView]]:
     """``gputopo serve``'s wiring on the double (demo cluster applied first): the admitter
     and its view, synced with both demo nodes; stopped on exit. ``can_wait``: as when the
-    placement queue runs (gangs that do not fit are gated)."""
+    placement queue runs (gangs that do not fit are gated); ``recorder``: the Events'."""
     from k8s_double import api_client
 
     api = api_client(kube.url)
     view = ClusterView(api, reservations=KubernetesReservationStore(api)).start()
     admitter = build_admitter(policies, view,
-                              placement=placement_step_for(view, can_wait=can_wait),
+                              placement=placement_step_for(view, can_wait=can_wait,
+                                                           recorder=recorder),
                               reload_interval_s=0)
     try:
         assert view.wait_synced(10)

@@ -69,7 +69,7 @@ def test_four_workers_share_one_nvlink_quad_and_launcher_gets_no_slot(
 
 
 @pytest.mark.parametrize("version", [V2BETA1, V1])
-def test_five_jobs_pack_quads_then_the_fifth_is_left_unplaced(mutate, demo_topologies, version):
+def test_five_jobs_pack_quads_then_the_fifth_waits_gated(mutate, demo_topologies, version):
     jobs = [mpijob(f"job-{k}", version=version) for k in range(1, 6)]
     result = mutate([obj for job in jobs for obj in gang(job)])
     assert result.rc == 0, result.stderr
@@ -82,11 +82,13 @@ def test_five_jobs_pack_quads_then_the_fifth_is_left_unplaced(mutate, demo_topol
     for w in _workers(result, "job-5"):
         rec = record(w)
         assert rec["placed"] is False and rec["node"] is None and rec["reason"]
+        assert rec["waiting"] is True  # gputopo mutate answers as the live webhook
+        assert {"name": names.PLACEMENT_GATE} in w["spec"]["schedulingGates"]
         assert terms(w) == [], "an unplaced pod must not be pinned"
         assert names.GPU_GROUP_ANNOTATION not in w["metadata"].get("annotations", {})
         assert w["metadata"]["labels"][names.GANG_LABEL] == "job-5"
         assert w["metadata"]["labels"][names.GANG_REPLICA_LABEL] == "4"
-    assert "job-5" in result.stderr and "unplaced" in result.stderr
+    assert "job-5" in result.stderr and "waits for a placement" in result.stderr
 
 
 def test_recreated_replica_gets_the_same_slot(mutate):

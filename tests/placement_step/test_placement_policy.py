@@ -111,22 +111,47 @@ def test_placement_metrics_count_each_decision(mutate):
         return REGISTRY.get_sample_value("gputopo_gang_placements_total",
                                          {"result": result}) or 0.0
 
-    before = {r: sample(r) for r in ("placed", "reused", "unplaced")}
+    before = {r: sample(r) for r in ("placed", "reused", "gated", "unplaced")}
     result = mutate(_five_jobs())
     assert result.rc == 0, result.stderr
     delta = {r: sample(r) - before[r] for r in before}
-    # four gangs placed at their first pod, their other 3 pods reuse; job-5's 4 pods unplaced
-    assert delta == {"placed": 4, "reused": 12, "unplaced": 4}
+    # four gangs placed at their first pod, their other 3 pods reuse; job-5's 4 pods wait
+    # gated, as the live webhook would have them (a dry run shows the live answer)
+    assert delta == {"placed": 4, "reused": 12, "gated": 4, "unplaced": 0}
 
 
-def test_wait_without_a_queue_admits_unplaced_and_says_why(mutate):
-    """``gputopo mutate`` runs no placement queue: a gated pod would wait for ever, so the
-    default ``whenFull: wait`` acts as ``admit`` there, with a note."""
-    result = mutate(_five_jobs())
-    assert result.rc == 0, result.stderr
-    out = result.pods
-    for i in range(4):
-        pod = out[f"job-5-worker-{i}"]
-        assert not pod["spec"].get("schedulingGates")
-        assert record(pod)["placed"] is False
-    assert "whenFull: wait needs the placement queue" in result.stderr
+def test_wait_without_a_queue_admits_unplaced_and_says_why():
+    """A webhook that runs no placement queue (``gputopo serve`` on a cluster file or the
+    demo): a gated pod would wait for ever, so the default ``whenFull: wait`` acts as
+    ``admit`` there, with a note. (``gputopo mutate`` shows the live answer instead:
+    tests/placement_step/test_dry_run_gates.py.)"""
+    import base64
+    import json
+
+    import jsonpatch
+
+    from gputopo.cluster.demo import demo_snapshot
+    from webhook.assembly import build_admitter
+    from webhook.dryrun import review_body
+    from webhook.placement.step import placement_step_for
+
+    cluster = demo_snapshot()
+    admitter = build_admitter(None, cluster, placement=placement_step_for(cluster),
+                              reload_interval_s=0)
+    try:
+        for obj in _five_jobs():
+            if obj["kind"] != "Pod":
+                cluster.add(obj)
+                continue
+            _, answer = admitter.handle_body(review_body(obj, "uid-1"))
+            response = answer["response"]
+            patch = json.loads(base64.b64decode(response.get("patch") or "W10="))  # "[]"
+            out = jsonpatch.apply_patch(obj, patch)
+            cluster.add(out)
+    finally:
+        admitter.close()
+    assert out["metadata"]["name"] == "job-5-worker-3"
+    assert not out["spec"].get("schedulingGates")
+    assert record(out)["placed"] is False and "waiting" not in record(out)
+    assert any("whenFull: wait needs the placement queue" in w
+               for w in response.get("warnings") or []), response

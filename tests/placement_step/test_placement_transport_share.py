@@ -53,8 +53,11 @@ def cluster(tmp_path: Path, *, rdma_annotations: dict[str, str] | None = None) -
 
 
 def policies(tmp_path: Path, share: Any = None) -> Path:
-    """The shipped ACK policy, with ``placement.transportShare: share`` when given."""
+    """The shipped ACK policy, with ``placement.transportShare: share`` when given, and
+    ``minShare: 0``: one free GPU per node is far below the gang's best (one NVLink pair),
+    and ``gputopo mutate`` answers as the live webhook, which would gate the gang."""
     (doc,) = load_documents(default_policies_dir() / "ack-gpu-topology.yaml")
+    doc["spec"]["placement"]["minShare"] = 0
     if share is not None:
         doc["spec"]["placement"]["transportShare"] = share
     out = tmp_path / "policies"

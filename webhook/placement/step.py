@@ -53,7 +53,7 @@ from gputopo.cluster.reservations import (
 from gputopo.cluster.source import node_state_named
 from gputopo.placement.types import GangRequest, NodeState, ReplicaSlot
 from gputopo.placement.waiting import after_max_wait_text
-from webhook import metrics
+from webhook import events, metrics
 from webhook.jobs import pod_gpus
 from webhook.placement import network
 from webhook.placement.mutations import (
@@ -259,6 +259,7 @@ class PlacementStep:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         settle_seconds: float = DEFAULT_SETTLE_SECONDS,
         can_wait: bool = False,
+        recorder: events.EventRecorder | None = None,
     ) -> None:
         self.store: ReservationStore = store if store is not None else InMemoryReservationStore()
         self.reserver = GangReserver(self.store, solver=solver, max_attempts=max_attempts,
@@ -266,6 +267,8 @@ class PlacementStep:
         #: True when a placement queue releases gated gangs (a live cluster); without one a
         #: gated pod would wait for ever, so ``whenFull: wait`` acts as ``admit``.
         self.can_wait = can_wait
+        #: Kubernetes Events of each outcome (webhook/events.py); None: none written
+        self.recorder = recorder
 
     @property
     def solver(self) -> Solver:
@@ -349,6 +352,19 @@ class PlacementStep:
         else:
             self._unplaced(ctx, key, replica, gang, outcome, settings, net, containers,
                            preview=preview)
+        if self.recorder is not None and not preview:
+            self._tell(ctx, job, outcome, settings)
+
+    def _tell(self, ctx: AdmissionContext, job: JobInfo, outcome: Granted | Unplaced,
+              settings: PlacementSettings) -> None:
+        """Queue the Events of this admission's outcome (built and written after the
+        answer, on the recorder's thread: :func:`admission_events`)."""
+        assert self.recorder is not None
+        meta = ctx.pod.get("metadata") if isinstance(ctx.pod.get("metadata"), dict) else {}
+        self.recorder.later(admission_events, {"metadata": {
+            "name": meta.get("name") or ctx.request.name,
+            "namespace": meta.get("namespace") or ctx.request.namespace}}, job, outcome,
+            settings.when_full, self.can_wait)
 
     @staticmethod
     def _net(ctx: AdmissionContext, settings: PlacementSettings, specs: object,
@@ -614,6 +630,31 @@ class PlacementStep:
             metrics.PLACEMENTS.labels(result="unplaced").inc()
 
 
+def admission_events(pod: dict[str, Any], job: JobInfo, outcome: Granted | Unplaced,
+                     when_full: str, can_wait: bool
+                     ) -> list[tuple[events.Target | None, str, str, bool]]:
+    """The Events of one admission's outcome, as (target, reason, message, warning) rows.
+    A gated pod gets none here: the queue writes its GangWaiting, with its position."""
+    target = events.pod_target(pod, admitted=True)
+    owner = events.Target(job.api_version, job.kind, job.namespace, job.name, job.uid)
+    if isinstance(outcome, Granted):
+        res, slot = outcome.reservation, outcome.slot
+        rows: list[tuple[events.Target | None, str, str, bool]] = [
+            (target, events.PLACED, events.slot_message(
+                slot.node, slot.gpus, res.visible_gpus(slot.node), res.bus_bandwidth_gbps),
+             False)]
+        if outcome.fresh:
+            rows.append((owner, events.PLACED, events.gang_message(
+                [(s.node, s.gpus) for s in res.slots], res.bus_bandwidth_gbps), False))
+        return rows
+    if when_full == WHEN_FULL_WAIT and not outcome.lasting and can_wait:
+        return []
+    if when_full == WHEN_FULL_DENY:
+        return [(owner, events.UNPLACED, f"denied: {outcome.reason}", True)]
+    message = f"admitted without a placement: {outcome.reason}"
+    return [(target, events.UNPLACED, message, True), (owner, events.UNPLACED, message, True)]
+
+
 def placed_record(key: GangKey, replica: ReplicaKey, res: GangReservation, slot: ReplicaSlot,
                   visible: tuple[int, ...] | None = None, *,
                   network: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -684,16 +725,20 @@ def _scheduler_unhandled(policy: Policy | None) -> bool:
     return policy is None or policy.mutations.scheduler_name is None
 
 
-def make_placement_step(store: ReservationStore | None = None) -> PlacementStep:
+def make_placement_step(store: ReservationStore | None = None, *,
+                        can_wait: bool = False,
+                        recorder: events.EventRecorder | None = None) -> PlacementStep:
     """The placement step for ``build_admitter(..., placement=...)``.
 
     Without a store: an in-memory one (``gputopo mutate``, the demo, file-backed ``serve``);
-    a live server with API access passes a KubernetesReservationStore.
+    a live server with API access passes a KubernetesReservationStore. ``can_wait``: gate
+    gangs that do not fit as the live webhook does (``gputopo mutate`` shows that answer).
     """
-    return PlacementStep(store)
+    return PlacementStep(store, can_wait=can_wait, recorder=recorder)
 
 
-def placement_step_for(cluster: object, *, can_wait: bool = False) -> PlacementStep:
+def placement_step_for(cluster: object, *, can_wait: bool = False,
+                       recorder: events.EventRecorder | None = None) -> PlacementStep:
     """The placement step ``gputopo serve`` uses for ``cluster``.
 
     A live cluster view (``gputopo.cluster.view.ClusterView``) carries the reservation store
@@ -702,14 +747,16 @@ def placement_step_for(cluster: object, *, can_wait: bool = False) -> PlacementS
     that client — so reservations live in the API, shared by every webhook replica and
     surviving restarts. A fixed cluster (a file, the demo) gets an in-memory store: one
     process, nothing to share. ``can_wait``: a placement queue runs (``gputopo serve`` on a
-    live cluster), so ``whenFull: wait`` gates gangs that do not fit.
+    live cluster), so ``whenFull: wait`` gates gangs that do not fit. ``recorder``: the
+    Kubernetes Events of each outcome (webhook/events.py).
     """
     store = getattr(cluster, "reservations", None)
     if store is not None:
-        return PlacementStep(store, can_wait=can_wait)
+        return PlacementStep(store, can_wait=can_wait, recorder=recorder)
     api = getattr(cluster, "api_client", None)
     if api is not None:
         from gputopo.cluster.k8s_reservations import KubernetesReservationStore
 
-        return PlacementStep(KubernetesReservationStore(api), can_wait=can_wait)
+        return PlacementStep(KubernetesReservationStore(api), can_wait=can_wait,
+                             recorder=recorder)
     return PlacementStep()

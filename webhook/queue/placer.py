@@ -41,9 +41,15 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from gputopo import names
-from gputopo.cluster.reservations import ReservationStore, ReservationUnavailable
+from gputopo.cluster.reservations import (
+    GangReservation,
+    ReplicaKey,
+    ReservationStore,
+    ReservationUnavailable,
+)
 from gputopo.cluster.source import ClusterReader
-from webhook import metrics
+from gputopo.placement.types import ReplicaSlot
+from webhook import events, metrics
 from webhook.placement import network
 from webhook.placement.mutations import record_json, remove_gate, write_slot
 from webhook.placement.reserve import GangReserver, Unplaced
@@ -91,6 +97,7 @@ class PlacementQueue:
         starvation_seconds: float = DEFAULT_STARVATION_SECONDS,
         clock: Callable[[], float] = time.time, request_timeout: float = 10.0,
         after_write: Callable[[str, str], None] | None = None,
+        recorder: events.EventRecorder | None = None,
     ) -> None:
         self.core = client.CoreV1Api(api_client)
         self.cluster = cluster
@@ -103,6 +110,8 @@ class PlacementQueue:
         self._timeout = request_timeout
         #: test hook: called with (phase, pod name) after each pod write
         self.after_write = after_write
+        #: Kubernetes Events: waiting (with the position), placed, released, denied
+        self.recorder = recorder
 
     # --- reading ---------------------------------------------------------------------------
     def waiting(self) -> list[WaitingGang]:
@@ -122,11 +131,20 @@ class PlacementQueue:
         gangs = self.waiting()
         metrics.QUEUE_WAITING.set(len(gangs))
         now = self._clock()
-        return serve_pass(gangs, now=now, starvation_seconds=self.starvation_seconds,
-                          place=lambda g, need: self._place(
-                              g, now, good_share=need, fallback=need < g.rule.min_share),
-                          give_up=lambda g, why: self._deny(g, now, why),
-                          may_act=self.is_leader)
+        result = serve_pass(gangs, now=now, starvation_seconds=self.starvation_seconds,
+                            place=lambda g, need: self._place(
+                                g, now, good_share=need, fallback=need < g.rule.min_share),
+                            give_up=lambda g, why: self._deny(g, now, why),
+                            may_act=self.is_leader)
+        if self.recorder is not None:
+            for position, gang in enumerate(gangs, start=1):
+                why = result.waiting.get(str(gang.key))
+                if why is not None:
+                    self.recorder.emit_all(
+                        _targets(gang), events.WAITING,
+                        f"waits for a placement, position {position} of {len(gangs)} in "
+                        f"the queue ({gang.demand}, waited {gang.waited(now):.0f} s): {why}")
+        return result
 
     def _place(self, gang: WaitingGang, now: float, *, good_share: float | None,
                fallback: bool = False) -> str | None:
@@ -177,6 +195,8 @@ class PlacementQueue:
             metrics.QUEUE_FALLBACKS.labels(reason="placed_below_good").inc()
         else:
             metrics.QUEUE_PLACEMENTS.inc()
+        if self.recorder is not None:
+            self._placed_events(gang, res, slots, waited)
         metrics.QUEUE_WAIT_SECONDS.observe(waited)
         log.info("queue: placed %s after %.1f s waiting (%s)", key, waited,
                  ", ".join(f"{s.node}:{list(s.gpus)}" for s in slots.values()))
@@ -204,9 +224,28 @@ class PlacementQueue:
             if not self._update(wp, "deny", deny):
                 return False
         metrics.QUEUE_FALLBACKS.labels(reason="denied").inc()
+        if self.recorder is not None:
+            self.recorder.emit_all(_targets(gang), events.UNPLACED, reason, warning=True)
         metrics.QUEUE_WAIT_SECONDS.observe(waited)
         log.warning("queue: %s %s", gang.key, reason)
         return True
+
+    def _placed_events(self, gang: WaitingGang, res: GangReservation,
+                       slots: Mapping[ReplicaKey, ReplicaSlot], waited: float) -> None:
+        """GangPlaced and GangReleased on every pod of a gang the queue placed, and on its
+        job."""
+        assert self.recorder is not None
+        *pods, job = _targets(gang)
+        for wp, target in zip(gang.pods, pods, strict=True):
+            slot = slots[wp.replica]
+            self.recorder.emit_all([target], events.PLACED, events.slot_message(
+                slot.node, slot.gpus, res.visible_gpus(slot.node), res.bus_bandwidth_gbps))
+        self.recorder.emit(job, events.PLACED, events.gang_message(
+            [(s.node, s.gpus) for s in res.slots], res.bus_bandwidth_gbps))
+        self.recorder.emit_all([*pods, job], events.RELEASED,
+                               f"scheduling gate {names.PLACEMENT_GATE} lifted after "
+                               f"{waited:.0f} s waiting; the scheduler binds the pods to "
+                               f"their nodes")
 
     # --- writing ---------------------------------------------------------------------------
     def _update(self, wp: WaitingPod, phase: str, change: Callable[[dict[str, Any]], Any]
@@ -240,6 +279,14 @@ class PlacementQueue:
         if self.after_write is not None:
             self.after_write(phase, wp.name)
         return True
+
+
+def _targets(gang: WaitingGang) -> list[events.Target | None]:
+    """The Event targets of a waiting gang: its pods, then its job (last)."""
+    key = gang.key
+    job = events.job_target(gang.pods[0].pod, kind=key.kind, namespace=key.namespace,
+                            name=key.name, uid=key.uid)
+    return [*(events.pod_target(wp.pod) for wp in gang.pods), job]
 
 
 def settled_network(record: Mapping[str, Any]) -> network.GangNetwork | None:

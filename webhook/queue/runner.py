@@ -18,6 +18,7 @@ from typing import Any
 
 from gputopo import names
 from webhook import metrics
+from webhook.events import EventRecorder
 from webhook.queue.lease import DEFAULT_LEASE_SECONDS, DEFAULT_RENEW_SECONDS, LeaderElector
 from webhook.queue.placer import PlacementQueue
 
@@ -88,15 +89,17 @@ class QueueRunner:
 def start_queue(view: Any, *, identity: str | None = None,
                 lease_seconds: float = DEFAULT_LEASE_SECONDS,
                 renew_seconds: float = DEFAULT_RENEW_SECONDS,
-                interval_seconds: float = DEFAULT_INTERVAL_SECONDS) -> QueueRunner:
+                interval_seconds: float = DEFAULT_INTERVAL_SECONDS,
+                recorder: EventRecorder | None = None) -> QueueRunner:
     """The queue for a live cluster view (``gputopo serve``): same API client, same
-    reservation store as the view's admissions; started, and kicked by the view."""
+    reservation store as the view's admissions; started, and kicked by the view.
+    ``recorder``: the :class:`webhook.events.EventRecorder` its Events go through."""
     ident = identity or default_identity()
     elector = LeaderElector(view.api_client, namespace=names.GPUTOPO_NAMESPACE,
                             name=names.QUEUE_LEASE, identity=ident,
                             lease_seconds=lease_seconds, renew_seconds=renew_seconds)
     queue = PlacementQueue(view.api_client, view, view.reservations, identity=ident,
-                           is_leader=elector.is_leader)
+                           is_leader=elector.is_leader, recorder=recorder)
     runner = QueueRunner(queue, elector, interval_seconds=interval_seconds)
     view.listeners.append(runner.kick)
     return runner.start()
