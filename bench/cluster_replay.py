@@ -349,7 +349,7 @@ def _pick(rows: list[dict[str, Any]], load: float, seed: int, policy: str) -> di
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--jobs", type=int, default=200, help="jobs per run (default 200)")
+    ap.add_argument("--jobs", type=int, default=300, help="jobs per run (default 300)")
     ap.add_argument("--loads", default=",".join(map(str, LOADS)))
     ap.add_argument("--seeds", default=",".join(map(str, SEEDS)))
     ap.add_argument("--policies", default=",".join(POLICIES),
