@@ -7,7 +7,9 @@ node's best GPU set. The trace (Weng et al., "Beware of Fragmentation", USENIX A
 ``alibaba/clusterdata`` ``cluster-trace-gpu-v2023``, CC BY 4.0) holds the cluster's 1,213
 GPU nodes and 8,152 pods; this replays its whole-GPU pods (``gpu_milli`` 1000: 3,911 x 1
 GPU, 16 x 2, 15 x 4, 44 x 8) on a cluster built from the node list, CPU and memory counted
-(a pod goes only where its CPU and memory fit too). Pods are single pods, not gangs.
+(a pod goes only where its CPU and memory fit too; a node with less than the pod asks in
+all is not one of its nodes, as if a nodeSelector ruled it out, so it does not count for
+the pod's best bandwidth either). Pods are single pods, not gangs.
 
 How each GPU model is assumed to be wired (the trace does not say):
 
@@ -177,27 +179,33 @@ class Cluster:
         self._version = 0
         self._unfit_memo: dict[tuple[int, int, frozenset[str]],
                                tuple[int, frozenset[str]]] = {}
+        self._never: dict[tuple[int, int, frozenset[str]], frozenset[str]] = {}
         self.queue = GangQueue(trace.nodes, POLICIES[policy], wait_for_good=wait_for_good,
                                unfit=self._unfit)
 
-    def _unfit(self, key: GangKey) -> frozenset[str]:
-        """Nodes without the pod's CPU or memory left, or of a GPU model it may not use.
-        Only "tight" nodes (less left than the largest pod asks) are looked at; the
-        answer is kept while nothing changed, so the queue's node list stays the same."""
+    def _unfit(self, key: GangKey) -> tuple[frozenset[str], frozenset[str]]:
+        """Nodes the pod can never use (less CPU or memory than it asks in all, or a GPU
+        model it may not use) and nodes without its CPU or memory left now. Only "tight"
+        nodes (less left than the largest pod asks) are looked at for the second; both
+        answers are kept while nothing changed, so the queue's node list stays the same."""
         pod = self.pods[key]
         ask = (pod.cpu_milli, pod.memory_mib, pod.models)
+        never = self._never.get(ask)
+        if never is None:
+            never = self._never[ask] = frozenset(
+                n for n, (cpu, mem) in self.trace.capacity.items()
+                if cpu < pod.cpu_milli or mem < pod.memory_mib
+                or (pod.models and self.trace.models[n] not in pod.models))
         hit = self._unfit_memo.get(ask)
         if hit is not None and hit[0] == self._version:
-            return hit[1]
+            return never, hit[1]
         # a node without a free GPU is no candidate anyway: leaving it out of the answer
         # keeps the answer (and so the queue's node list) the same for longer
-        out = {n for n in self._tight if self.used[n] < self.size[n]
-               and (self.cpu[n] < pod.cpu_milli or self.mem[n] < pod.memory_mib)}
-        if pod.models:
-            out.update(n for n, m in self.trace.models.items() if m not in pod.models)
-        answer = frozenset(out)
+        answer = frozenset(n for n in self._tight if n not in never
+                           and self.used[n] < self.size[n]
+                           and (self.cpu[n] < pod.cpu_milli or self.mem[n] < pod.memory_mib))
         self._unfit_memo[ask] = (self._version, answer)
-        return answer
+        return never, answer
 
     def _changed(self, node: str) -> None:
         self._version += 1

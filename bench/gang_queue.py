@@ -57,24 +57,31 @@ class Started:
 
 
 class _Reader:
-    """A ClusterReader of fixed nodes (usage lives in the reservation store).
+    """A ClusterReader of fixed nodes (usage lives in the reservation store), as the gang
+    being placed sees them.
 
-    ``blocked``: nodes the gang being placed cannot use (e.g. too little CPU left): they
-    are handed over with every GPU taken, so the list keeps its length and every other
-    node its object, and the reserver's memos (which go by node identity) carry over."""
+    ``never``: nodes the gang can never run on (e.g. less CPU than it asks in all): left
+    out, as the product leaves out nodes a pod's nodeSelector rules out, so they count
+    neither for its placement nor for its best bandwidth. ``blocked``: nodes it cannot use
+    now (e.g. too little CPU left): handed over with every GPU taken, so the list keeps
+    its length and every other node its object, and the reserver's memos (which go by
+    node identity) carry over."""
 
     def __init__(self, nodes: Sequence[NodeState]) -> None:
         self.nodes = [n if n.facts is not None else _with_facts(n) for n in nodes]
+        self.never: frozenset[str] = frozenset()
         self.blocked: frozenset[str] = frozenset()
         self._full: dict[str, NodeState] = {}
-        self._last: tuple[frozenset[str], list[NodeState]] = (frozenset(), self.nodes)
+        self._last: tuple[frozenset[str], frozenset[str], list[NodeState]] = (
+            frozenset(), frozenset(), self.nodes)
 
     def node_states(self) -> list[NodeState]:
-        if self.blocked == self._last[0]:
-            return self._last[1]
-        blocked = self.blocked
-        out = [self._full_copy(n) if n.name in blocked else n for n in self.nodes]
-        self._last = (blocked, out)
+        never, blocked = self.never, self.blocked
+        if (never, blocked) == self._last[:2]:
+            return self._last[2]
+        out = [self._full_copy(n) if n.name in blocked else n for n in self.nodes
+               if n.name not in never]
+        self._last = (never, blocked, out)
         return out
 
     def _full_copy(self, n: NodeState) -> NodeState:
@@ -102,7 +109,8 @@ class GangQueue:
 
     ``wait_for_good``: gangs follow the waiting rule ``rule`` (gputopo's ``whenFull:
     wait``); False: any feasible placement is taken (a baseline).
-    ``unfit``: per gang, the names of nodes it cannot use (None: it may use all).
+    ``unfit``: per gang, the names of nodes it can never use and of those it cannot use
+    now (None: it may use all).
     """
 
     nodes: list[NodeState]
@@ -111,7 +119,7 @@ class GangQueue:
     rule: WaitingRule = field(default_factory=WaitingRule)
     max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS
     starvation_seconds: float = DEFAULT_STARVATION_SECONDS
-    unfit: Callable[[GangKey], frozenset[str]] | None = None
+    unfit: Callable[[GangKey], tuple[frozenset[str], frozenset[str]]] | None = None
     waiting: list[WaitingGang] = field(default_factory=list)
     denied: list[GangKey] = field(default_factory=list)
 
@@ -165,7 +173,8 @@ class GangQueue:
     # --- helpers -------------------------------------------------------------------------
     def _reserve(self, key: GangKey, gang: GangRequest, need: float
                  ) -> GangReservation | Unplaced:
-        self.reader.blocked = self.unfit(key) if self.unfit is not None else frozenset()
+        self.reader.never, self.reader.blocked = (
+            self.unfit(key) if self.unfit is not None else (frozenset(), frozenset()))
         made = self.reserver.reserve(cluster=self.reader, pod={}, key=key, gang=gang,
                                      good_share=need if self.wait_for_good else None)
         return made if isinstance(made, Unplaced) else made[0]

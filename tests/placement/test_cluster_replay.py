@@ -13,7 +13,7 @@ from bench.baselines.rack_pack import place as kueue_tas
 from gputopo.placement.types import GangRequest
 
 NODES = ("sn,cpu_milli,memory_mib,gpu,model\n"
-         "n-0,96000,786432,8,V100M32\nn-1,96000,786432,8,G2\nn-2,64000,262144,2,T4\n"
+         "n-0,96000,786432,8,V100M32\nn-1,128000,786432,8,G3\nn-2,64000,262144,2,T4\n"
          "n-3,32000,131072,8,G2\n")
 PODS = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
         "deletion_time,scheduled_time\n"
@@ -22,7 +22,8 @@ PODS = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,crea
         "p-2,4000,8192,1,460,,LS,Running,20,300,20\n"  # GPU-sharing: not replayed
         "p-3,30000,16384,4,1000,,LS,Running,30,800,30\n"
         "p-4,8000,16384,2,1000,,LS,Running,40,,40\n"
-        "p-5,8000,16384,8,1000,,LS,Running,50,700,50\n")
+        "p-5,8000,16384,8,1000,,LS,Running,50,700,50\n"
+        "p-6,100000,16384,8,1000,,LS,Running,60,600,60\n")  # more CPU than a V100 node has
 
 
 def _cluster() -> list:
@@ -76,12 +77,16 @@ def test_alibaba_replay_on_a_trace_in_the_published_format(tmp_path, capsys):
     (tmp_path / alibaba_replay.NODES_CSV).write_text(NODES)
     (tmp_path / alibaba_replay.PODS_CSV).write_text(PODS)
     trace = alibaba_replay.load_trace(tmp_path)
-    assert [p.name for p in trace.pods] == ["p-0", "p-1", "p-3", "p-4", "p-5"]
+    assert [p.name for p in trace.pods] == ["p-0", "p-1", "p-3", "p-4", "p-5", "p-6"]
     assert len(trace.nodes[2].topology.gpus) == 2
     row = alibaba_replay.fill(trace, "gputopo")
     assert row["failed"] >= 1 and row["bestSet"] == 1.0
     timed = alibaba_replay.over_time(trace, "best-fit", 10.0)
     assert timed["neverStarted"] == 0
+    # p-6 fits only the G3 node (CPU): its best is that node's, so gputopo starts it there
+    # (were the V100 node, which it never fits, its reference, it would wait for ever)
+    ours = alibaba_replay.over_time(trace, "gputopo", 10.0)
+    assert ours["neverStarted"] == 0 and ours["bestSet"] == 1.0
     assert alibaba_replay.main(["--data", str(tmp_path), "--modes", "fill",
                                 "--policies", "gputopo,best-fit"]) == 0
     assert "asked at 1st failed 8-GPU pod" in capsys.readouterr().out
