@@ -12,14 +12,18 @@ they are scored. None of them is used by gputopo itself.
 
 from __future__ import annotations
 
+from bench.baselines.best_fit import place as best_fit
 from bench.baselines.besteffort import place as besteffort
 from bench.baselines.default_scheduler import place as default_scheduler
 from bench.baselines.first_fit import place as first_fit
+from bench.baselines.rack_pack import place as rack_pack
 
 BASELINES = {
     "default-scheduler": default_scheduler,
     "first-fit": first_fit,
     "go-gpuallocator": besteffort,
+    "kueue-tas": rack_pack,
+    "best-fit": best_fit,
 }
 
-__all__ = ["BASELINES", "besteffort", "default_scheduler", "first_fit"]
+__all__ = ["BASELINES", "best_fit", "besteffort", "default_scheduler", "first_fit", "rack_pack"]

@@ -27,7 +27,9 @@ def place_replicas(
     All-or-nothing stands in for a gang scheduler (coscheduling): without it, a partly
     placed gang would hold GPUs and wait, which would only make the baselines look worse.
     """
-    free = {n.name: list(n.free) for n in nodes}
+    # n.free walks every GPU of the node: spared for empty and full nodes (most of them)
+    free = {n.name: [] if len(n.used) >= len(n.topology.gpus) else
+            list(n.free) if n.used else list(n.topology.indices) for n in nodes}
     by_name = {n.name: n for n in nodes}
     slots: list[ReplicaSlot] = []
     for r in range(gang.replicas):

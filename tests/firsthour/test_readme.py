@@ -39,20 +39,41 @@ def test_minimum_kubernetes_version_is_install_mds():
     assert re.search(r"Kubernetes \*\*(\d+\.\d+) or newer\*\*", README).group(1) == want
 
 
+def _cell(rows: list[list[str]], first: str, second: str, column: int) -> str:
+    return next(r for r in rows if r[0] == first and r[1] == second)[column]
+
+
 def test_readme_figures_are_docs_benchmarks_figures():
-    ratios = {r[0]: r for r in _table(BENCH, "| gputopo / baseline | throughput |")}
-    m = re.search(r"(\d+)-node mixed cluster replaying ([\d,]+) jobs, (\d+) % more predicted "
-                  r"throughput than NVIDIA's\s+go-gpuallocator and (\d+) % more than the "
-                  r"default scheduler, with ([\d.]+)x and ([\d.]+)x their\s+stranded free "
-                  r"GPUs; solver p99 ([\d.]+)-([\d.]+) ms at 1,000 nodes", README)
-    assert m, "the README's benchmark sentence changed shape"
-    nodes, jobs, vs_gga, vs_default, str_gga, str_default, p99_lo, p99_hi = m.groups()
-    assert f"{nodes} nodes" in BENCH and f"({jobs} jobs" in BENCH
-    assert int(vs_gga) == round((float(ratios["go-gpuallocator"][1]) - 1) * 100)
-    assert int(vs_default) == round((float(ratios["default-scheduler"][1]) - 1) * 100)
-    stranded = _header(BENCH, "| gputopo / baseline | throughput |").index("stranded GPUs")
-    assert float(str_gga) == float(ratios["go-gpuallocator"][stranded])
-    assert float(str_default) == float(ratios["default-scheduler"][stranded])
+    text = " ".join(README.split())  # the sentences may wrap anywhere
+    m = re.search(
+        r"(\d+)-node mixed cluster at load ([\d.]+) \((\d+) seeds, one queue for every "
+        r"policy\), gputopo's goodput \(work done per GPU-hour held\) is (\S+ \(\S+\)) "
+        r"Kueue TAS rack-packing's and (\S+ \(\S+\)) go-gpuallocator's, but its p95 job "
+        r"completion time is (\S+ \(\S+\)) Kueue's", text)
+    assert m, "the README's cluster replay sentence changed shape"
+    nodes, load, seeds, vs_tas, vs_gga, jct_tas = m.groups()
+    assert f"## Cluster replay: {nodes} nodes" in BENCH and f"{seeds} seeds" in BENCH
+    ratios = _table(BENCH, "| load | gputopo / baseline | goodput |")
+    head = _header(BENCH, "| load | gputopo / baseline | goodput |")
+    goodput, jct = head.index("goodput"), head.index("JCT p95")
+    assert vs_tas.replace("x", "", 1) == _cell(ratios, load, "kueue-tas", goodput)
+    assert vs_gga.replace("x", "", 1) == _cell(ratios, load, "go-gpuallocator", goodput)
+    assert jct_tas.replace("x", "", 1) == _cell(ratios, load, "kueue-tas", jct)
+
+    m = re.search(r"Alibaba 2023 trace \(fill\), its first failed 8-GPU pod comes at "
+                  r"([\d.]+ %) of the GPUs asked, as best-fit's does, with ([\d.]+ %) of "
+                  r"free GPUs stranded against best-fit's ([\d.]+ %); solver p99 "
+                  r"([\d.]+)-([\d.]+) ms at 1,000 nodes", text)
+    assert m, "the README's Alibaba sentence changed shape"
+    first8, ours, theirs, p99_lo, p99_hi = m.groups()
+    fill = _table(BENCH, "| policy | pods | failed | asked at 1st failure |")
+    head = _header(BENCH, "| policy | pods | failed | asked at 1st failure |")
+    at8, stranded = head.index("asked at 1st failed 8-GPU pod"), head.index(
+        "stranded (mean over the fill)")
+    row = {r[0]: r for r in fill}
+    assert first8.replace(" ", "") == row["gputopo"][at8] == row["best-fit"][at8]
+    assert ours.replace(" ", "") == row["gputopo"][stranded]
+    assert theirs.replace(" ", "") == row["best-fit"][stranded]
     latency = _table(BENCH, "| nodes | gang | GPUs | p50 ms | p99 ms |")
     p99 = [float(r[4]) for r in latency if r[0] == "1000"]
     assert (float(p99_lo), float(p99_hi)) == (min(p99), max(p99))
