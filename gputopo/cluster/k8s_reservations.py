@@ -69,6 +69,7 @@ from gputopo.cluster.reservations import (
     admission_deadline,
     pick_slot,
 )
+from gputopo.cluster.reserved_requests import pending_requests
 from gputopo.placement.types import Placement, ReplicaSlot
 
 log = logging.getLogger(__name__)
@@ -332,13 +333,14 @@ class KubernetesReservationStore:
     def reserve(
         self, key: GangKey, placement: Placement, *, ttl_seconds: float | None = None,
         now: float | None = None, order: Iterable[str] = (),
-        network: Mapping[str, Any] | None = None,
+        network: Mapping[str, Any] | None = None, requests: Mapping[str, int] | None = None,
     ) -> GangReservation:
         t = self._now(now)
         ttl = self.ttl_seconds if ttl_seconds is None else float(ttl_seconds)
         token = uuid.uuid4().hex
         res = GangReservation.from_placement(key, placement, now=t, ttl_seconds=ttl,
-                                             token=token, order=order, network=network)
+                                             token=token, order=order, network=network,
+                                             requests=requests)
         try:
             existing = self.get(key)
             if existing is not None:
@@ -722,6 +724,14 @@ class KubernetesReservationStore:
             return feed.snapshot(since)
         return HeldSnapshot(-1, {n: frozenset(g) for n, g in self.held_gpus().items()},
                             None)
+
+    def pending_requests(self) -> dict[str, dict[str, int]]:
+        """node -> requests of reserved slots no replica has been given yet: from the
+        gang-record feed while it is synced, else from one LIST of the records."""
+        feed = self.gang_feed
+        if feed is not None and feed.synced:
+            return feed.pending_requests()
+        return pending_requests(self.list())
 
     def _held_fresh(self) -> dict[str, set[int]]:
         try:

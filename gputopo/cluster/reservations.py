@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
+from gputopo.cluster.reserved_requests import pending_requests
 from gputopo.errors import GputopoError
 from gputopo.placement.types import Placement, ReplicaSlot
 
@@ -161,6 +162,11 @@ class GangReservation:
     #: the gang's network plan (``webhook.placement.network.Plan.to_json``), so that every
     #: pod of the gang, a recreated one too, gets the same
     network: Mapping[str, Any] = field(default_factory=dict)
+    #: one replica's non-GPU requests (``node_resources.pod_demand`` of the gang's first
+    #: pod: CPU in millicores, memory in bytes, pods, extended resources): a slot whose pod
+    #: is not there yet holds them on its node (gputopo.cluster.reserved_requests); empty in
+    #: records written before it was kept
+    requests: Mapping[str, int] = field(default_factory=dict)
 
     # --- what the placement step reads ---------------------------------------------------
     def slot(self, number: int) -> ReplicaSlot:
@@ -216,6 +222,7 @@ class GangReservation:
     def from_placement(
         cls, key: GangKey, placement: Placement, *, now: float, ttl_seconds: float,
         token: str = "", order: Iterable[str] = (), network: Mapping[str, Any] | None = None,
+        requests: Mapping[str, int] | None = None,
     ) -> GangReservation:
         if not placement.feasible or not placement.slots:
             raise ValueError("only a feasible placement with slots can be reserved")
@@ -233,7 +240,7 @@ class GangReservation:
             assigned={}, created_at=now, expires_at=now + ttl_seconds,
             bus_bandwidth_gbps=placement.bus_bandwidth_gbps, reason=placement.reason,
             token=token, ttl_seconds=ttl_seconds, order=tuple(order),
-            network=dict(network or {}),
+            network=dict(network or {}), requests=dict(requests or {}),
         )
 
     def evolve(self, **changes: Any) -> GangReservation:
@@ -288,6 +295,7 @@ class GangReservation:
             "ttlSeconds": self.ttl_seconds,
             **({"order": list(self.order)} if self.order else {}),
             **({"network": dict(self.network)} if self.network else {}),
+            **({"requests": dict(self.requests)} if self.requests else {}),
         }
 
     @classmethod
@@ -307,7 +315,18 @@ class GangReservation:
             ttl_seconds=float(data.get("ttlSeconds", DEFAULT_TTL_SECONDS)),
             order=tuple(str(r) for r in data.get("order") or ()),
             network=dict(data["network"]) if isinstance(data.get("network"), Mapping) else {},
+            requests=_requests_of(data.get("requests")),
         )
+
+
+def _requests_of(raw: object) -> dict[str, int]:
+    """The ``requests`` of a record: absent in records written before they were kept (and
+    ignored by readers that predate them), so the wire form stays compatible both ways;
+    an entry that is not a whole non-negative amount is left out, never a failed read."""
+    if not isinstance(raw, Mapping):
+        return {}
+    return {str(k): v for k, v in raw.items()
+            if isinstance(v, int) and not isinstance(v, bool) and v >= 0}
 
 
 _FIELD_NAMES = frozenset(f.name for f in fields(GangReservation))
@@ -354,8 +373,10 @@ class ReservationStore(Protocol):
     def reserve(
         self, key: GangKey, placement: Placement, *, ttl_seconds: float | None = None,
         now: float | None = None, order: Iterable[str] = (),
-        network: Mapping[str, Any] | None = None,
-    ) -> GangReservation: ...
+        network: Mapping[str, Any] | None = None, requests: Mapping[str, int] | None = None,
+    ) -> GangReservation:
+        """``requests``: one replica's non-GPU requests, kept with the reservation."""
+        ...
 
     def assign_slot(
         self, key: GangKey, replica: ReplicaKey, *, now: float | None = None
@@ -380,6 +401,12 @@ class ReservationStore(Protocol):
 
     def held_gpus(self) -> dict[str, set[int]]:
         """node → GPU indices promised to any gang (the solver must exclude them)."""
+        ...
+
+    def pending_requests(self) -> dict[str, dict[str, int]]:
+        """node → the summed non-GPU requests of reserved slots no replica has been given
+        yet (their pods do not exist: the node's own sums do not hold them); see
+        :mod:`gputopo.cluster.reserved_requests`."""
         ...
 
     def expire(self, now: float | None = None) -> list[GangKey]:
@@ -453,6 +480,8 @@ class InMemoryReservationStore:
         self._clock = clock
         self._lock = threading.Lock()
         self._gangs: dict[GangKey, GangReservation] = {}
+        # the gangs with a slot no replica has been given yet: what pending_requests walks
+        self._incomplete: set[GangKey] = set()
         self._owner: dict[tuple[str, int], GangKey] = {}
         self._revision = 0
         # node -> GPUs held there (the live sets) and the published, never-mutated copy
@@ -472,8 +501,11 @@ class InMemoryReservationStore:
         self._revision += 1
         res = res.evolve(version=str(self._revision), **changes)
         self._gangs[res.key] = res
-        if res.expires_at < self._next_expiry and not res.complete:
-            self._next_expiry = res.expires_at
+        if res.complete:
+            self._incomplete.discard(res.key)
+        else:
+            self._incomplete.add(res.key)
+            self._next_expiry = min(self._next_expiry, res.expires_at)
         return res
 
     def _claim_locked(self, node: str, gpus: Iterable[int], key: GangKey) -> None:
@@ -515,13 +547,13 @@ class InMemoryReservationStore:
     def reserve(
         self, key: GangKey, placement: Placement, *, ttl_seconds: float | None = None,
         now: float | None = None, order: Iterable[str] = (),
-        network: Mapping[str, Any] | None = None,
+        network: Mapping[str, Any] | None = None, requests: Mapping[str, int] | None = None,
     ) -> GangReservation:
         t = self._now(now)
         ttl = self.ttl_seconds if ttl_seconds is None else float(ttl_seconds)
         res = GangReservation.from_placement(key, placement, now=t, ttl_seconds=ttl,
                                              token=f"mem-{id(self):x}", order=order,
-                                             network=network)
+                                             network=network, requests=requests)
         with self._lock:
             existing = self._gangs.get(key)
             if existing is not None:
@@ -587,6 +619,7 @@ class InMemoryReservationStore:
 
     def _release_locked(self, key: GangKey) -> bool:
         res = self._gangs.pop(key, None)
+        self._incomplete.discard(key)
         if res is None:
             return False
         held = res.gpus()
@@ -598,6 +631,10 @@ class InMemoryReservationStore:
     def held_gpus(self) -> dict[str, set[int]]:
         with self._lock:
             return {node: set(gpus) for node, gpus in self._held.items()}
+
+    def pending_requests(self) -> dict[str, dict[str, int]]:
+        with self._lock:
+            return pending_requests([self._gangs[k] for k in self._incomplete])
 
     def held_snapshot(self, since: int | None = None) -> HeldSnapshot:
         """The held GPUs now, and which nodes changed after revision ``since`` (None when
