@@ -21,13 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
+from gputopo.cluster.gang_reservation import GangReservation
 from gputopo.cluster.node_resources import NodeResources, Requests
 from gputopo.placement.types import NodeState
-
-if TYPE_CHECKING:  # the stores call pending_requests: their module imports this one
-    from gputopo.cluster.reservations import GangReservation
 
 
 def pending_requests(reservations: Iterable[GangReservation]) -> dict[str, Requests]:
