@@ -46,6 +46,7 @@ from typing import Any
 
 from gputopo import names
 from gputopo.cluster.reservations import GangReservation
+from gputopo.cluster.reserved_requests import pending_requests
 from gputopo.cluster.watch_feed import WatchFeed, meta
 
 log = logging.getLogger(__name__)
@@ -85,8 +86,9 @@ def is_gang_record(cm: Mapping[str, Any]) -> bool:
     return labels.get(names.RESERVATION_LABEL) == GANG_KIND
 
 
-#: What the feed keeps of one record: its gang's uid and what it hands out (None: unreadable).
-Kept = tuple[str, dict[str, NodeEntries]] | None
+#: What the feed keeps of one record: its gang's uid, what it hands out, and the requests
+#: its slots without a replica hold per node (None: unreadable).
+Kept = tuple[str, dict[str, NodeEntries], dict[str, dict[str, int]]] | None
 
 
 class GangRecordFeed(WatchFeed[Kept]):
@@ -96,14 +98,21 @@ class GangRecordFeed(WatchFeed[Kept]):
         super().__init__()
         # node -> GPU -> record name -> (uid, entry); a GPU is normally in one record only
         self._by_node: dict[str, dict[int, dict[str, tuple[str, str]]]] = {}
+        # record name -> node -> requests of its slots without a replica (non-empty only:
+        # the few gangs whose pods are still coming)
+        self._pending: dict[str, dict[str, dict[str, int]]] = {}
 
     def _parse(self, obj: Mapping[str, Any]) -> Kept:
         res = parse_record(obj)
-        return None if res is None else (res.key.uid, record_holds(res))
+        return None if res is None else (res.key.uid, record_holds(res),
+                                         pending_requests([res]))
 
     def _changed(self, name: str, old: Kept, new: Kept) -> None:
         if old == new:
             return
+        self._pending.pop(name, None)
+        if new is not None and new[2]:
+            self._pending[name] = new[2]
         if old is not None:
             for node, gpus in old[1].items():
                 on_node = self._by_node[node]
@@ -114,11 +123,23 @@ class GangRecordFeed(WatchFeed[Kept]):
                 if not on_node:
                     del self._by_node[node]
         if new is not None:
-            uid, holds = new
+            uid, holds, _ = new
             for node, gpus in holds.items():
                 on_node = self._by_node.setdefault(node, {})
                 for g, entry in gpus.items():
                     on_node.setdefault(g, {})[name] = (uid, entry)
+
+    def pending_requests(self) -> dict[str, dict[str, int]]:
+        """node -> requests of every record's slots without a replica (the store's
+        :meth:`pending_requests`, from memory)."""
+        out: dict[str, dict[str, int]] = {}
+        with self._lock:
+            for per_node in self._pending.values():
+                for node, asks in per_node.items():
+                    total = out.setdefault(node, {})
+                    for k, v in asks.items():
+                        total[k] = total.get(k, 0) + v
+        return out
 
     def records(self) -> int:
         """How many gang records the feed knows (readable or not)."""

@@ -15,7 +15,10 @@ as a promise. This module keeps that promise so that
 Two stores implement :class:`ReservationStore`: :class:`InMemoryReservationStore` (one
 process: ``gputopo mutate``, the demo, file-backed ``serve``) and
 ``KubernetesReservationStore`` (in :mod:`gputopo.cluster.k8s_reservations`: ConfigMaps in
-``gputopo-system`` with optimistic concurrency). See docs/reservations.md.
+``gputopo-system`` with optimistic concurrency). The values they keep (:class:`GangKey`,
+:class:`ReplicaKey`, :class:`GangReservation`, :func:`pick_slot`) are
+:mod:`gputopo.cluster.gang_reservation`'s, importable from here too. See
+docs/reservations.md.
 """
 
 from __future__ import annotations
@@ -24,17 +27,24 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gputopo.cluster.gang_reservation import (
+    DEFAULT_TTL_SECONDS,
+    GangKey,
+    GangReservation,
+    ReplicaKey,
+    pick_slot,
+)
+from gputopo.cluster.reserved_requests import pending_requests
 from gputopo.errors import GputopoError
 from gputopo.placement.types import Placement, ReplicaSlot
 
-#: Seconds a reservation waits for its remaining pods before it is released. Long enough
-#: for an operator to create all pods of a big gang and for image pulls of the first ones
-#: not to matter (pods are admitted before they are scheduled); short enough that a job
-#: that never comes does not block GPUs for long.
-DEFAULT_TTL_SECONDS = 600.0
+#: the values live in gputopo.cluster.gang_reservation; importable from here too
+__all__ = ["DEFAULT_TTL_SECONDS", "GangKey", "GangReservation", "HeldSnapshot",
+           "InMemoryReservationStore", "ReplicaKey", "ReservationConflict", "ReservationStore",
+           "ReservationUnavailable", "admission_deadline", "pick_slot", "run_by"]
 
 _admission = threading.local()
 
@@ -71,275 +81,6 @@ class ReservationUnavailable(GputopoError):
     """The store cannot be reached (API server down, too many conflicts in a row)."""
 
 
-@dataclass(frozen=True, order=True)
-class GangKey:
-    """Which job a reservation belongs to. ``uid`` is the job object's metadata.uid.
-
-    Why the uid: a job deleted and recreated under the same name is a new gang, and a pod
-    that copies another job's labels still does not carry that job's uid in its owner
-    references.
-    """
-
-    namespace: str
-    kind: str
-    name: str
-    uid: str
-
-    def __post_init__(self) -> None:
-        ns, kind, name, uid = self.namespace, self.kind, self.name, self.uid
-        if (isinstance(ns, str) and isinstance(kind, str) and isinstance(name, str)
-                and isinstance(uid, str) and ns and kind and name and uid):
-            return  # every admitted GPU pod makes a key: the valid one checked in one go
-        for f in ("namespace", "kind", "name", "uid"):
-            if not isinstance(getattr(self, f), str) or not getattr(self, f):
-                raise ValueError(f"GangKey.{f} must be a non-empty string")
-
-    def to_json(self) -> dict[str, str]:
-        return {"namespace": self.namespace, "kind": self.kind, "name": self.name,
-                "uid": self.uid}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> GangKey:
-        return cls(str(data["namespace"]), str(data["kind"]), str(data["name"]),
-                   str(data["uid"]))
-
-    def __str__(self) -> str:
-        return f"{self.kind} {self.namespace}/{self.name} ({self.uid})"
-
-
-@dataclass(frozen=True, order=True)
-class ReplicaKey:
-    """One replica of a gang: (replica type, replica index), e.g. ("worker", 3).
-
-    The type is lower-cased: training-operator labels say ``worker``, job specs ``Worker``.
-    """
-
-    replica_type: str
-    index: int
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.replica_type, str) or not self.replica_type:
-            raise ValueError("ReplicaKey.replica_type must be a non-empty string")
-        if not isinstance(self.index, int) or self.index < 0:
-            raise ValueError("ReplicaKey.index must be a non-negative int")
-        object.__setattr__(self, "replica_type", self.replica_type.lower())
-
-    def wire(self) -> str:
-        """``worker/3``: the form stored in ConfigMaps and shown in messages."""
-        return f"{self.replica_type}/{self.index}"
-
-    @classmethod
-    def from_wire(cls, text: str) -> ReplicaKey:
-        rtype, _, idx = text.rpartition("/")
-        return cls(rtype, int(idx))
-
-
-@dataclass(frozen=True)
-class GangReservation:
-    """The GPUs promised to one gang and which replica got which slot.
-
-    ``slots`` are the solver's slots (``ReplicaSlot.replica`` numbers them 0..n-1);
-    ``assigned`` maps a replica to the number of the slot it was given. ``expires_at``
-    (epoch seconds) only matters while some slot is unassigned: a fully admitted gang lives
-    until its job is deleted or finishes. ``version`` is the store's opaque revision.
-    """
-
-    key: GangKey
-    slots: tuple[ReplicaSlot, ...]
-    assigned: Mapping[ReplicaKey, int] = field(default_factory=dict)
-    created_at: float = 0.0
-    expires_at: float = 0.0
-    bus_bandwidth_gbps: float = 0.0
-    reason: str = ""
-    token: str = ""
-    version: str = ""
-    ttl_seconds: float = DEFAULT_TTL_SECONDS
-    #: the replica (wire form) slot k is meant for, in slot order: ports of a network plan
-    #: are derived from a slot's GPUs, so every pod must know at once which slot each
-    #: replica will get (empty: first come, lowest free slot)
-    order: tuple[str, ...] = ()
-    #: the gang's network plan (``webhook.placement.network.Plan.to_json``), so that every
-    #: pod of the gang, a recreated one too, gets the same
-    network: Mapping[str, Any] = field(default_factory=dict)
-
-    # --- what the placement step reads ---------------------------------------------------
-    def slot(self, number: int) -> ReplicaSlot:
-        for s in self.slots:
-            if s.replica == number:
-                return s
-        raise KeyError(number)
-
-    def slot_for(self, replica: ReplicaKey) -> ReplicaSlot | None:
-        """The slot already given to ``replica``, or None."""
-        n = self.assigned.get(replica)
-        return None if n is None else self.slot(n)
-
-    @property
-    def assignments(self) -> dict[ReplicaKey, ReplicaSlot]:
-        return {r: self.slot(n) for r, n in sorted(self.assigned.items())}
-
-    @property
-    def unassigned(self) -> tuple[ReplicaSlot, ...]:
-        taken = set(self.assigned.values())
-        return tuple(s for s in self.slots if s.replica not in taken)
-
-    @property
-    def complete(self) -> bool:
-        """Every slot has its replica."""
-        return not self.unassigned
-
-    def gpus(self) -> dict[str, frozenset[int]]:
-        """node → GPUs this reservation holds (a fresh dict, the caller's to modify).
-
-        Computed once per reservation (the slots never change: frozen): the placement step
-        asks every listed reservation for a gang that finds no room, and the Kubernetes
-        store hands out the same parsed reservations from one LIST to the next."""
-        held = self.__dict__.get("_gpus")
-        if held is None:
-            out: dict[str, set[int]] = {}
-            for s in self.slots:
-                out.setdefault(s.node, set()).update(s.gpus)
-            held = {n: frozenset(g) for n, g in out.items()}
-            object.__setattr__(self, "_gpus", held)
-        return dict(held)
-
-    def visible_gpus(self, node: str) -> tuple[int, ...]:
-        """The job's GPUs on ``node``, ascending: the ``gpu-visible`` annotation value."""
-        return tuple(sorted(self.gpus().get(node, frozenset())))
-
-    def expired(self, now: float) -> bool:
-        # the time first: it is one comparison, and every gang is asked at every new gang
-        return now >= self.expires_at and not self.complete
-
-    # --- building and the wire form ------------------------------------------------------
-    @classmethod
-    def from_placement(
-        cls, key: GangKey, placement: Placement, *, now: float, ttl_seconds: float,
-        token: str = "", order: Iterable[str] = (), network: Mapping[str, Any] | None = None,
-    ) -> GangReservation:
-        if not placement.feasible or not placement.slots:
-            raise ValueError("only a feasible placement with slots can be reserved")
-        numbers = [s.replica for s in placement.slots]
-        if len(set(numbers)) != len(numbers):
-            raise ValueError("placement slots must have distinct replica numbers")
-        seen: set[tuple[str, int]] = set()
-        for s in placement.slots:
-            for g in s.gpus:
-                if (s.node, g) in seen:
-                    raise ValueError(f"placement uses GPU {g} of {s.node} twice")
-                seen.add((s.node, g))
-        return cls(
-            key=key, slots=tuple(sorted(placement.slots, key=lambda s: s.replica)),
-            assigned={}, created_at=now, expires_at=now + ttl_seconds,
-            bus_bandwidth_gbps=placement.bus_bandwidth_gbps, reason=placement.reason,
-            token=token, ttl_seconds=ttl_seconds, order=tuple(order),
-            network=dict(network or {}),
-        )
-
-    def evolve(self, **changes: Any) -> GangReservation:
-        """A copy with ``changes``: what ``dataclasses.replace`` gives, without its cost.
-
-        Why: the store makes two or three such copies per admitted GPU pod (the version
-        bump, the slot assignment), and ``replace`` walks every field of the class and
-        calls the generated ``__init__``, which sets each of the twelve fields through
-        ``object.__setattr__``: ~480 bytecodes per copy (``--opcodes`` of
-        bench/admission_profile.py), a sixth of a later pod's placement step. Here the
-        instance dict is copied and updated at C speed. Nothing is skipped:
-        GangReservation has no ``__post_init__`` (no field is validated or derived on
-        construction, so ``replace`` checks only the names, and so does this), and the one
-        value cached on an instance (:meth:`gpus`, from ``slots``) is carried only while
-        ``slots`` stays (tests/cluster/test_reservation_evolve.py compares both ways on
-        generated reservations)."""
-        if not changes.keys() <= _FIELD_NAMES:
-            raise TypeError(f"GangReservation has no field(s) "
-                            f"{sorted(changes.keys() - _FIELD_NAMES)}")
-        new = object.__new__(type(self))
-        state = new.__dict__
-        state.update(self.__dict__)
-        state.update(changes)
-        if "slots" in changes:
-            state.pop("_gpus", None)
-        return new
-
-    def with_assignment(self, replica: ReplicaKey, number: int, *, now: float
-                        ) -> GangReservation:
-        """``replica`` gets slot ``number``; the pods are coming, so the TTL restarts."""
-        return self.evolve(assigned={**self.assigned, replica: number},
-                           expires_at=now + self.ttl_seconds)
-
-    def with_slot_moved(self, number: int, node: str, gpus: tuple[int, ...]
-                        ) -> GangReservation:
-        """Slot ``number`` on (``node``, ``gpus``) instead; its replica keeps it."""
-        slots = tuple(ReplicaSlot(s.replica, node, tuple(gpus)) if s.replica == number else s
-                      for s in self.slots)
-        return self.evolve(slots=slots)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "key": self.key.to_json(),
-            "slots": [{"replica": s.replica, "node": s.node, "gpus": list(s.gpus)}
-                      for s in self.slots],
-            "assigned": {r.wire(): n for r, n in sorted(self.assigned.items())},
-            "createdAt": self.created_at,
-            "expiresAt": self.expires_at,
-            "busBandwidthGBps": self.bus_bandwidth_gbps,
-            "reason": self.reason,
-            "token": self.token,
-            "ttlSeconds": self.ttl_seconds,
-            **({"order": list(self.order)} if self.order else {}),
-            **({"network": dict(self.network)} if self.network else {}),
-        }
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any], *, version: str = "") -> GangReservation:
-        return cls(
-            key=GangKey.from_json(data["key"]),
-            slots=tuple(ReplicaSlot(int(s["replica"]), str(s["node"]),
-                                    tuple(int(g) for g in s["gpus"])) for s in data["slots"]),
-            assigned={ReplicaKey.from_wire(k): int(v)
-                      for k, v in dict(data.get("assigned", {})).items()},
-            created_at=float(data.get("createdAt", 0.0)),
-            expires_at=float(data.get("expiresAt", 0.0)),
-            bus_bandwidth_gbps=float(data.get("busBandwidthGBps", 0.0)),
-            reason=str(data.get("reason", "")),
-            token=str(data.get("token", "")),
-            version=version,
-            ttl_seconds=float(data.get("ttlSeconds", DEFAULT_TTL_SECONDS)),
-            order=tuple(str(r) for r in data.get("order") or ()),
-            network=dict(data["network"]) if isinstance(data.get("network"), Mapping) else {},
-        )
-
-
-_FIELD_NAMES = frozenset(f.name for f in fields(GangReservation))
-
-
-def pick_slot(res: GangReservation, replica: ReplicaKey) -> int | None:
-    """The slot number ``replica`` gets: its existing one, else the slot the reservation's
-    ``order`` meant for it (when still free), else the lowest free slot.
-
-    Deterministic so that two webhook replicas racing on one gang compute the same answer.
-    """
-    n = res.assigned.get(replica)
-    if n is not None:
-        return n
-    # the free slots are not built (``res.unassigned``): one set of the taken numbers, then
-    # the slots walked in order (tests/cluster/test_pick_slot.py: the same as building them)
-    taken = set(res.assigned.values())
-    order = res.order
-    if order:
-        wire = replica.wire()
-        if wire in order:
-            meant = order.index(wire)
-            if meant not in taken:
-                for s in res.slots:
-                    if s.replica == meant:
-                        return meant
-    for s in res.slots:
-        if s.replica not in taken:
-            return s.replica
-    return None
-
-
 class ReservationStore(Protocol):
     """Where gang reservations live. All methods are safe to call from many threads.
 
@@ -354,8 +95,10 @@ class ReservationStore(Protocol):
     def reserve(
         self, key: GangKey, placement: Placement, *, ttl_seconds: float | None = None,
         now: float | None = None, order: Iterable[str] = (),
-        network: Mapping[str, Any] | None = None,
-    ) -> GangReservation: ...
+        network: Mapping[str, Any] | None = None, requests: Mapping[str, int] | None = None,
+    ) -> GangReservation:
+        """``requests``: one replica's non-GPU requests, kept with the reservation."""
+        ...
 
     def assign_slot(
         self, key: GangKey, replica: ReplicaKey, *, now: float | None = None
@@ -380,6 +123,12 @@ class ReservationStore(Protocol):
 
     def held_gpus(self) -> dict[str, set[int]]:
         """node → GPU indices promised to any gang (the solver must exclude them)."""
+        ...
+
+    def pending_requests(self) -> dict[str, dict[str, int]]:
+        """node → the summed non-GPU requests of reserved slots no replica has been given
+        yet (their pods do not exist: the node's own sums do not hold them); see
+        :mod:`gputopo.cluster.reserved_requests`."""
         ...
 
     def expire(self, now: float | None = None) -> list[GangKey]:
@@ -453,6 +202,8 @@ class InMemoryReservationStore:
         self._clock = clock
         self._lock = threading.Lock()
         self._gangs: dict[GangKey, GangReservation] = {}
+        # the gangs with a slot no replica has been given yet: what pending_requests walks
+        self._incomplete: set[GangKey] = set()
         self._owner: dict[tuple[str, int], GangKey] = {}
         self._revision = 0
         # node -> GPUs held there (the live sets) and the published, never-mutated copy
@@ -472,8 +223,11 @@ class InMemoryReservationStore:
         self._revision += 1
         res = res.evolve(version=str(self._revision), **changes)
         self._gangs[res.key] = res
-        if res.expires_at < self._next_expiry and not res.complete:
-            self._next_expiry = res.expires_at
+        if res.complete:
+            self._incomplete.discard(res.key)
+        else:
+            self._incomplete.add(res.key)
+            self._next_expiry = min(self._next_expiry, res.expires_at)
         return res
 
     def _claim_locked(self, node: str, gpus: Iterable[int], key: GangKey) -> None:
@@ -515,13 +269,13 @@ class InMemoryReservationStore:
     def reserve(
         self, key: GangKey, placement: Placement, *, ttl_seconds: float | None = None,
         now: float | None = None, order: Iterable[str] = (),
-        network: Mapping[str, Any] | None = None,
+        network: Mapping[str, Any] | None = None, requests: Mapping[str, int] | None = None,
     ) -> GangReservation:
         t = self._now(now)
         ttl = self.ttl_seconds if ttl_seconds is None else float(ttl_seconds)
         res = GangReservation.from_placement(key, placement, now=t, ttl_seconds=ttl,
                                              token=f"mem-{id(self):x}", order=order,
-                                             network=network)
+                                             network=network, requests=requests)
         with self._lock:
             existing = self._gangs.get(key)
             if existing is not None:
@@ -587,6 +341,7 @@ class InMemoryReservationStore:
 
     def _release_locked(self, key: GangKey) -> bool:
         res = self._gangs.pop(key, None)
+        self._incomplete.discard(key)
         if res is None:
             return False
         held = res.gpus()
@@ -598,6 +353,10 @@ class InMemoryReservationStore:
     def held_gpus(self) -> dict[str, set[int]]:
         with self._lock:
             return {node: set(gpus) for node, gpus in self._held.items()}
+
+    def pending_requests(self) -> dict[str, dict[str, int]]:
+        with self._lock:
+            return pending_requests([self._gangs[k] for k in self._incomplete])
 
     def held_snapshot(self, since: int | None = None) -> HeldSnapshot:
         """The held GPUs now, and which nodes changed after revision ``since`` (None when

@@ -29,21 +29,28 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
-import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from kubernetes.watch.watch import iter_resp_lines
 
 from gputopo import names
 from gputopo.cluster import objects as ob
 from gputopo.cluster.gang_record_feed import GANG_SELECTOR, GangRecordFeed
+from gputopo.cluster.informer import (
+    TRANSPORT_ERRORS,
+    Informer,
+    WatchedKind,
+    key_of,
+    short_error,
+)
 from gputopo.cluster.ledger_feed import LEDGER_SELECTOR, LedgerFeed
+from gputopo.cluster.memory_reader import MemoryOnlyReader
 from gputopo.cluster.metrics import NODE_DATA_ERRORS, RESERVATION_RELEASES
-from gputopo.cluster.node_resources import CPU, PODS, NodeResources, Requests, sum_requests
+from gputopo.cluster.node_resources import NodeResources, Requests, sum_requests
+from gputopo.cluster.object_gets import get_object, job_exists_by_get
 from gputopo.cluster.reservations import (
     GangKey,
     ReservationStore,
@@ -51,15 +58,14 @@ from gputopo.cluster.reservations import (
     admission_deadline,
 )
 from gputopo.cluster.snapshot import object_key
-from gputopo.cluster.source import WouldBlock, namespace_opted_in
-from gputopo.cluster.watch_feed import WatchFeed
+from gputopo.cluster.source import namespace_opted_in
+from gputopo.cluster.watch_trim import trim_node, trim_pod
 from gputopo.errors import TopologyError
 from gputopo.kubeaccess import NoClusterAccess, cluster_configuration
 from gputopo.placement.types import NodeState
 
 log = logging.getLogger(__name__)
 
-_TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, OSError, ValueError)
 #: Seconds a reservation may exist without its job in the view before it is released:
 #: the first pod of a job can be admitted before the watch has delivered the job itself.
 JOB_GRACE_SECONDS = 120.0
@@ -67,267 +73,6 @@ JOB_GRACE_SECONDS = 120.0
 #: it, and the least time worth starting a GET with (a queued review may have none left).
 FETCH_RESERVE_SECONDS = 1.0
 MIN_FETCH_SECONDS = 0.05
-
-
-class _Gone(Exception):
-    """The watch's resourceVersion was compacted away (410): list again."""
-
-
-@dataclass(frozen=True)
-class WatchedKind:
-    """One list+watch: which API call, which selector, what the objects are."""
-
-    name: str
-    api_version: str
-    kind: str
-    list_call: Callable[..., Any]
-    args: tuple[Any, ...] = ()
-    label_selector: str | None = None
-    optional: bool = False  # a CRD that may not be installed: 404 means "none"
-    #: What is kept of each object (client-go's SetTransform): pods and nodes are trimmed
-    #: to the fields admission reads, so memory stays small in big clusters.
-    transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-    #: Also told every list and event, under the view's lock (the reservation store's feeds:
-    #: held GPUs from the ledgers, GPUs handed out from the gang records).
-    feed: WatchFeed[Any] | None = None
-
-
-class _Informer:
-    """List, then watch from the list's resourceVersion, forever (until stopped).
-
-    ``store`` maps (namespace, name) → object; ``on_change(old, new)`` is called for every
-    change (``new`` None on delete) under the view's lock.
-    """
-
-    def __init__(self, view: ClusterView, kind: WatchedKind) -> None:
-        self.view = view
-        self.kind = kind
-        self.store: dict[tuple[str, str], dict[str, Any]] = {}
-        self.rv: str | None = None
-        self.synced = threading.Event()
-        self.lists = 0
-        self.watches = 0
-        self.errors = 0
-        self._resp: Any = None
-        self._thread = threading.Thread(target=self._run, name=f"watch-{kind.name}",
-                                        daemon=True)
-        self._absent_logged = False
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def interrupt(self) -> None:
-        resp = self._resp
-        if resp is not None:
-            try:
-                resp.shutdown()
-            except Exception:  # best effort on the way out
-                log.debug("closing %s watch", self.kind.name, exc_info=True)
-
-    def join(self, timeout: float) -> None:
-        self._thread.join(timeout)
-
-    # --- the loop ----------------------------------------------------------------------------
-    def _run(self) -> None:
-        view = self.view
-        backoff = view.backoff_initial
-        while not view._stopping.is_set():
-            try:
-                if self.rv is None:
-                    self._list()
-                self._watch()
-                backoff = view.backoff_initial
-            except _Gone:
-                log.info("watch %s: resourceVersion %s too old (410): re-listing",
-                         self.kind.name, self.rv)
-                self.rv = None
-            except ApiException as exc:
-                if exc.status in (403, 404) and self.kind.optional:
-                    self._absent(exc)
-                    view._stopping.wait(view.absent_retry_seconds)
-                    continue
-                if exc.status == 410:
-                    self.rv = None
-                    continue
-                self._failed(exc, backoff)
-                backoff = min(backoff * 2, view.backoff_max)
-            except _TRANSPORT_ERRORS as exc:
-                if view._stopping.is_set():
-                    break
-                self._failed(exc, backoff)
-                backoff = min(backoff * 2, view.backoff_max)
-
-    def _failed(self, exc: Exception, backoff: float) -> None:
-        self.errors += 1
-        if self.kind.feed is not None:
-            self.kind.feed.pause()
-        log.warning("watch %s: API unavailable (%s): serving the last known state, retrying "
-                    "in %.1fs", self.kind.name, _short(exc), backoff)
-        self.view._stopping.wait(backoff)
-
-    def _absent(self, exc: ApiException) -> None:
-        if not self._absent_logged:
-            log.warning("watch %s: %s %s: treated as empty", self.kind.name, exc.status,
-                        exc.reason)
-            self._absent_logged = True
-        with self.view._lock:
-            for key, old in list(self.store.items()):
-                del self.store[key]
-                # Out of sight is not deleted: a job's reservation is released only when
-                # the reconciler confirms the job gone (a 403 may be an RBAC hiccup).
-                if self.kind.kind not in names.GANG_OWNER_KINDS:
-                    self.view._changed(self.kind, old, None)
-        self.synced.set()
-        self.view._note_synced()
-
-    def _shape(self, obj: dict[str, Any]) -> dict[str, Any]:
-        if self.kind.transform is not None:
-            obj = self.kind.transform(obj)
-        obj.setdefault("apiVersion", self.kind.api_version)
-        obj.setdefault("kind", self.kind.kind)
-        return obj
-
-    def _call(self, **kwargs: Any) -> Any:
-        k = self.kind
-        if k.label_selector:
-            kwargs["label_selector"] = k.label_selector
-        return k.list_call(*k.args, _preload_content=False, **kwargs)
-
-    def _list(self) -> None:
-        resp = self._call(_request_timeout=self.view.request_timeout)
-        body = json.loads(resp.data)
-        items = body.get("items") or []
-        fresh: dict[tuple[str, str], dict[str, Any]] = {}
-        for item in items:
-            item = self._shape(item)
-            fresh[_key(item)] = item
-        with self.view._lock:
-            for key, old in list(self.store.items()):
-                if key not in fresh:
-                    del self.store[key]
-                    self.view._changed(self.kind, old, None)
-            for key, new in fresh.items():
-                old = self.store.get(key)
-                if old is None or ob.meta(old).get("resourceVersion") != \
-                        ob.meta(new).get("resourceVersion"):
-                    self.store[key] = new
-                    self.view._changed(self.kind, old, new)
-            rv = str((body.get("metadata") or {}).get("resourceVersion") or "")
-            if self.kind.feed is not None:
-                self.kind.feed.relisted(fresh.values(), rv)
-        self.rv = rv
-        self.lists += 1
-        self.synced.set()
-        self.view._note_synced()
-
-    def _watch(self) -> None:
-        view = self.view
-        resp = self._call(
-            watch=True, resource_version=self.rv, allow_watch_bookmarks=True,
-            timeout_seconds=max(1, int(view.watch_timeout_seconds)),
-            _request_timeout=(view.request_timeout, view.watch_timeout_seconds + 30))
-        self._resp = resp
-        self.watches += 1
-        if self.kind.feed is not None:  # it replays what it missed from self.rv
-            self.kind.feed.resume()
-        try:
-            for line in _lines(resp):
-                if view._stopping.is_set():
-                    return
-                self._event(json.loads(line))
-        finally:
-            self._resp = None
-            resp.release_conn()
-
-    def _event(self, ev: dict[str, Any]) -> None:
-        etype, obj = ev.get("type"), ev.get("object") or {}
-        if etype == "ERROR":
-            code = obj.get("code")
-            if code == 410:
-                raise _Gone()
-            raise ApiException(status=code or 500, reason=str(obj.get("message")))
-        rv = ob.meta(obj).get("resourceVersion")
-        if etype == "BOOKMARK":
-            if rv:
-                self.rv = str(rv)
-            return
-        obj = self._shape(obj)
-        key = _key(obj)
-        with self.view._lock:
-            old = self.store.get(key)
-            if etype == "DELETED":
-                if old is not None:
-                    del self.store[key]
-                    self.view._changed(self.kind, old, None)
-            else:  # ADDED / MODIFIED
-                self.store[key] = obj
-                self.view._changed(self.kind, old, obj)
-            if self.kind.feed is not None:
-                self.kind.feed.watched(str(etype), obj)
-        if rv:
-            self.rv = str(rv)
-
-
-_META_KEPT = ("name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences")
-
-
-def _trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
-    """What the view needs of a pod: where it runs, its phase, the GPUs it holds."""
-    m = ob.meta(pod)
-    ann = ob.annotations(pod)
-    keep = {k: m[k] for k in _META_KEPT if k in m}
-    if names.GPU_GROUP_ANNOTATION in ann:
-        keep["annotations"] = {
-            k: ann[k]
-            for k in (names.GPU_GROUP_ANNOTATION, names.PLACEMENT_ANNOTATION)
-            if k in ann
-        }
-    if names.PLACEMENT_ANNOTATION in ann and "annotations" not in keep:
-        keep["annotations"] = {names.PLACEMENT_ANNOTATION: ann[names.PLACEMENT_ANNOTATION]}
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
-    kept_spec: dict[str, Any] = {"nodeName": spec.get("nodeName")} if spec.get("nodeName") else {}
-    held = ob.host_ports_held_by_pod(pod)
-    kept: dict[str, Any] = {}
-    if held is not None:  # the host ports it holds, in the shape the API gives them
-        kept["ports"] = [{"containerPort": n, "hostPort": n, "protocol": proto}
-                         for proto, n in sorted(held[1])]
-    asks = ob.requests_held_by_pod(pod)
-    if asks is not None:  # its effective request (init containers, overhead) as one
-        kept["resources"] = {"requests": {
-            k: f"{v}m" if k == CPU else str(v) for k, v in asks[1].items() if k != PODS}}
-    if kept:
-        kept_spec["containers"] = [{"name": "kept", **kept}]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": keep, "spec": kept_spec,
-            "status": {"phase": status.get("phase")} if status.get("phase") else {}}
-
-
-def _trim_node(node: dict[str, Any]) -> dict[str, Any]:
-    """A node without its images, conditions and daemon endpoints (often 10s of KiB)."""
-    status = node.get("status") if isinstance(node.get("status"), dict) else {}
-    out = {k: v for k, v in node.items() if k != "status"}
-    out["status"] = {k: status[k] for k in ("allocatable", "capacity") if k in status}
-    m = out.get("metadata")
-    if isinstance(m, dict) and "managedFields" in m:
-        out["metadata"] = {k: v for k, v in m.items() if k != "managedFields"}
-    return out
-
-
-def _lines(resp: Any) -> Iterator[str]:
-    for line in iter_resp_lines(resp):
-        if line:
-            yield line
-
-
-def _key(obj: dict[str, Any]) -> tuple[str, str]:
-    m = ob.meta(obj)
-    return (str(m.get("namespace") or ""), str(m.get("name") or ""))
-
-
-def _short(exc: Exception) -> str:
-    if isinstance(exc, ApiException):
-        return f"{exc.status} {exc.reason}"
-    return f"{type(exc).__name__}: {str(exc)[:120]}"
 
 
 class ClusterView:
@@ -386,9 +131,9 @@ class ClusterView:
         self._states: list[NodeState] | None = None
         #: Namespace name -> opted in, for every Namespace the watch holds (kept by
         #: _changed; filled in place, never replaced: the memory-only reader hands out its
-        #: ``get``). Why: see :attr:`_MemoryOnly.namespace_opted_in`.
+        #: ``get``). Why: see :attr:`MemoryOnlyReader.namespace_opted_in`.
         self._opted_in: dict[str, bool] = {}
-        self._quick: _MemoryOnly | None = None
+        self._quick: MemoryOnlyReader | None = None
         self._on_demand: dict[tuple[str, str, str, str], tuple[float, dict[str, Any] | None]] = {}
         self._api_quiet_until = 0.0
         #: Called with the watched kind's name after every change, under the view's lock
@@ -397,9 +142,9 @@ class ClusterView:
         core = client.CoreV1Api(api_client)
         custom = client.CustomObjectsApi(api_client)
         kinds = [
-            WatchedKind("nodes", "v1", "Node", core.list_node, transform=_trim_node),
+            WatchedKind("nodes", "v1", "Node", core.list_node, transform=trim_node),
             WatchedKind("pods", "v1", "Pod", core.list_pod_for_all_namespaces,
-                        transform=_trim_pod),
+                        transform=trim_pod),
             WatchedKind("namespaces", "v1", "Namespace", core.list_namespace),
             WatchedKind("node-reports", "v1", "ConfigMap", core.list_namespaced_config_map,
                         (names.ACK_REPORT_NAMESPACE,),
@@ -434,7 +179,7 @@ class ClusterView:
             kinds.append(WatchedKind(
                 f"{plural}.{version}", f"{group}/{version}", kind,
                 custom.list_cluster_custom_object, (group, version, plural), optional=True))
-        self._informers = {k.name: _Informer(self, k) for k in kinds}
+        self._informers = {k.name: Informer(self, k) for k in kinds}
         self._reconciler = threading.Thread(target=self._reconcile_loop,
                                             name="reservation-reconciler", daemon=True)
 
@@ -510,7 +255,7 @@ class ClusterView:
         self._states = None
 
     def _pod_changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
-        key = _key(old if old is not None else new or {})
+        key = key_of(old if old is not None else new or {})
         self._pod_ports_changed(key, new)
         self._pod_asks_changed(key, new)
         before = self._pod_gpus.pop(key, None)
@@ -659,25 +404,7 @@ class ClusterView:
 
     def _job_exists(self, key: GangKey) -> bool | None:
         """Whether the job with this uid exists, by GET; None when the API cannot say."""
-        custom = client.CustomObjectsApi(self.api_client)
-        versions = {"MPIJob": ("v1", "v2beta1"), "TrainJob": (names.TRAINER_VERSION,),
-                    "JobSet": (names.JOBSET_VERSION,)}.get(key.kind, ("v1",))
-        group, plural = names.GANG_OWNER_RESOURCES.get(
-            key.kind, (names.KUBEFLOW_GROUP, key.kind.lower() + "s"))
-        for version in versions:
-            try:
-                resp = custom.get_namespaced_custom_object(
-                    group, version, key.namespace, plural,
-                    key.name, _preload_content=False, _request_timeout=self.fetch_timeout)
-            except ApiException as exc:
-                if exc.status == 404:
-                    continue
-                return None
-            except _TRANSPORT_ERRORS:
-                return None
-            if str(ob.meta(json.loads(resp.data)).get("uid")) == key.uid:
-                return True
-        return False
+        return job_exists_by_get(self.api_client, key, self.fetch_timeout)
 
     def _reconcile_loop(self) -> None:
         while not self._stopping.wait(self.reconcile_interval_seconds):
@@ -725,7 +452,7 @@ class ClusterView:
                     return obj
         return None
 
-    def memory_only(self) -> _MemoryOnly:
+    def memory_only(self) -> MemoryOnlyReader:
         """A reader of what the watches hold that never waits: no GET for what they do not
         hold, no waiting for the lock while a watch writes; it raises
         :class:`~gputopo.cluster.source.WouldBlock` instead. For the server's event loop,
@@ -733,7 +460,7 @@ class ClusterView:
         view (it holds no state of its own)."""
         quick = self._quick
         if quick is None:
-            quick = self._quick = _MemoryOnly(self)
+            quick = self._quick = MemoryOnlyReader(self)
         return quick
 
     def _fetch(self, api_version: str, kind: str, namespace: str | None, name: str
@@ -756,14 +483,14 @@ class ClusterView:
                             namespace, name)
                 return None
         try:
-            resp = self._get_call(api_version, kind, namespace, name, timeout)
+            resp = get_object(self.api_client, api_version, kind, namespace, name, timeout)
         except ApiException as exc:
             if exc.status not in (403, 404):
-                log.warning("GET %s %s/%s: %s", kind, namespace, name, _short(exc))
+                log.warning("GET %s %s/%s: %s", kind, namespace, name, short_error(exc))
                 self._api_quiet_until = now + self.backoff_max
             return None
-        except _TRANSPORT_ERRORS as exc:
-            log.warning("GET %s %s/%s: %s", kind, namespace, name, _short(exc))
+        except TRANSPORT_ERRORS as exc:
+            log.warning("GET %s %s/%s: %s", kind, namespace, name, short_error(exc))
             self._api_quiet_until = now + self.backoff_max
             return None
         if resp is None:
@@ -773,28 +500,6 @@ class ClusterView:
             self._on_demand.clear()
         self._on_demand[key] = (now, obj)
         return obj
-
-    def _get_call(self, api_version: str, kind: str, namespace: str | None, name: str,
-                  timeout: float) -> Any:
-        t = {"_preload_content": False, "_request_timeout": timeout}
-        if (api_version, kind) == ("v1", "Namespace"):
-            return client.CoreV1Api(self.api_client).read_namespace(name, **t)
-        if (api_version, kind) == ("batch/v1", "Job") and namespace:
-            return client.BatchV1Api(self.api_client).read_namespaced_job(name, namespace, **t)
-        # a pod's volumes (gputopo.cluster.node_volumes): read only for pods that mount claims
-        if (api_version, kind) == ("v1", "PersistentVolumeClaim") and namespace:
-            return client.CoreV1Api(self.api_client).read_namespaced_persistent_volume_claim(
-                name, namespace, **t)
-        if (api_version, kind) == ("v1", "PersistentVolume"):
-            return client.CoreV1Api(self.api_client).read_persistent_volume(name, **t)
-        if (api_version, kind) == ("storage.k8s.io/v1", "StorageClass"):
-            return client.StorageV1Api(self.api_client).read_storage_class(name, **t)
-        group, _, version = api_version.partition("/")
-        if names.GANG_OWNER_RESOURCES.get(kind, ("", ""))[0] == group and namespace:
-            plural = names.GANG_OWNER_RESOURCES[kind][1]
-            return client.CustomObjectsApi(self.api_client).get_namespaced_custom_object(
-                group, version, namespace, plural, name, **t)
-        return None
 
     def node_states(self) -> list[NodeState]:
         """Activated nodes with usable topology, GPUs of bound pods marked used.
@@ -864,48 +569,6 @@ class ClusterView:
         for problem in ob.network_annotation_problems(node):
             log.warning("node %s: %s", name, problem)
         return state
-
-
-class _MemoryOnly:
-    """:meth:`ClusterView.memory_only`: the view's in-memory lookups, without fallbacks."""
-
-    def __init__(self, view: ClusterView) -> None:
-        self._view = view
-        #: Whether the Namespace the watch holds under a name opted in (None: it holds
-        #: none; ``namespace`` then says WouldBlock). The view's own ``dict.get``, without
-        #: the lock: one dict read is atomic, and the watch replaces the answer with the
-        #: object, under the lock. Why: the server's event loop asks it of every review,
-        #: and each Python function a cold review touches costs on its own (docs/benchmarks.md).
-        self.namespace_opted_in = view._opted_in.get
-
-    def namespace(self, name: str) -> dict[str, Any] | None:
-        view = self._view
-        if not view._lock.acquire(blocking=False):
-            raise WouldBlock("cluster view busy")
-        try:
-            ns = view._informers["namespaces"].store.get(("", name))
-        finally:
-            view._lock.release()
-        if ns is None:
-            raise WouldBlock(f"namespace {name} not in memory")
-        return ns
-
-    def object(
-        self, *, api_version: str, kind: str, namespace: str | None, name: str
-    ) -> dict[str, Any] | None:
-        view = self._view
-        if not view._lock.acquire(blocking=False):
-            raise WouldBlock("cluster view busy")
-        try:
-            obj = view._stored(api_version, kind, namespace, name)
-        finally:
-            view._lock.release()
-        if obj is not None:
-            return obj
-        raise WouldBlock(f"{kind} {namespace}/{name} not in memory")
-
-    def node_states(self) -> list[NodeState]:
-        raise WouldBlock("node states are for the admitter thread")
 
 
 _FINISHED = ("Succeeded", "Failed", "Completed", "Complete")

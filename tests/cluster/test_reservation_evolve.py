@@ -48,6 +48,8 @@ VALUES = {
                       max_size=3).map(tuple),
     "network": st.dictionaries(st.sampled_from(["mode", "why"]), st.text(max_size=5),
                                max_size=2),
+    "requests": st.dictionaries(st.sampled_from(["cpu", "memory", "pods"]),
+                                st.integers(0, 10**12), max_size=3),
 }
 assert set(VALUES) == set(FIELDS)  # a new field must be generated here too
 reservations = st.builds(GangReservation, **VALUES)

@@ -71,3 +71,21 @@ def test_in_flight_analysis_answers_as_the_plain_computation() -> None:
                                           exclude_held(bound, frozen)) == got, round_
         answers.append(got)
     assert True in answers and False in answers  # both answers were exercised
+
+
+def test_in_flight_analysis_solves_with_the_pods_resource_caps() -> None:
+    """Without the in-flight claims the gang's GPUs would be free, but its pods' CPUs do
+    not fit: the analysis must say the claims are not what blocks it (else the gang waits
+    for a reservation that will never be its own)."""
+    from gputopo.cluster.node_resources import NodeResources
+
+    room = NodeResources({"cpu": 94000, "pods": 110}, {})
+    bound = [node("n0", resources=room), node("n1", resources=room)]
+    reserver = GangReserver(WithClaimsInFlight(InMemoryReservationStore()))  # type: ignore[arg-type]
+    held = {"n0": frozenset(range(8)), "n1": frozenset(range(8))}  # all claimed in flight
+    gang = GangRequest(2, 1)
+    assert reserver._in_flight_blocks(bound, held, gang, demand={"cpu": 60000, "pods": 1})
+    assert not reserver._in_flight_blocks(bound, held, gang,
+                                          demand={"cpu": 95000, "pods": 1})
+    assert not reserver._in_flight_blocks(bound, held, gang, exclude_held(bound, held),
+                                          demand={"cpu": 95000, "pods": 1})

@@ -22,7 +22,13 @@ from operator import is_, is_not
 from typing import Any
 
 from gputopo.cluster.node_fit import NodeFacts, PodConstraints
-from gputopo.cluster.node_resources import ResourceCaps, empty_caps, pod_demand, solve_fitting
+from gputopo.cluster.node_resources import (
+    ResourceCaps,
+    empty_caps,
+    pod_demand,
+    solve_fitting,
+    with_caps,
+)
 from gputopo.cluster.node_volumes import pod_volumes
 from gputopo.cluster.reservations import (
     GangKey,
@@ -31,6 +37,7 @@ from gputopo.cluster.reservations import (
     ReservationStore,
     ReservationUnavailable,
 )
+from gputopo.cluster.reserved_requests import with_pending
 from gputopo.cluster.source import ClusterReader
 from gputopo.placement.solver import GroupedNodes, solve
 from gputopo.placement.types import (
@@ -413,6 +420,13 @@ class GangReserver:
         if self._fits.get(key) is entry:  # only for a remembered fit
             self._frees[key] = _Free(fit=entry.fit, revision=revision, free=free)
 
+    def with_reserved_requests(self, nodes: Sequence[NodeState]) -> Sequence[NodeState]:
+        """``nodes`` (position for position) with the requests of reserved slots whose
+        pods do not exist yet added to their nodes' requested sums
+        (:mod:`gputopo.cluster.reserved_requests`): another gang's pods still coming hold
+        their CPU and memory as their GPUs are held."""
+        return with_caps(nodes, with_pending(nodes, self.store.pending_requests()))
+
     def ideal_bandwidth(self, nodes: Sequence[NodeState], gang: GangRequest,
                         demand: Mapping[str, int] | None = None) -> float:
         """The bus bandwidth the gang would get on ``nodes`` with every GPU free (cached per
@@ -509,6 +523,7 @@ class GangReserver:
         for attempt in range(1, self.max_attempts + 1):
             entry, free, excluded, held = self._fit_and_free(cluster, pod, shares)
             bound, free = usable_pair(entry.fit, free, net, no_ports)
+            free = self.with_reserved_requests(free)
             refused = volumes.refusals(free)
             placement = solve_fitting(self.solver, free, gang, demand, self.caps,
                                       refused=refused, notes=volumes.notes)
@@ -517,7 +532,8 @@ class GangReserver:
                 # stand in the way, they may be going to this very gang: give it a moment.
                 # The look for the gang's reservation comes AFTER the in-flight analysis
                 # (which lists reservations), so a reservation written meanwhile is seen.
-                waiting = bool(last) or self._in_flight_blocks(bound, held, gang, free)
+                waiting = bool(last) or self._in_flight_blocks(bound, held, gang, free,
+                                                               demand)
                 existing = self._await_reservation(key) if waiting else self.store.get(key)
                 if existing is not None:
                     return existing, False
@@ -540,7 +556,8 @@ class GangReserver:
             try:
                 res = self.store.reserve(key, placement,
                                          order=net.order() if net is not None else (),
-                                         network=plan.to_json() if plan is not None else None)
+                                         network=plan.to_json() if plan is not None else None,
+                                         requests=demand)
             except ReservationConflict as exc:
                 last = str(exc)
                 log.info("placement: %s: conflict on attempt %d: %s", key, attempt, exc)
@@ -557,15 +574,16 @@ class GangReserver:
         )
 
     def _in_flight_blocks(self, bound: Sequence[NodeState], held: Mapping[str, Any],
-                          gang: GangRequest, free: Sequence[NodeState] | None = None
-                          ) -> bool:
+                          gang: GangRequest, free: Sequence[NodeState] | None = None,
+                          demand: Mapping[str, int] | None = None) -> bool:
         """True when GPUs claimed by reservations not yet written (held, but in no listed
         reservation) are all that keeps the gang from fitting. A store that records every
         claim with its reservation at once (``claims_in_flight`` False) has none.
 
         ``free``: ``bound`` with ``held`` marked used, position for position (what the
         gang was just solved on): then only the nodes with claims in flight are redone for
-        the second solve, not every node of the cluster."""
+        the second solve, not every node of the cluster. ``demand``: one pod's non-GPU
+        requests, which limit the second solve as they did the first."""
         if not getattr(self.store, "claims_in_flight", True):
             return False
         committed: dict[str, set[int]] = {}
@@ -579,13 +597,14 @@ class GangReserver:
             return False
         if free is None:
             settled = {n: g & committed.get(n, set()) for n, g in held.items()}
-            return self.solver(exclude_held(bound, settled), gang).feasible
+            return solve_fitting(self.solver, exclude_held(bound, settled), gang,
+                                 demand or {}).feasible
         # elsewhere every held GPU is settled, so ``free`` already has the node as the
         # second solve must see it
         settled = {n: frozenset(held[n]) & committed.get(n, none) for n in flight}
         nodes = [exclude_held([b], settled)[0] if b.name in flight else f
                  for b, f in zip(bound, free, strict=True)]
-        return self.solver(nodes, gang).feasible
+        return solve_fitting(self.solver, nodes, gang, demand or {}).feasible
 
     def _await_reservation(self, key: GangKey, *, backoff: int = 0) -> GangReservation | None:
         """The gang's reservation if another admission writes it within a short wait.

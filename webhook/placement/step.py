@@ -507,6 +507,7 @@ class PlacementStep:
                 fit, nodes, excluded = self.reserver.fit_and_free(
                     ctx.cluster, ctx.pod, placement_settings(ctx.policy).transport_share)
                 fit, nodes = usable_pair(fit, nodes, net)
+                nodes = self.reserver.with_reserved_requests(nodes)
                 volumes = pod_volumes(ctx.cluster, ctx.pod)
                 placement = solve_fitting(self.solver, nodes, gang, pod_demand(ctx.pod),
                                           self.reserver.caps, refused=volumes.refusals(nodes),

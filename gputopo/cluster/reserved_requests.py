@@ -1,0 +1,60 @@
+"""CPU, memory and other requests held on a node by reserved slots whose pods are not there yet.
+
+Why: a gang is solved and reserved at its first pod's admission, but its other pods are
+created one by one afterwards. Until a pod exists, the node's requested sums (kept from the
+pods the cluster view sees: bound, or pinned by a placement record) do not hold its CPU or
+memory, so another gang admitted in between could be pinned beside it onto a node that
+cannot run both; the scheduler then keeps one of them Pending for ever ("Insufficient
+cpu"). The reservation keeps one replica's requests (``GangReservation.requests``, the
+first pod's :func:`~gputopo.cluster.node_resources.pod_demand`), so each slot holds them on
+its node until its pod takes over.
+
+A slot counts here while no replica has been given it (``assigned``): a pod is given its
+slot at its own admission and carries the placement record from then on, so from that
+moment the view counts the pod's own requests, never both. (Between the admission and the
+view's watch delivering the pod, a few milliseconds to a second, the slot counts nowhere;
+the scheduler, which sees the pod, still refuses an overfull node.) Records written before
+requests were kept hold none, and count nothing, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+
+from gputopo.cluster.gang_reservation import GangReservation
+from gputopo.cluster.node_resources import NodeResources, Requests
+from gputopo.placement.types import NodeState
+
+
+def pending_requests(reservations: Iterable[GangReservation]) -> dict[str, Requests]:
+    """node -> the summed requests of the slots no replica has been given yet."""
+    out: dict[str, Requests] = {}
+    for res in reservations:
+        if not res.requests or res.complete:
+            continue
+        for slot in res.unassigned:
+            total = out.setdefault(slot.node, {})
+            for name, amount in res.requests.items():
+                total[name] = total.get(name, 0) + amount
+    return out
+
+
+def with_pending(nodes: Sequence[NodeState], pending: Mapping[str, Mapping[str, int]]
+                 ) -> list[NodeState]:
+    """Copies of the nodes of ``nodes`` that ``pending`` names, their requested sums
+    grown by it (what :func:`~gputopo.cluster.node_resources.with_caps` puts in place of
+    the originals); nodes without resource data are left out: nothing is known of them."""
+    if not pending:
+        return []
+    changed = []
+    for n in nodes:
+        more = pending.get(n.name)
+        if not more or n.resources is None:
+            continue
+        requested = dict(n.resources.requested)
+        for name, amount in more.items():
+            requested[name] = requested.get(name, 0) + amount
+        changed.append(replace(n, resources=NodeResources(n.resources.allocatable,
+                                                          requested)))
+    return changed
