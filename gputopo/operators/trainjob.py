@@ -26,9 +26,10 @@ TrainJob owns), so a dry run must build them as Trainer does. Mirrored (Trainer 
 
 * ``spec.templateOverrides[].pod[]`` (``trainjob_types.go``; how Kueue hands a flavor's
   ``nodeSelector``, tolerations and scheduling gates to Trainer when it admits a TrainJob):
-  merged into the target replicated jobs' pod templates. The ``spec.runtimePatches`` of
-  Trainer v2.2+ are not read (not found in the sources available here): a dry run of a
-  TrainJob carrying them shows its pods without them.
+  merged into the target replicated jobs' pod templates;
+* ``spec.runtimePatches`` (Trainer v2.2+, how Kueue hands them now): strategic-merged into
+  the runtime's JobSet template before the plugins run
+  (:mod:`gputopo.operators.runtime_patches`).
 
 Pure: no Kubernetes, no I/O.
 """
@@ -42,6 +43,7 @@ from typing import Any
 from gputopo.errors import InputError
 from gputopo.operators import jobset as js
 from gputopo.operators.common import JobShape, made_up_uid
+from gputopo.operators.runtime_patches import apply_runtime_patches
 from gputopo.operators.trainer_runtimes import ANCESTOR_LABEL, SHIPPED, shipped
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
@@ -174,6 +176,7 @@ def build_jobset(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> dic
                                            f"spec.template.spec.replicatedJobs[{i}]")
     trainer = shape.spec.get("trainer") if isinstance(shape.spec.get("trainer"), Mapping) else {}
     _check_trainer(shape, trainer)
+    patched_meta = apply_runtime_patches(shape, rjobs)  # before the plugins, as Trainer does
     num_nodes = _count(trainer.get("numNodes", policy.get("numNodes", 1)),
                        "spec.trainer.numNodes", shape)
     mpi = policy.get("mpi") if isinstance(policy.get("mpi"), Mapping) else None
@@ -215,6 +218,11 @@ def build_jobset(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> dic
     meta: dict[str, Any] = {"name": shape.name, "namespace": shape.namespace,
                             "uid": made_up_uid(shape.namespace, js.KIND, shape.name),
                             "ownerReferences": [shape.controller_ref()]}
+    tmeta = template.get("metadata") if isinstance(template.get("metadata"), Mapping) else {}
+    for key in ("labels", "annotations"):  # the runtime template's, then the patches'
+        values = {**dict(tmeta.get(key) or {}), **patched_meta.get(key, {})}
+        if values:
+            meta[key] = values
     jspec["suspend"] = shape.spec.get("suspend") is True
     return {"apiVersion": js.API_VERSION, "kind": js.KIND, "metadata": meta, "spec": jspec}
 
