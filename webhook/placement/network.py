@@ -220,26 +220,11 @@ def _user_host_ports(spec: Mapping[str, Any]) -> set[Port]:
     return claimed_ports(spec, host_network=False)
 
 
-#: _template_host_ports per replica-specs object, as webhook.jobs remembers a gang's size
-#: (a reader replaces a job's object when it changes, never modifies it); the entry holds
-#: the object, so its id is not reused while remembered.
-_TEMPLATE_PORTS: dict[int, tuple[Mapping[str, Any], tuple[str, ...], frozenset[Port]]] = {}
-
-
 def _template_host_ports(job: Job) -> frozenset[Port]:
-    """Explicit hostPorts of the job's GPU replica templates: the same for every pod of
-    the gang, so read once per job object (~130 bytecodes a pod)."""
-    types = tuple(job.gpu_types)
-    hit = _TEMPLATE_PORTS.get(id(job.specs))
-    if hit is not None and hit[0] is job.specs and hit[1] == types:
-        return hit[2]
+    """Explicit hostPorts of the job's GPU replica templates."""
     out: frozenset[Port] = frozenset()
-    for rtype in types:
+    for rtype in job.gpu_types:
         out |= _user_host_ports(_template_spec(job.specs, rtype))
-    if job.specs:
-        if len(_TEMPLATE_PORTS) >= 4096:
-            _TEMPLATE_PORTS.clear()
-        _TEMPLATE_PORTS[id(job.specs)] = (job.specs, types, out)
     return out
 
 
@@ -685,110 +670,20 @@ class GangNetwork:
     def plan_for(self, stored: Mapping[str, Any], slots: Sequence[ReplicaSlot]) -> Plan:
         """The plan stored with a reservation; for one written before plans existed, the
         plan this gang would get now (no host ports known: none are held)."""
-        plan = _stored_plan(stored)
+        plan = Plan.from_json(stored)
         if plan is not None:
             return plan
         made = self.decide(slots, {})
         return made if isinstance(made, Plan) else Plan(POD, made.reason)
 
 
-#: Plans read from reservations, per stored mapping: a reservation's plan never changes
-#: (each new version of a reservation carries the same mapping on, or a newly parsed one;
-#: nothing modifies it), and every GPU pod of a gang reads it (~110 bytecodes a pod). The
-#: entry holds the mapping, so its id is not reused while remembered; Plans are frozen.
-_PLANS: dict[int, tuple[Mapping[str, Any], Plan | None]] = {}
-
-
-def _stored_plan(stored: Mapping[str, Any]) -> Plan | None:
-    """:meth:`Plan.from_json` of a reservation's stored plan, read once per mapping."""
-    hit = _PLANS.get(id(stored))
-    if hit is not None and hit[0] is stored:
-        return hit[1]
-    plan = Plan.from_json(stored)
-    if len(_PLANS) >= 4096:
-        _PLANS.clear()
-    _PLANS[id(stored)] = (stored, plan)
-    return plan
-
-
-
-#: Networks of gangs, per replica-specs object (held by the entry, so its id is not reused
-#: while remembered; a reader replaces a job's object when it changes, never modifies it),
-#: with the key of what :func:`needs` read of the pod: every later pod of a gang asks again.
-_NETWORKS: dict[int, tuple[Mapping[str, Any], tuple[Any, ...], GangNetwork]] = {}
-_ENV_READ = (RDZV_ENV, "MASTER_PORT", TF_CONFIG_ENV, trainer_network.MASTER_PORT_ENV)
-
-
-def _pod_inputs(spec: Mapping[str, Any]) -> tuple[Any, ...] | None:
-    """Everything :func:`needs` reads of the admitted pod's spec besides ``hostNetwork``:
-    each declared port as :func:`~gputopo.cluster.objects.claimed_ports` reads it (name,
-    protocol, hostPort, containerPort) and the first value of each env variable
-    :func:`env_value` is asked for. None when a container or port is a mapping of another
-    type than dict (the two readers differ there): not remembered."""
-    ports: list[tuple[Any, ...]] = []
-    env: list[Any] = [None] * len(_ENV_READ)
-    found = [False] * len(_ENV_READ)
-    for key in ("initContainers", "containers"):
-        items = spec.get(key)
-        if not isinstance(items, list):
-            continue
-        for c in items:
-            if not isinstance(c, dict):
-                if isinstance(c, Mapping):
-                    return None
-                continue
-            declared = c.get("ports")
-            for p in declared if isinstance(declared, list) else ():
-                if isinstance(p, dict):  # with the types: 1 == True, but True is no port
-                    n, proto, host, number = (p.get("name"), p.get("protocol"),
-                                              p.get("hostPort"), p.get("containerPort"))
-                    ports.append((n, type(n), proto, type(proto), host, type(host), number,
-                                  type(number)))
-                elif isinstance(p, Mapping):
-                    return None
-            variables = c.get("env")
-            for item in variables if isinstance(variables, list) else ():
-                if not isinstance(item, dict):
-                    continue
-                name = item.get("name")
-                for i, wanted in enumerate(_ENV_READ):
-                    if not found[i] and name == wanted:
-                        found[i] = True
-                        value = item.get("value")
-                        env[i] = value if isinstance(value, str) else None
-    return (tuple(ports), *env)
-
-
 def gang_network(api_version: str, kind: str, name: str, specs: Mapping[str, Any],
                  gpu_types: Mapping[str, int], *, mode: str, pod_spec: Mapping[str, Any],
                  original_spec: Mapping[str, Any], pod_type: str | None,
                  host_ports: tuple[int, int]) -> GangNetwork:
-    """``GangNetwork(job_facts(...), needs(...), host_ports)``, remembered per job.
-
-    Why exact: :func:`needs` reads the job's facts, the mode, the pod's type, both specs'
-    ``hostNetwork``, the explicit hostPorts of the pod as it came in
-    (``claimed_ports(original_spec, host_network=False)``) and of the admitted pod its
-    ports and three env values (:func:`_pod_inputs`); all are in the key
-    (tests/placement_step/test_network_memo.py compares with the plain computation on
-    generated pods). Why: job_facts + needs + the GangNetwork cost ~70 us cold a later pod
-    of a gang (bench/admission_profile.py --components --gap-ms 20: three frozen dataclasses
-    and a dozen helpers, cold each time); a hit is one walk of the pod's containers."""
-    specs = specs if isinstance(specs, dict) else {}
-    inputs = _pod_inputs(pod_spec) if specs else None
-    key: tuple[Any, ...] = ()
-    if inputs is not None:  # compared, never hashed: any value of a review will do
-        key = (api_version, kind, name, tuple(gpu_types.items()), pod_type, host_ports, mode,
-               pod_spec.get("hostNetwork") is True, original_spec.get("hostNetwork") is True,
-               frozenset(_user_host_ports(original_spec)), inputs)
-        hit = _NETWORKS.get(id(specs))
-        if hit is not None and hit[0] is specs and hit[1] == key:
-            return hit[2]
+    """``GangNetwork(job_facts(...), needs(...), host_ports)``: what the solve and reserve
+    of the admitted pod's gang need of its network plan."""
     facts = job_facts(api_version, kind, name, specs, gpu_types)
-    made = GangNetwork(job=facts, need=needs(facts, mode=mode, pod_spec=pod_spec,
+    return GangNetwork(job=facts, need=needs(facts, mode=mode, pod_spec=pod_spec,
                                              original_spec=original_spec, pod_type=pod_type),
                        host_ports=host_ports)
-    if inputs is not None:
-        if len(_NETWORKS) >= 4096:
-            _NETWORKS.clear()
-        _NETWORKS[id(specs)] = (specs, key, made)
-    return made

@@ -119,27 +119,8 @@ def policy_name(policy: Policy | None) -> str:
 
 
 def gpu_counts_by_replica_type(job: JobInfo, gpu_resources: frozenset[str]) -> dict[str, int]:
-    """GPUs per pod of each GPU-requesting replica type of the job's spec.
-
-    Remembered per replica-specs object, as :mod:`webhook.jobs` remembers a gang's size: a
-    reader replaces a job's object when it changes, never modifies it, and every pod of a
-    gang asks again (~280 bytecodes a pod, bench/admission_profile.py --opcodes)."""
+    """GPUs per pod of each GPU-requesting replica type of the job's spec (spec order)."""
     specs = job.spec.get(OWNER_KINDS.get((job.api_version, job.kind), ""), {})
-    hit = _COUNTS.get(id(specs))
-    if hit is not None and hit[0] is specs and hit[1] == gpu_resources:
-        return dict(hit[2])
-    out = _gpu_counts(specs, gpu_resources)
-    if specs:  # the entry holds the object, so its id is not reused while remembered
-        if len(_COUNTS) >= 4096:
-            _COUNTS.clear()
-        _COUNTS[id(specs)] = (specs, gpu_resources, out)
-    return dict(out)
-
-
-_COUNTS: dict[int, tuple[object, frozenset[str], dict[str, int]]] = {}
-
-
-def _gpu_counts(specs: object, gpu_resources: frozenset[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     for rtype, rs in specs.items() if isinstance(specs, dict) else ():
         template = rs.get("template") if isinstance(rs, dict) else None
@@ -193,62 +174,6 @@ def nodes_for_pod(ctx: AdmissionContext) -> tuple[list[NodeState], int]:
 
 
 _ruled_out = ruled_out
-
-#: Keys and gang requests already made, by their fields: every GPU pod made a GangKey, a
-#: ReplicaKey and a GangRequest, frozen dataclasses whose generated ``__init__`` (and the
-#: keys' validating ``__post_init__``) cost ~20 us cold a later pod of a gang
-#: (bench/admission_profile.py --gap-ms 20); all three are frozen, so one instance serves
-#: every pod that asks with the same fields. Bounded: cleared at 4,096 entries.
-_GANG_KEYS: dict[tuple[object, ...], GangKey] = {}
-_REPLICA_KEYS: dict[tuple[object, int], ReplicaKey] = {}
-_GANG_REQUESTS: dict[tuple[int, int, int | None], GangRequest] = {}
-
-
-def gang_key(namespace: str, kind: str, name: str, uid: str) -> GangKey:
-    """``GangKey(namespace, kind, name, uid)``, one instance per value (invalid fields raise
-    as the constructor does: only keys it made are remembered)."""
-    fields = (namespace, kind, name, uid)
-    key = _GANG_KEYS.get(fields)
-    if key is None:
-        key = GangKey(namespace, kind, name, uid)
-        if len(_GANG_KEYS) >= 4096:
-            _GANG_KEYS.clear()
-        _GANG_KEYS[fields] = key
-    return key
-
-
-def replica_key(replica_type: str, index: int) -> ReplicaKey:
-    """``ReplicaKey(replica_type, index)``, one instance per value (as :func:`gang_key`;
-    a plain int index only: ``True == 1``, but a key made with True says ``worker/True``)."""
-    if type(index) is not int:
-        return ReplicaKey(replica_type, index)
-    fields = (replica_type, index)
-    key = _REPLICA_KEYS.get(fields)
-    if key is None:
-        key = ReplicaKey(replica_type, index)
-        if len(_REPLICA_KEYS) >= 4096:
-            _REPLICA_KEYS.clear()
-        _REPLICA_KEYS[fields] = key
-    return key
-
-
-def gang_request(replicas: int, gpus_per_replica: int, cap: int | None) -> GangRequest:
-    """``GangRequest(replicas, gpus_per_replica, max_replicas_per_node=cap)``, one instance
-    per value (plain ints only, as :func:`replica_key`)."""
-    if type(replicas) is not int or type(gpus_per_replica) is not int or (
-            cap is not None and type(cap) is not int):
-        return GangRequest(replicas=replicas, gpus_per_replica=gpus_per_replica,
-                           max_replicas_per_node=cap)
-    fields = (replicas, gpus_per_replica, cap)
-    gang = _GANG_REQUESTS.get(fields)
-    if gang is None:
-        gang = GangRequest(replicas=replicas, gpus_per_replica=gpus_per_replica,
-                           max_replicas_per_node=cap)
-        if len(_GANG_REQUESTS) >= 4096:
-            _GANG_REQUESTS.clear()
-        _GANG_REQUESTS[fields] = gang
-    return gang
-
 
 class PlacementStep:
     """The pipeline step (``webhook.steps.Step``): name ``placement``, ``apply(ctx)``."""
@@ -327,8 +252,8 @@ class PlacementStep:
                 f"never share a slot)")
             return
         try:
-            key = gang_key(job.namespace, job.kind, job.name, job.uid)
-            replica = replica_key(rtype, index)
+            key = GangKey(job.namespace, job.kind, job.name, job.uid)
+            replica = ReplicaKey(rtype, index)
         except (TypeError, ValueError) as exc:
             ctx.warnings.append(f"placement: {what}: cannot identify the replica ({exc}); "
                                 f"pod admitted unplaced")
@@ -352,7 +277,8 @@ class PlacementStep:
         spread = spread_of(ctx.pod)  # the user's own anti-affinity and spread rules
         if spread.per_node is not None:
             ctx.warnings.append(f"placement: {what}: {spread.why}")
-        gang = gang_request(job.gang_size, gpus, tighter(net.need.cap, spread.per_node))
+        gang = GangRequest(job.gang_size, gpus,
+                           max_replicas_per_node=tighter(net.need.cap, spread.per_node))
         preview = ctx.audit or ctx.request.dry_run
         if spread.unjudged:
             outcome: Granted | Unplaced = Unplaced(
