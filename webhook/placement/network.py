@@ -30,6 +30,9 @@ every pod of the gang (a recreated one too) gets the same:
   treats co-located pods as one host, and ``NCCL_CUMEM_ENABLE=0`` (the cuMem P2P path passes
   handles over abstract UNIX sockets, which are per network namespace; nccl#1781).
 
+This module decides the plan (:func:`needs` before the solve, :func:`decide` after it);
+:mod:`webhook.placement.network_writes` writes it into each pod.
+
 Ports are derived from GPUs, not searched for: a task's port is ``first + g + 64 k`` where
 ``g`` is the first GPU of its slot on its node and ``k`` the smallest step that misses the
 host ports already held there. A GPU of a node belongs to one gang at a time (the
@@ -154,13 +157,14 @@ class Job:
 
 
 # --- reading pods and templates ----------------------------------------------------------
-def _list(value: object) -> list[Any]:
+def as_list(value: object) -> list[Any]:
     """``value`` when it is a list, else nothing: a review may carry any shape (the fuzz
     tests send them), and a malformed field must never become an internal error."""
     return value if isinstance(value, list) else []
 
 
-def _containers(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+def all_containers(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every init container and container of a pod spec that is a mapping."""
     out: list[dict[str, Any]] = []
     for key in ("initContainers", "containers"):
         items = spec.get(key)
@@ -171,8 +175,8 @@ def _containers(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def env_value(spec: Mapping[str, Any], name: str) -> str | None:
     """The literal value of env ``name`` in the first container that sets it."""
-    for c in _containers(spec):
-        for item in _list(c.get("env")):
+    for c in all_containers(spec):
+        for item in as_list(c.get("env")):
             if isinstance(item, dict) and item.get("name") == name:
                 value = item.get("value")
                 return value if isinstance(value, str) else None
@@ -181,8 +185,8 @@ def env_value(spec: Mapping[str, Any], name: str) -> str | None:
 
 def _port_numbers(spec: Mapping[str, Any], port_name: str) -> list[int]:
     out = []
-    for c in _containers(spec):
-        for p in _list(c.get("ports")):
+    for c in all_containers(spec):
+        for p in as_list(c.get("ports")):
             if isinstance(p, dict) and p.get("name") == port_name and isinstance(
                     p.get("containerPort"), int):
                 out.append(p["containerPort"])
@@ -469,161 +473,6 @@ def derive_port(gpu: int, held: Iterable[Port], port_range: tuple[int, int]) -> 
             return port
         port += PORT_STRIDE
     return None
-
-
-# --- writing the plan into a pod -------------------------------------------------------------
-def apply(pod: dict[str, Any], original: Mapping[str, Any], plan: Plan, job: Job,
-          replica: str, gpu_containers: Sequence[dict[str, Any]]) -> list[str]:
-    """Write ``plan`` into ``pod`` (the working copy; ``original`` as it came in)."""
-    spec = pod.setdefault("spec", {})
-    ospec = original.get("spec") if isinstance(original.get("spec"), dict) else {}
-    if plan.kind == POD:
-        return _pod_network(spec, ospec, gpu_containers)
-    if plan.role.startswith("pytorch"):
-        return _pytorch(spec, plan, job, replica)
-    if plan.role == "tfjob":
-        return _tfjob(spec, plan, job, replica)
-    if plan.role == trainer_network.ROLE:
-        return trainer_network.apply(spec, plan.ports.get(trainer_network.RANK0), replica)
-    return []
-
-
-def _pod_network(spec: dict[str, Any], ospec: Mapping[str, Any],
-                 gpu_containers: Sequence[dict[str, Any]]) -> list[str]:
-    """Take back what the policy added for host networking; NCCL env for co-located pods."""
-    warnings: list[str] = []
-    if spec.get("hostNetwork") is True and ospec.get("hostNetwork") is not True:
-        if "hostNetwork" in ospec:
-            spec["hostNetwork"] = ospec["hostNetwork"]
-        else:
-            del spec["hostNetwork"]
-        if spec.get("dnsPolicy") == HOST_NETWORK_DNS and ospec.get("dnsPolicy") != \
-                HOST_NETWORK_DNS:
-            if "dnsPolicy" in ospec:
-                spec["dnsPolicy"] = ospec["dnsPolicy"]
-            else:
-                del spec["dnsPolicy"]
-        for key in ("initContainers", "containers"):
-            _restore_host_ports(spec.get(key), ospec.get(key))
-    for c in gpu_containers:
-        for name, value in ((NCCL_HOSTID_ENV, None), (NCCL_CUMEM_ENV, "0")):
-            w = _set_env(c, name, value)
-            if w:
-                warnings.append(w)
-    return warnings
-
-
-def _restore_host_ports(items: object, before: object) -> None:
-    """hostPorts the policy added (= containerPort, for host networking) are removed."""
-    if not isinstance(items, list):
-        return
-    old = before if isinstance(before, list) else []
-    for i, c in enumerate(items):
-        if not isinstance(c, dict):
-            continue
-        oc = old[i] if i < len(old) and isinstance(old[i], dict) else {}
-        oports = oc.get("ports") if isinstance(oc.get("ports"), list) else []
-        for j, p in enumerate(_list(c.get("ports"))):
-            if not isinstance(p, dict) or "hostPort" not in p:
-                continue
-            op = oports[j] if j < len(oports) and isinstance(oports[j], dict) else {}
-            if "hostPort" not in op:
-                del p["hostPort"]
-
-
-def _set_env(container: dict[str, Any], name: str, value: str | None) -> str | None:
-    """``name=value`` (None: the node's name through the downward API) unless the user set
-    ``name`` already (kept, with a warning when it differs)."""
-    env = container.get("env")
-    if not isinstance(env, list):
-        env = container["env"] = []
-    want: dict[str, Any] = ({"name": name, "value": value} if value is not None else
-                            {"name": name, "valueFrom": {"fieldRef": {
-                                "apiVersion": "v1", "fieldPath": "spec.nodeName"}}})
-    for item in env:
-        if isinstance(item, dict) and item.get("name") == name:
-            if item == want:
-                return None
-            return (f"network: container {container.get('name', '?')}: kept the pod's "
-                    f"{name}; the pod network plan would set it to "
-                    f"{value if value is not None else 'the node name'}")
-    env.append(want)
-    return None
-
-
-def _pytorch(spec: dict[str, Any], plan: Plan, job: Job, replica: str) -> list[str]:
-    port_name = OPERATOR_DEFAULT_PORTS["PyTorchJob"][0]
-    host = next(iter(plan.ports), None)
-    port = plan.ports.get(host) if host else None
-    for c in _containers(spec):
-        if port is None or plan.role == "pytorch-workers":
-            _drop_port(c, port_name)  # the master is not ours: workers never listen on it
-            continue
-        if replica == host:
-            for p in _list(c.get("ports")):
-                if isinstance(p, dict) and p.get("name") == port_name:
-                    p["containerPort"] = port
-                    p["hostPort"] = port
-        else:
-            _drop_port(c, port_name)
-        for item in _list(c.get("env")):
-            if not isinstance(item, dict) or not isinstance(item.get("value"), str):
-                continue
-            if plan.role == "pytorch" and item.get("name") in MASTER_PORT_ENVS:
-                item["value"] = str(port)
-            elif plan.role == "pytorch-elastic" and item.get("name") == RDZV_ENV:
-                where, _, _ = item["value"].rpartition(":")
-                item["value"] = f"{where or item['value']}:{port}"
-    return []
-
-
-def _drop_port(container: dict[str, Any], port_name: str) -> None:
-    ports = container.get("ports")
-    if not isinstance(ports, list):
-        return
-    kept = [p for p in ports if not (isinstance(p, dict) and p.get("name") == port_name)]
-    if len(kept) == len(ports):
-        return
-    if kept:
-        container["ports"] = kept
-    else:
-        del container["ports"]
-
-
-def _tfjob(spec: dict[str, Any], plan: Plan, job: Job, replica: str) -> list[str]:
-    port_name = OPERATOR_DEFAULT_PORTS["TFJob"][0]
-    mine = plan.ports.get(replica)
-    for c in _containers(spec):
-        for p in _list(c.get("ports")):
-            if mine is not None and isinstance(p, dict) and p.get("name") == port_name:
-                p["containerPort"] = mine
-                p["hostPort"] = mine
-        for item in _list(c.get("env")):
-            if isinstance(item, dict) and item.get("name") == TF_CONFIG_ENV and isinstance(
-                    item.get("value"), str):
-                item["value"] = rewrite_tf_config(item["value"], plan.ports)
-    return []
-
-
-def rewrite_tf_config(raw: str, ports: Mapping[str, int]) -> str:
-    """``TF_CONFIG`` with the port of every task in ``ports`` (``worker/1`` → 23457)
-    replaced; hosts and everything else kept. Compact JSON, as the operator writes it."""
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return raw
-    cluster = data.get("cluster") if isinstance(data, dict) else None
-    if not isinstance(cluster, dict):
-        return raw
-    for rtype, tasks in cluster.items():
-        if not isinstance(tasks, list):
-            continue
-        for i, address in enumerate(tasks):
-            port = ports.get(f"{str(rtype).lower()}/{i}")
-            if port is not None and isinstance(address, str):
-                host = address.rpartition(":")[0] or address
-                tasks[i] = f"{host}:{port}"
-    return json.dumps(data, separators=(",", ":"))
 
 
 def job_facts(api_version: str, kind: str, name: str, specs: Mapping[str, Any],
