@@ -18,7 +18,9 @@ PodSpecPatch fields follows the core/v1 patch tags: maps (labels, annotations,
 ``nodeSelector``, ``securityContext``, ``affinity``) merge key by key; ``volumes``,
 ``imagePullSecrets``, ``schedulingGates``, ``containers``/``initContainers`` (and their
 ``env``) merge by ``name``, ``volumeMounts`` by ``mountPath``; ``tolerations`` and every
-other list are replaced; scalars are replaced.
+other list are replaced; scalars are replaced. As Trainer's validation does, a container
+patch must name a container of the runtime and may not set the env of ``node`` or the
+initializers (their env comes from the TrainJob's own fields).
 
 Pure: no Kubernetes, no I/O.
 """
@@ -82,6 +84,31 @@ def _metadata(value: Any, shape: JobShape, where: str) -> dict[str, Any]:
     return out
 
 
+#: Containers whose env only the TrainJob's trainer and initializer fields may set
+#: (``ContainerPatch.env``, trainjob_types.go)
+_ENV_BY_TRAINER_ONLY = ("node", "dataset-initializer", "model-initializer")
+
+
+def _check_containers(shape: JobShape, runtime_spec: Mapping[str, Any],
+                      patch: Mapping[str, Any], where: str) -> None:
+    """A container patch names a container the runtime has, and sets no env of the
+    containers whose env comes from the TrainJob's own fields (Trainer refuses both)."""
+    for key in ("initContainers", "containers"):
+        items = patch.get(key)
+        if items is None:
+            continue
+        if not isinstance(items, list):
+            raise shape.error(f"{where}.{key} must be a list")
+        have = {c.get("name") for c in runtime_spec.get(key) or [] if isinstance(c, Mapping)}
+        for c in items:
+            name = c.get("name") if isinstance(c, Mapping) else None
+            if name not in have:
+                raise shape.error(f"{where}.{key}: the runtime has no container {name!r}")
+            if c.get("env") is not None and name in _ENV_BY_TRAINER_ONLY:
+                raise shape.error(f"{where}.{key}: the env of container {name!r} is set "
+                                  f"through spec.trainer or spec.initializer, not a patch")
+
+
 def apply_runtime_patches(shape: JobShape, rjobs: list[dict[str, Any]]) -> dict[str, Any]:
     """Merge the TrainJob's ``spec.runtimePatches`` into the runtime's replicated jobs
     (``rjobs``, changed in place); the JobSet-level metadata (labels, annotations) the
@@ -130,5 +157,7 @@ def apply_runtime_patches(shape: JobShape, rjobs: list[dict[str, Any]]) -> dict[
             if pod_meta:
                 pod_template["metadata"] = _merge(pod_template.get("metadata") or {}, pod_meta)
             if pod_spec:
+                _check_containers(shape, pod_template.get("spec") or {}, pod_spec,
+                                  f"{at}.template.spec.template.spec")
                 pod_template["spec"] = _merge(pod_template.get("spec") or {}, pod_spec)
     return jobset_meta

@@ -52,8 +52,9 @@ def test_kueues_patch_reaches_the_node_pods_merged_as_trainer_merges_it() -> Non
     patch = kueue_patch({"nodeSelector": {"instance-type": "dgx1"},
                          "tolerations": [{"key": "gpu", "operator": "Exists"}],
                          "schedulingGates": gates,
-                         "containers": [{"name": "node", "env": [
-                             {"name": "FLAVOR", "value": "dgx1"}]}]})
+                         "containers": [{"name": "node", "volumeMounts": [
+                             {"name": "data", "mountPath": "/data"}]}],
+                         "volumes": [{"name": "data", "emptyDir": {}}]})
     objs = expand(trainjob(patches=[patch]))
     (jobset,) = [o for o in objs if o["kind"] == "JobSet"]
     assert jobset["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-queue"
@@ -66,9 +67,11 @@ def test_kueues_patch_reaches_the_node_pods_merged_as_trainer_merges_it() -> Non
         assert spec["schedulingGates"] == gates
         assert pod["metadata"]["labels"]["kueue.x-k8s.io/podset"] == "node"
         (node,) = spec["containers"]
+        # merged by name into the runtime's container: Trainer's own fields are still there
+        assert {"name": "data", "mountPath": "/data"} in node["volumeMounts"]
+        assert {"name": "data", "emptyDir": {}} in spec["volumes"]
         env = {e["name"]: e.get("value") for e in node["env"]}
-        # merged by name into the runtime's container: Trainer's own env is still there
-        assert env["FLAVOR"] == "dgx1" and env["PET_MASTER_PORT"] == "29500"
+        assert env["PET_MASTER_PORT"] == "29500"
         assert node["resources"]["limits"]["nvidia.com/gpu"] == 4
 
 
@@ -92,6 +95,9 @@ def test_patches_apply_in_order_and_a_missing_replicated_job_patches_nothing() -
     ([{"manager": KUEUE, "trainingRuntimeSpec": {"template": {"spec": {
         "replicatedJobs": {"name": "node"}}}}}], "replicatedJobs must be a list"),
     ([kueue_patch({}, pod_meta={"labels": {"n": 1}})], "labels values must be strings"),
+    ([kueue_patch({"containers": [{"name": "node", "env": [{"name": "A", "value": "1"}]}]})],
+     "the env of container 'node' is set through spec.trainer"),
+    ([kueue_patch({"containers": [{"name": "sidecar"}]})], "the runtime has no container"),
 ])
 def test_a_malformed_runtime_patch_is_one_clear_error(patches: Any, message: str) -> None:
     with pytest.raises(InputError, match=message):
@@ -119,3 +125,12 @@ def test_mutate_places_a_kueue_patched_trainjob_only_on_the_flavors_node(tmp_pat
             if isinstance(d, dict) and d.get("kind") == "Pod"]
     assert {json.loads(p["metadata"]["annotations"][names.PLACEMENT_ANNOTATION])["node"]
             for p in pods} == {NODES[0]}
+
+
+@pytest.mark.parametrize("field", ["podTemplateOverrides", "templateOverrides", "labels"])
+def test_fields_trainer_v22_does_not_keep_are_one_clear_error(field: str) -> None:
+    job = trainjob()
+    job["spec"][field] = []
+    with pytest.raises(InputError, match=f"spec.{field} is not a TrainJob field in Trainer "
+                                         f"v2.2"):
+        expand(job)
