@@ -134,3 +134,30 @@ def test_fields_trainer_v22_does_not_keep_are_one_clear_error(field: str) -> Non
     with pytest.raises(InputError, match=f"spec.{field} is not a TrainJob field in Trainer "
                                          f"v2.2"):
         expand(job)
+
+
+def test_mutate_leaves_a_kueue_tas_trainjob_s_node_to_kueue(tmp_path, capsys):
+    """Kueue's patch with Topology Aware Scheduling (the topology gate, the podset's
+    required-topology annotation): no pin outside Kueue's domain, the record says why."""
+    patch = kueue_patch(
+        {"schedulingGates": [{"name": "kueue.x-k8s.io/topology"}]},
+        pod_meta={"annotations": {
+            "kueue.x-k8s.io/podset-required-topology": "kubernetes.io/hostname"}})
+    path = tmp_path / "trainjob.yaml"
+    path.write_text(dump_documents([trainjob(2, 4, patches=[patch])]))
+    assert main(["mutate", str(path)]) == 0
+    pods = [d for d in load_documents_text(capsys.readouterr().out)
+            if isinstance(d, dict) and d.get("kind") == "Pod"]
+    assert len(pods) == 2
+    for pod in pods:
+        assert not (pod["spec"].get("affinity") or {}).get("nodeAffinity")
+        rec = json.loads(pod["metadata"]["annotations"][names.PLACEMENT_ANNOTATION])
+        assert rec["placed"] is False and "Kueue Topology Aware Scheduling" in rec["reason"]
+
+
+def test_mutate_on_a_malformed_runtime_patch_exits_2_with_one_line(tmp_path, capsys):
+    path = tmp_path / "trainjob.yaml"
+    path.write_text(dump_documents([trainjob(patches=[{"manager": ""}])]))
+    assert main(["mutate", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "spec.runtimePatches[0].manager" in err[0], err
