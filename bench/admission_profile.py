@@ -112,7 +112,7 @@ def components(admitter: Any, bodies: list[bytes], kinds: list[str], gap_s: floa
     import webhook.pipeline as pipeline
     import webhook.placement.reserve as reserve
     import webhook.placement.step as step
-    from webhook.placement import network
+    from webhook.placement import network, network_writes
     from webhook.podgroups import PodGroupStep
 
     spent: dict[str, float] = {}
@@ -146,7 +146,7 @@ def components(admitter: Any, bodies: list[bytes], kinds: list[str], gap_s: floa
     step.slot_node_problem = timed("slot_node_problem", step.slot_node_problem)
     step.apply_slot = timed("apply_slot (mutations)", step.apply_slot)
     network.needs = timed("network.needs", network.needs)
-    network.apply = timed("network.apply", network.apply)
+    network_writes.apply = timed("network_writes.apply", network_writes.apply)
     network.job_facts = timed("network.job_facts", network.job_facts)
     for name in ("usable", "decide", "plan_for"):
         setattr(network.GangNetwork, name,

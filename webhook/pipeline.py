@@ -14,7 +14,7 @@ Safe defaults, all documented in docs/policies.md:
 - a pod without a controller ownerReference to a training job is not a job pod;
 - a pod that requests no GPU (an MPI launcher) gets no mutation and does not count;
 - a job pod whose job cannot be read is admitted unchanged with a warning: the gang size is
-  never guessed.
+  never guessed (a JobSet pod also gets the unplaced record, webhook/placement/unknown_gang.py).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from webhook import metrics
 from webhook.jobs import BATCH_JOB, JobNotFound, controller_ref, resolve_job
 from webhook.mutations import apply_policy
 from webhook.patch import copy_document, make_patch
+from webhook.placement.unknown_gang import unplaced_jobset_pod
 from webhook.podshape import check_pod_in_detail, well_formed_pod
 from webhook.policy.match import matches
 from webhook.policy.schema import OWNER_KINDS, Policy
@@ -307,8 +308,10 @@ class Admitter:
         gpu_resources = held[1] if held[0] is policies else _gpu_resources(policies)
         try:
             job = resolve_job(pod, ns_name, cluster, gpu_resources, owner=ref)
-        except JobNotFound as exc:
-            return Decision(outcome="unchanged", warnings=[
+        except JobNotFound as exc:  # a JobSet pod gets the unplaced record (unknown_gang)
+            return unplaced_jobset_pod(pod, ns_name, exc.message, policies=policies,
+                                       namespace_labels=ns_labels, gpu_resources=gpu_resources
+                                       ) or Decision(outcome="unchanged", warnings=[
                 f"gputopo: {exc.message}; gang size unknown, pod admitted unchanged"])
         if job is None or not job.requests_gpu:
             return _SKIPPED

@@ -24,11 +24,13 @@ TrainJob owns), so a dry run must build them as Trainer does. Mirrored (Trainer 
   ``<trainjob>`` (``minMember`` = every pod of the JobSet) and the pod label
   ``scheduling.x-k8s.io/pod-group``.
 
-* ``spec.templateOverrides[].pod[]`` (``trainjob_types.go``; how Kueue hands a flavor's
-  ``nodeSelector``, tolerations and scheduling gates to Trainer when it admits a TrainJob):
-  merged into the target replicated jobs' pod templates. The ``spec.runtimePatches`` of
-  Trainer v2.2+ are not read (not found in the sources available here): a dry run of a
-  TrainJob carrying them shows its pods without them.
+* ``spec.runtimePatches`` (Trainer v2.2+, how Kueue hands them now): strategic-merged into
+  the runtime's JobSet template before the plugins run
+  (:mod:`gputopo.operators.runtime_patches`). The fields it replaced
+  (``spec.labels``, ``spec.annotations``, ``spec.podTemplateOverrides`` of v2.0-v2.1) and a
+  ``spec.templateOverrides`` no Trainer release has are refused with one line: the API
+  server of a v2.2+ cluster would not keep them, so a dry run that applied them would
+  show pods the cluster never makes.
 
 Pure: no Kubernetes, no I/O.
 """
@@ -42,6 +44,7 @@ from typing import Any
 from gputopo.errors import InputError
 from gputopo.operators import jobset as js
 from gputopo.operators.common import JobShape, made_up_uid
+from gputopo.operators.runtime_patches import apply_runtime_patches
 from gputopo.operators.trainer_runtimes import ANCESTOR_LABEL, SHIPPED, shipped
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
@@ -153,10 +156,10 @@ def _check_trainer(shape: JobShape, trainer: Mapping[str, Any]) -> None:
     res = trainer.get("resourcesPerNode")
     if res is not None and not isinstance(res, Mapping):
         raise shape.error("spec.trainer.resourcesPerNode must be an object")
-    overrides = shape.spec.get("templateOverrides")
-    if overrides is not None and not (isinstance(overrides, list) and all(
-            isinstance(o, Mapping) for o in overrides)):
-        raise shape.error("spec.templateOverrides must be a list of objects")
+    for gone in _NOT_IN_V22:
+        if gone in shape.spec:
+            raise shape.error(f"spec.{gone} is not a TrainJob field in Trainer v2.2+ (the "
+                              f"versions mirrored); use spec.runtimePatches")
 
 
 def build_jobset(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> dict[str, Any]:
@@ -174,6 +177,7 @@ def build_jobset(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> dic
                                            f"spec.template.spec.replicatedJobs[{i}]")
     trainer = shape.spec.get("trainer") if isinstance(shape.spec.get("trainer"), Mapping) else {}
     _check_trainer(shape, trainer)
+    patched_meta = apply_runtime_patches(shape, rjobs)  # before the plugins, as Trainer does
     num_nodes = _count(trainer.get("numNodes", policy.get("numNodes", 1)),
                        "spec.trainer.numNodes", shape)
     mpi = policy.get("mpi") if isinstance(policy.get("mpi"), Mapping) else None
@@ -207,7 +211,6 @@ def build_jobset(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> dic
             spec["parallelism"] = spec["completions"] = counts[rjob["name"]]
     if torch is not None:
         _torch(shape, torch, trainer, rjobs, num_nodes)
-    _pod_overrides(shape, rjobs)
     if _coscheduling(rspec) is not None:
         for rjob in rjobs:
             tmeta = rjob["template"]["spec"]["template"].setdefault("metadata", {})
@@ -215,6 +218,11 @@ def build_jobset(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> dic
     meta: dict[str, Any] = {"name": shape.name, "namespace": shape.namespace,
                             "uid": made_up_uid(shape.namespace, js.KIND, shape.name),
                             "ownerReferences": [shape.controller_ref()]}
+    tmeta = template.get("metadata") if isinstance(template.get("metadata"), Mapping) else {}
+    for key in ("labels", "annotations"):  # the runtime template's, then the patches'
+        values = {**dict(tmeta.get(key) or {}), **patched_meta.get(key, {})}
+        if values:
+            meta[key] = values
     jspec["suspend"] = shape.spec.get("suspend") is True
     return {"apiVersion": js.API_VERSION, "kind": js.KIND, "metadata": meta, "spec": jspec}
 
@@ -288,41 +296,8 @@ def _mpi(shape: JobShape, mpi: Mapping[str, Any], rjobs: list[dict[str, Any]],
             c["volumeMounts"] = [*(c.get("volumeMounts") or []), *mounts]
 
 
-#: PodTemplateSpecOverride fields that replace the runtime's value (trainjob_types.go)
-_POD_OVERRIDES = ("serviceAccountName", "nodeSelector", "affinity", "tolerations",
-                  "securityContext", "schedulingGates", "imagePullSecrets")
-
-
-def _pod_overrides(shape: JobShape, rjobs: list[dict[str, Any]]) -> None:
-    """``spec.templateOverrides[].pod[]`` (how Kueue hands a flavor's nodeSelector,
-    tolerations and gates to Trainer): per target replicated job, metadata merged and the
-    scheduling fields of the pod template replaced."""
-    by_name = {r.get("name"): r for r in rjobs}
-    overrides = shape.spec.get("templateOverrides")
-    for entry in overrides if isinstance(overrides, list) else []:
-        pods = entry.get("pod") if isinstance(entry, Mapping) else None
-        for override in pods if isinstance(pods, list) else []:
-            if not isinstance(override, Mapping):
-                raise shape.error("spec.templateOverrides[].pod[] must hold objects")
-            targets = override.get("targetJobs")
-            if not isinstance(targets, list):
-                raise shape.error("spec.templateOverrides[].pod[].targetJobs must be a list")
-            for target in targets:
-                name = target.get("name") if isinstance(target, Mapping) else None
-                if name not in by_name:
-                    raise shape.error(f"spec.templateOverrides: no replicated job {name!r} "
-                                      f"in the runtime")
-                template = by_name[name]["template"]["spec"]["template"]
-                meta = override.get("metadata") if isinstance(
-                    override.get("metadata"), Mapping) else {}
-                tmeta = template.setdefault("metadata", {})
-                for key in ("labels", "annotations"):
-                    if isinstance(meta.get(key), Mapping):
-                        tmeta[key] = {**dict(tmeta.get(key) or {}), **meta[key]}
-                spec = override.get("spec") if isinstance(override.get("spec"), Mapping) else {}
-                for key in _POD_OVERRIDES:
-                    if spec.get(key) is not None:
-                        template["spec"][key] = copy.deepcopy(spec[key])
+#: TrainJob fields of Trainer v2.0-v2.1 (and one no release has) that v2.2+ does not keep
+_NOT_IN_V22 = ("labels", "annotations", "podTemplateOverrides", "templateOverrides")
 
 
 def _coscheduling(rspec: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -179,26 +179,6 @@ def test_mutate_on_a_trainjob_with_an_unknown_runtime_exits_2_with_one_line(tmp_
     assert "TrainJob team/llm" in err[-1] and "no-such-runtime" in err[-1]
 
 
-def test_kueue_pod_overrides_reach_the_target_replicated_jobs_pods() -> None:
-    job = trainjob(nodes=2, gpus=4)
-    job["spec"]["templateOverrides"] = [{"manager": "kueue.x-k8s.io/manager", "pod": [{
-        "targetJobs": [{"name": "node"}],
-        "metadata": {"labels": {"kueue.x-k8s.io/podset": "node"}},
-        "spec": {"nodeSelector": {"instance-type": "dgx1"},
-                 "tolerations": [{"key": "gpu", "operator": "Exists"}],
-                 "schedulingGates": [{"name": "kueue.x-k8s.io/topology"}]}}]}]
-    pods = _of(expand(job), "Pod")
-    assert len(pods) == 2
-    for pod in pods:
-        assert pod["spec"]["nodeSelector"] == {"instance-type": "dgx1"}
-        assert pod["spec"]["tolerations"] == [{"key": "gpu", "operator": "Exists"}]
-        assert pod["spec"]["schedulingGates"] == [{"name": "kueue.x-k8s.io/topology"}]
-        assert pod["metadata"]["labels"]["kueue.x-k8s.io/podset"] == "node"
-    job["spec"]["templateOverrides"][0]["pod"][0]["targetJobs"] = [{"name": "ghost"}]
-    with pytest.raises(InputError, match="no replicated job 'ghost'"):
-        expand(job)
-
-
 def test_a_non_indexed_jobset_job_makes_pods_without_a_completion_index() -> None:
     js = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
           "metadata": {"name": "ni", "namespace": "team"},

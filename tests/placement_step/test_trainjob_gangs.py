@@ -20,6 +20,7 @@ import jsonpatch
 import pytest
 from apiserver_rules import assert_node_ports_free, host_ports, stored
 from placement_checks import gpu_group, pinned_node, record
+from placement_jobs import mpijob, worker_pod
 
 from gputopo import names
 from gputopo.cluster.demo import demo_cluster_path
@@ -228,10 +229,30 @@ def test_a_jobset_pod_whose_jobset_is_missing_is_admitted_unplaced_with_the_reas
     objs = expand(js)  # its Jobs and pods, but not the JobSet itself
     result = mutate(objs)
     assert result.rc == 0, result.stderr
-    assert "owner JobSet default/gone not found; gang size unknown, pod admitted unchanged" \
+    assert "owner JobSet default/gone not found; gang size unknown, pod admitted unplaced" \
         in result.stderr
     pods = _pods(result, "gone-group0")
-    assert pods == [o for o in objs if o["kind"] == "Pod"]
+    given = [o for o in objs if o["kind"] == "Pod"]
+    assert len(pods) == len(given) == 2
+    for pod, before in zip(pods, given, strict=True):
+        rec = record(pod)
+        assert rec == {"placed": False, "job": "JobSet default/gone",
+                       "jobUid": before["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-uid"],
+                       "replica": None, "node": None, "gpus": [],
+                       "reason": "owner JobSet default/gone not found; gang size unknown, "
+                                 "so the gang cannot be placed"}
+        # the record is all that was written: no gang labels, no rename, no pin
+        del pod["metadata"]["annotations"][names.PLACEMENT_ANNOTATION]
+        assert pod == before
+
+
+def test_a_pod_of_a_missing_mpijob_is_still_admitted_unchanged(mutate):
+    """Only JobSet pods get the record; a kubeflow job's pod keeps the plain warning."""
+    pod = worker_pod(mpijob("nojob", workers=2, gpus=2), 0)
+    result = mutate([pod])
+    assert result.rc == 0, result.stderr
+    assert "gang size unknown, pod admitted unchanged" in result.stderr
+    assert list(result.pods.values()) == [pod]
 
 
 def test_jobset_exclusive_placement_pods_are_never_pinned(mutate):

@@ -240,36 +240,19 @@ def write_slot(
 ) -> list[str]:
     """The node-dependent part of a slot: the node pin, the GPU index annotations (which the
     GPU env reads) and the record. What the queue writes into a gated pod when its gang is
-    placed; the API server allows exactly these changes on a gated pod.
-
-    :func:`drop_allocation`, :func:`gpu_list`, :func:`cuda_positions`, :func:`record_json`
-    and ``_put`` are written out here: every GPU pod runs this once, cold at 50 reviews a
-    second, where each distinct function costs on its own (apply_slot ~75 us cold before,
-    bench/admission_profile.py --components --gap-ms 20); tests/placement_step/
-    test_apply_slot_inline.py compares with those helpers."""
-    warnings = pin_to_node(pod, node)
-    ann = _annotations(pod)  # looked up once for the four
-    if names.ALLOCATED_GPUS_ANNOTATION in ann:  # drop_allocation
-        warnings.append(f"placement: removed {names.ALLOCATED_GPUS_ANNOTATION}="
-                        f"{ann.pop(names.ALLOCATED_GPUS_ANNOTATION)!r}: a new pod holds no "
-                        f"GPUs yet")
-    visible = list(gpu_visible)
+    placed; the API server allows exactly these changes on a gated pod."""
+    warnings = pin_to_node(pod, node) + drop_allocation(pod)
+    ann = _annotations(pod)
     for key, value, guarded in (
-        (names.GPU_GROUP_ANNOTATION, ",".join(map(str, gpu_group)), True),
-        (names.GPU_VISIBLE_ANNOTATION, ",".join(map(str, visible)), True),
-        (names.CUDA_POSITIONS_ANNOTATION,
-         ",".join([str(visible.index(g)) for g in gpu_group]), True),
-        (names.PLACEMENT_ANNOTATION, _RECORD_JSON.encode(record), False),
+        (names.GPU_GROUP_ANNOTATION, gpu_list(gpu_group), True),
+        (names.GPU_VISIBLE_ANNOTATION, gpu_list(gpu_visible), True),
+        (names.CUDA_POSITIONS_ANNOTATION, cuda_positions(gpu_group, gpu_visible), True),
+        (names.PLACEMENT_ANNOTATION, record_json(record), False),
     ):
-        old = ann.get(key)
-        ann[key] = value
-        if guarded and old is not None and old != value:
-            warnings.append(f"placement: replaced the pod's {key}={old!r} with {value!r}")
+        w = _put(ann, key, value, guarded)
+        if w:
+            warnings.append(w)
     return warnings
-
-
-#: (env, annotation, the annotation's downward-API field path) of :data:`GPU_ENV`.
-_GPU_ENV_PATHS = tuple((env, key, f"metadata.annotations['{key}']") for env, key in GPU_ENV)
 
 
 def apply_slot(
@@ -289,39 +272,13 @@ def apply_slot(
     ``warn_scheduler=False`` when the policy step already set (or warned about) the pod's
     schedulerName, so the user is not told twice. ``containers``: the pod's GPU containers
     (:func:`gpu_containers`) when the caller has them already.
-
-    :func:`apply_gpu_env` (for a container that sets neither variable yet) and
-    :func:`set_scheduler` are written out, as in :func:`write_slot`; a container that sets
-    one already goes through :func:`set_env_from` (the user wins, with its warning).
     """
     warnings = write_slot(pod, node=node, gpu_group=gpu_group, gpu_visible=gpu_visible,
                           record=record)
-    if containers is None:
-        containers = gpu_containers(pod, gpu_resources)
-    if gpu_env == "plugin":
-        warnings += apply_gpu_env(pod, gpu_resources, source=gpu_env, containers=containers)
-    else:
-        for container in containers:
-            env = container.get("env")
-            if not isinstance(env, list):
-                env = container["env"] = []
-            for env_name, key, path in _GPU_ENV_PATHS:
-                for item in env:
-                    if isinstance(item, dict) and item.get("name") == env_name:
-                        w = set_env_from(container, env_name, annotation_ref(key))
-                        if w:
-                            warnings.append(w)
-                        break
-                else:
-                    env.append({"name": env_name, "valueFrom": {"fieldRef": {
-                        "apiVersion": "v1", "fieldPath": path}}})
-    spec = pod.setdefault("spec", {})
-    current = spec.get("schedulerName")
-    if current in (None, "", DEFAULT_SCHEDULER, names.SCHEDULER_NAME):
-        spec["schedulerName"] = names.SCHEDULER_NAME
-    elif warn_scheduler:
-        warnings.append(f"placement: kept schedulerName {current!r}; gputopo placements are "
-                        f"made for {names.SCHEDULER_NAME!r}")
+    warnings += apply_gpu_env(pod, gpu_resources, source=gpu_env, containers=containers)
+    w = set_scheduler(pod)
+    if w and warn_scheduler:
+        warnings.append(w)
     return warnings
 
 

@@ -30,6 +30,9 @@ every pod of the gang (a recreated one too) gets the same:
   treats co-located pods as one host, and ``NCCL_CUMEM_ENABLE=0`` (the cuMem P2P path passes
   handles over abstract UNIX sockets, which are per network namespace; nccl#1781).
 
+This module decides the plan (:func:`needs` before the solve, :func:`decide` after it);
+:mod:`webhook.placement.network_writes` writes it into each pod.
+
 Ports are derived from GPUs, not searched for: a task's port is ``first + g + 64 k`` where
 ``g`` is the first GPU of its slot on its node and ``k`` the smallest step that misses the
 host ports already held there. A GPU of a node belongs to one gang at a time (the
@@ -154,13 +157,14 @@ class Job:
 
 
 # --- reading pods and templates ----------------------------------------------------------
-def _list(value: object) -> list[Any]:
+def as_list(value: object) -> list[Any]:
     """``value`` when it is a list, else nothing: a review may carry any shape (the fuzz
     tests send them), and a malformed field must never become an internal error."""
     return value if isinstance(value, list) else []
 
 
-def _containers(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+def all_containers(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Every init container and container of a pod spec that is a mapping."""
     out: list[dict[str, Any]] = []
     for key in ("initContainers", "containers"):
         items = spec.get(key)
@@ -171,8 +175,8 @@ def _containers(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def env_value(spec: Mapping[str, Any], name: str) -> str | None:
     """The literal value of env ``name`` in the first container that sets it."""
-    for c in _containers(spec):
-        for item in _list(c.get("env")):
+    for c in all_containers(spec):
+        for item in as_list(c.get("env")):
             if isinstance(item, dict) and item.get("name") == name:
                 value = item.get("value")
                 return value if isinstance(value, str) else None
@@ -181,8 +185,8 @@ def env_value(spec: Mapping[str, Any], name: str) -> str | None:
 
 def _port_numbers(spec: Mapping[str, Any], port_name: str) -> list[int]:
     out = []
-    for c in _containers(spec):
-        for p in _list(c.get("ports")):
+    for c in all_containers(spec):
+        for p in as_list(c.get("ports")):
             if isinstance(p, dict) and p.get("name") == port_name and isinstance(
                     p.get("containerPort"), int):
                 out.append(p["containerPort"])
@@ -220,26 +224,11 @@ def _user_host_ports(spec: Mapping[str, Any]) -> set[Port]:
     return claimed_ports(spec, host_network=False)
 
 
-#: _template_host_ports per replica-specs object, as webhook.jobs remembers a gang's size
-#: (a reader replaces a job's object when it changes, never modifies it); the entry holds
-#: the object, so its id is not reused while remembered.
-_TEMPLATE_PORTS: dict[int, tuple[Mapping[str, Any], tuple[str, ...], frozenset[Port]]] = {}
-
-
 def _template_host_ports(job: Job) -> frozenset[Port]:
-    """Explicit hostPorts of the job's GPU replica templates: the same for every pod of
-    the gang, so read once per job object (~130 bytecodes a pod)."""
-    types = tuple(job.gpu_types)
-    hit = _TEMPLATE_PORTS.get(id(job.specs))
-    if hit is not None and hit[0] is job.specs and hit[1] == types:
-        return hit[2]
+    """Explicit hostPorts of the job's GPU replica templates."""
     out: frozenset[Port] = frozenset()
-    for rtype in types:
+    for rtype in job.gpu_types:
         out |= _user_host_ports(_template_spec(job.specs, rtype))
-    if job.specs:
-        if len(_TEMPLATE_PORTS) >= 4096:
-            _TEMPLATE_PORTS.clear()
-        _TEMPLATE_PORTS[id(job.specs)] = (job.specs, types, out)
     return out
 
 
@@ -486,161 +475,6 @@ def derive_port(gpu: int, held: Iterable[Port], port_range: tuple[int, int]) -> 
     return None
 
 
-# --- writing the plan into a pod -------------------------------------------------------------
-def apply(pod: dict[str, Any], original: Mapping[str, Any], plan: Plan, job: Job,
-          replica: str, gpu_containers: Sequence[dict[str, Any]]) -> list[str]:
-    """Write ``plan`` into ``pod`` (the working copy; ``original`` as it came in)."""
-    spec = pod.setdefault("spec", {})
-    ospec = original.get("spec") if isinstance(original.get("spec"), dict) else {}
-    if plan.kind == POD:
-        return _pod_network(spec, ospec, gpu_containers)
-    if plan.role.startswith("pytorch"):
-        return _pytorch(spec, plan, job, replica)
-    if plan.role == "tfjob":
-        return _tfjob(spec, plan, job, replica)
-    if plan.role == trainer_network.ROLE:
-        return trainer_network.apply(spec, plan.ports.get(trainer_network.RANK0), replica)
-    return []
-
-
-def _pod_network(spec: dict[str, Any], ospec: Mapping[str, Any],
-                 gpu_containers: Sequence[dict[str, Any]]) -> list[str]:
-    """Take back what the policy added for host networking; NCCL env for co-located pods."""
-    warnings: list[str] = []
-    if spec.get("hostNetwork") is True and ospec.get("hostNetwork") is not True:
-        if "hostNetwork" in ospec:
-            spec["hostNetwork"] = ospec["hostNetwork"]
-        else:
-            del spec["hostNetwork"]
-        if spec.get("dnsPolicy") == HOST_NETWORK_DNS and ospec.get("dnsPolicy") != \
-                HOST_NETWORK_DNS:
-            if "dnsPolicy" in ospec:
-                spec["dnsPolicy"] = ospec["dnsPolicy"]
-            else:
-                del spec["dnsPolicy"]
-        for key in ("initContainers", "containers"):
-            _restore_host_ports(spec.get(key), ospec.get(key))
-    for c in gpu_containers:
-        for name, value in ((NCCL_HOSTID_ENV, None), (NCCL_CUMEM_ENV, "0")):
-            w = _set_env(c, name, value)
-            if w:
-                warnings.append(w)
-    return warnings
-
-
-def _restore_host_ports(items: object, before: object) -> None:
-    """hostPorts the policy added (= containerPort, for host networking) are removed."""
-    if not isinstance(items, list):
-        return
-    old = before if isinstance(before, list) else []
-    for i, c in enumerate(items):
-        if not isinstance(c, dict):
-            continue
-        oc = old[i] if i < len(old) and isinstance(old[i], dict) else {}
-        oports = oc.get("ports") if isinstance(oc.get("ports"), list) else []
-        for j, p in enumerate(_list(c.get("ports"))):
-            if not isinstance(p, dict) or "hostPort" not in p:
-                continue
-            op = oports[j] if j < len(oports) and isinstance(oports[j], dict) else {}
-            if "hostPort" not in op:
-                del p["hostPort"]
-
-
-def _set_env(container: dict[str, Any], name: str, value: str | None) -> str | None:
-    """``name=value`` (None: the node's name through the downward API) unless the user set
-    ``name`` already (kept, with a warning when it differs)."""
-    env = container.get("env")
-    if not isinstance(env, list):
-        env = container["env"] = []
-    want: dict[str, Any] = ({"name": name, "value": value} if value is not None else
-                            {"name": name, "valueFrom": {"fieldRef": {
-                                "apiVersion": "v1", "fieldPath": "spec.nodeName"}}})
-    for item in env:
-        if isinstance(item, dict) and item.get("name") == name:
-            if item == want:
-                return None
-            return (f"network: container {container.get('name', '?')}: kept the pod's "
-                    f"{name}; the pod network plan would set it to "
-                    f"{value if value is not None else 'the node name'}")
-    env.append(want)
-    return None
-
-
-def _pytorch(spec: dict[str, Any], plan: Plan, job: Job, replica: str) -> list[str]:
-    port_name = OPERATOR_DEFAULT_PORTS["PyTorchJob"][0]
-    host = next(iter(plan.ports), None)
-    port = plan.ports.get(host) if host else None
-    for c in _containers(spec):
-        if port is None or plan.role == "pytorch-workers":
-            _drop_port(c, port_name)  # the master is not ours: workers never listen on it
-            continue
-        if replica == host:
-            for p in _list(c.get("ports")):
-                if isinstance(p, dict) and p.get("name") == port_name:
-                    p["containerPort"] = port
-                    p["hostPort"] = port
-        else:
-            _drop_port(c, port_name)
-        for item in _list(c.get("env")):
-            if not isinstance(item, dict) or not isinstance(item.get("value"), str):
-                continue
-            if plan.role == "pytorch" and item.get("name") in MASTER_PORT_ENVS:
-                item["value"] = str(port)
-            elif plan.role == "pytorch-elastic" and item.get("name") == RDZV_ENV:
-                where, _, _ = item["value"].rpartition(":")
-                item["value"] = f"{where or item['value']}:{port}"
-    return []
-
-
-def _drop_port(container: dict[str, Any], port_name: str) -> None:
-    ports = container.get("ports")
-    if not isinstance(ports, list):
-        return
-    kept = [p for p in ports if not (isinstance(p, dict) and p.get("name") == port_name)]
-    if len(kept) == len(ports):
-        return
-    if kept:
-        container["ports"] = kept
-    else:
-        del container["ports"]
-
-
-def _tfjob(spec: dict[str, Any], plan: Plan, job: Job, replica: str) -> list[str]:
-    port_name = OPERATOR_DEFAULT_PORTS["TFJob"][0]
-    mine = plan.ports.get(replica)
-    for c in _containers(spec):
-        for p in _list(c.get("ports")):
-            if mine is not None and isinstance(p, dict) and p.get("name") == port_name:
-                p["containerPort"] = mine
-                p["hostPort"] = mine
-        for item in _list(c.get("env")):
-            if isinstance(item, dict) and item.get("name") == TF_CONFIG_ENV and isinstance(
-                    item.get("value"), str):
-                item["value"] = rewrite_tf_config(item["value"], plan.ports)
-    return []
-
-
-def rewrite_tf_config(raw: str, ports: Mapping[str, int]) -> str:
-    """``TF_CONFIG`` with the port of every task in ``ports`` (``worker/1`` → 23457)
-    replaced; hosts and everything else kept. Compact JSON, as the operator writes it."""
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return raw
-    cluster = data.get("cluster") if isinstance(data, dict) else None
-    if not isinstance(cluster, dict):
-        return raw
-    for rtype, tasks in cluster.items():
-        if not isinstance(tasks, list):
-            continue
-        for i, address in enumerate(tasks):
-            port = ports.get(f"{str(rtype).lower()}/{i}")
-            if port is not None and isinstance(address, str):
-                host = address.rpartition(":")[0] or address
-                tasks[i] = f"{host}:{port}"
-    return json.dumps(data, separators=(",", ":"))
-
-
 def job_facts(api_version: str, kind: str, name: str, specs: Mapping[str, Any],
               gpu_types: Mapping[str, int]) -> Job:
     """The :class:`Job` the plan reads (types in spec order)."""
@@ -685,110 +519,20 @@ class GangNetwork:
     def plan_for(self, stored: Mapping[str, Any], slots: Sequence[ReplicaSlot]) -> Plan:
         """The plan stored with a reservation; for one written before plans existed, the
         plan this gang would get now (no host ports known: none are held)."""
-        plan = _stored_plan(stored)
+        plan = Plan.from_json(stored)
         if plan is not None:
             return plan
         made = self.decide(slots, {})
         return made if isinstance(made, Plan) else Plan(POD, made.reason)
 
 
-#: Plans read from reservations, per stored mapping: a reservation's plan never changes
-#: (each new version of a reservation carries the same mapping on, or a newly parsed one;
-#: nothing modifies it), and every GPU pod of a gang reads it (~110 bytecodes a pod). The
-#: entry holds the mapping, so its id is not reused while remembered; Plans are frozen.
-_PLANS: dict[int, tuple[Mapping[str, Any], Plan | None]] = {}
-
-
-def _stored_plan(stored: Mapping[str, Any]) -> Plan | None:
-    """:meth:`Plan.from_json` of a reservation's stored plan, read once per mapping."""
-    hit = _PLANS.get(id(stored))
-    if hit is not None and hit[0] is stored:
-        return hit[1]
-    plan = Plan.from_json(stored)
-    if len(_PLANS) >= 4096:
-        _PLANS.clear()
-    _PLANS[id(stored)] = (stored, plan)
-    return plan
-
-
-
-#: Networks of gangs, per replica-specs object (held by the entry, so its id is not reused
-#: while remembered; a reader replaces a job's object when it changes, never modifies it),
-#: with the key of what :func:`needs` read of the pod: every later pod of a gang asks again.
-_NETWORKS: dict[int, tuple[Mapping[str, Any], tuple[Any, ...], GangNetwork]] = {}
-_ENV_READ = (RDZV_ENV, "MASTER_PORT", TF_CONFIG_ENV, trainer_network.MASTER_PORT_ENV)
-
-
-def _pod_inputs(spec: Mapping[str, Any]) -> tuple[Any, ...] | None:
-    """Everything :func:`needs` reads of the admitted pod's spec besides ``hostNetwork``:
-    each declared port as :func:`~gputopo.cluster.objects.claimed_ports` reads it (name,
-    protocol, hostPort, containerPort) and the first value of each env variable
-    :func:`env_value` is asked for. None when a container or port is a mapping of another
-    type than dict (the two readers differ there): not remembered."""
-    ports: list[tuple[Any, ...]] = []
-    env: list[Any] = [None] * len(_ENV_READ)
-    found = [False] * len(_ENV_READ)
-    for key in ("initContainers", "containers"):
-        items = spec.get(key)
-        if not isinstance(items, list):
-            continue
-        for c in items:
-            if not isinstance(c, dict):
-                if isinstance(c, Mapping):
-                    return None
-                continue
-            declared = c.get("ports")
-            for p in declared if isinstance(declared, list) else ():
-                if isinstance(p, dict):  # with the types: 1 == True, but True is no port
-                    n, proto, host, number = (p.get("name"), p.get("protocol"),
-                                              p.get("hostPort"), p.get("containerPort"))
-                    ports.append((n, type(n), proto, type(proto), host, type(host), number,
-                                  type(number)))
-                elif isinstance(p, Mapping):
-                    return None
-            variables = c.get("env")
-            for item in variables if isinstance(variables, list) else ():
-                if not isinstance(item, dict):
-                    continue
-                name = item.get("name")
-                for i, wanted in enumerate(_ENV_READ):
-                    if not found[i] and name == wanted:
-                        found[i] = True
-                        value = item.get("value")
-                        env[i] = value if isinstance(value, str) else None
-    return (tuple(ports), *env)
-
-
 def gang_network(api_version: str, kind: str, name: str, specs: Mapping[str, Any],
                  gpu_types: Mapping[str, int], *, mode: str, pod_spec: Mapping[str, Any],
                  original_spec: Mapping[str, Any], pod_type: str | None,
                  host_ports: tuple[int, int]) -> GangNetwork:
-    """``GangNetwork(job_facts(...), needs(...), host_ports)``, remembered per job.
-
-    Why exact: :func:`needs` reads the job's facts, the mode, the pod's type, both specs'
-    ``hostNetwork``, the explicit hostPorts of the pod as it came in
-    (``claimed_ports(original_spec, host_network=False)``) and of the admitted pod its
-    ports and three env values (:func:`_pod_inputs`); all are in the key
-    (tests/placement_step/test_network_memo.py compares with the plain computation on
-    generated pods). Why: job_facts + needs + the GangNetwork cost ~70 us cold a later pod
-    of a gang (bench/admission_profile.py --components --gap-ms 20: three frozen dataclasses
-    and a dozen helpers, cold each time); a hit is one walk of the pod's containers."""
-    specs = specs if isinstance(specs, dict) else {}
-    inputs = _pod_inputs(pod_spec) if specs else None
-    key: tuple[Any, ...] = ()
-    if inputs is not None:  # compared, never hashed: any value of a review will do
-        key = (api_version, kind, name, tuple(gpu_types.items()), pod_type, host_ports, mode,
-               pod_spec.get("hostNetwork") is True, original_spec.get("hostNetwork") is True,
-               frozenset(_user_host_ports(original_spec)), inputs)
-        hit = _NETWORKS.get(id(specs))
-        if hit is not None and hit[0] is specs and hit[1] == key:
-            return hit[2]
+    """``GangNetwork(job_facts(...), needs(...), host_ports)``: what the solve and reserve
+    of the admitted pod's gang need of its network plan."""
     facts = job_facts(api_version, kind, name, specs, gpu_types)
-    made = GangNetwork(job=facts, need=needs(facts, mode=mode, pod_spec=pod_spec,
+    return GangNetwork(job=facts, need=needs(facts, mode=mode, pod_spec=pod_spec,
                                              original_spec=original_spec, pod_type=pod_type),
                        host_ports=host_ports)
-    if inputs is not None:
-        if len(_NETWORKS) >= 4096:
-            _NETWORKS.clear()
-        _NETWORKS[id(specs)] = (specs, key, made)
-    return made

@@ -32,12 +32,7 @@ def slot_node_problem(state: NodeState | None, pod_spec: Mapping[str, Any],
     if state is None:
         return f"node {slot.node} is gone from the topology nodes of the cluster"
     facts = state.facts
-    if facts is None or (not facts.blocking_taints and "nodeSelector" not in pod_spec
-                         and "affinity" not in pod_spec):
-        # nothing can keep the pod off the node (PodConstraints.admits with no selector,
-        # no terms and no taint is True): not built, ~10 us cold a later pod of a gang
-        return ""
-    if not PodConstraints.of(pod_spec).admits(facts):
+    if facts is not None and not PodConstraints.of(pod_spec).admits(facts):
         return (f"node {slot.node} no longer admits this pod (cordoned, tainted, or outside "
                 "its nodeSelector or required node affinity)")
     return ""

@@ -32,11 +32,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
-import time
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from typing import Any
 
 from gputopo import names
@@ -57,8 +54,7 @@ from gputopo.cluster.source import node_state_named
 from gputopo.placement.types import GangRequest, NodeState, ReplicaSlot
 from gputopo.placement.waiting import after_max_wait_text
 from webhook import events, metrics
-from webhook.jobs import pod_gpus
-from webhook.placement import network, node_choice
+from webhook.placement import network, network_writes, node_choice
 from webhook.placement.compute_domain import ComputeDomains
 from webhook.placement.mutations import (
     GPU_RESOURCES,
@@ -67,6 +63,19 @@ from webhook.placement.mutations import (
     apply_waiting,
     gpu_containers,
     gpu_list,
+)
+from webhook.placement.records import (
+    WHEN_FULL_DENY,
+    WHEN_FULL_WAIT,
+    Granted,
+    admission_events,
+    placed_record,
+    waiting_record,
+)
+from webhook.placement.replicas import (
+    gpu_counts_by_replica_type,
+    replica_index,
+    replica_ordinal,
 )
 from webhook.placement.reserve import (
     DEFAULT_MAX_ATTEMPTS,
@@ -92,20 +101,6 @@ __all__ = ["DEFAULT_MAX_ATTEMPTS", "DEFAULT_SETTLE_SECONDS", "Granted", "HeldMem
 #: Seconds one admission may spend talking to an API-backed reservation store: the webhook's
 #: timeoutSeconds is 5, and the solve, the patch and the HTTPS round trip need the rest.
 STORE_SECONDS = 3.0
-WHEN_FULL_WAIT = "wait"
-WHEN_FULL_ADMIT = "admit"
-WHEN_FULL_DENY = "deny"
-
-
-@dataclass(frozen=True)
-class Granted:
-    """A replica's slot and the reservation it came from; ``fresh``: reserved just now."""
-
-    reservation: GangReservation
-    slot: ReplicaSlot
-    fresh: bool
-    moved: str = ""  # why the slot just left its node ("" when it did not)
-    plan: network.Plan | None = None  # the gang's network plan
 
 
 def placement_settings(policy: Policy | None) -> PlacementSettings:
@@ -118,74 +113,6 @@ def policy_name(policy: Policy | None) -> str:
     return policy.name if policy is not None else "?"
 
 
-def gpu_counts_by_replica_type(job: JobInfo, gpu_resources: frozenset[str]) -> dict[str, int]:
-    """GPUs per pod of each GPU-requesting replica type of the job's spec.
-
-    Remembered per replica-specs object, as :mod:`webhook.jobs` remembers a gang's size: a
-    reader replaces a job's object when it changes, never modifies it, and every pod of a
-    gang asks again (~280 bytecodes a pod, bench/admission_profile.py --opcodes)."""
-    specs = job.spec.get(OWNER_KINDS.get((job.api_version, job.kind), ""), {})
-    hit = _COUNTS.get(id(specs))
-    if hit is not None and hit[0] is specs and hit[1] == gpu_resources:
-        return dict(hit[2])
-    out = _gpu_counts(specs, gpu_resources)
-    if specs:  # the entry holds the object, so its id is not reused while remembered
-        if len(_COUNTS) >= 4096:
-            _COUNTS.clear()
-        _COUNTS[id(specs)] = (specs, gpu_resources, out)
-    return dict(out)
-
-
-_COUNTS: dict[int, tuple[object, frozenset[str], dict[str, int]]] = {}
-
-
-def _gpu_counts(specs: object, gpu_resources: frozenset[str]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for rtype, rs in specs.items() if isinstance(specs, dict) else ():
-        template = rs.get("template") if isinstance(rs, dict) else None
-        tspec = template.get("spec") if isinstance(template, dict) else None
-        gpus = pod_gpus(tspec, gpu_resources) if isinstance(tspec, dict) else 0
-        if gpus > 0:
-            out[str(rtype)] = gpus
-    return out
-
-
-def replica_index(
-    pod: dict[str, Any], job_name: str, replica_type: str, labelled: int | None, gang_size: int,
-    type_replicas: int | None = None,
-) -> int | None:
-    """The replica's index: its label, else the ``<job>-<type>-<index>`` pod name every
-    Kubeflow operator gives, else 0 for a gang of one or the only replica of its type
-    (``type_replicas == 1``: an mpi-operator v2beta1 launcher with GPUs, whose pod its
-    batch Job creates from ``generateName`` with no index label); None when it cannot be
-    known.
-
-    Why not default to 0: two replicas keyed alike would be handed the same GPUs.
-    """
-    if labelled is not None:
-        return labelled
-    name = (pod.get("metadata") or {}).get("name")
-    if isinstance(name, str):
-        m = re.fullmatch(re.escape(f"{job_name}-{replica_type.lower()}-") + r"(\d{1,6})", name)
-        if m:
-            return int(m.group(1))
-    return 0 if gang_size == 1 or type_replicas == 1 else None
-
-
-def replica_ordinal(specs: object, gpu_types: Mapping[str, int], replica_type: str,
-                    index: int) -> int:
-    """Position of replica ``index`` of ``replica_type`` among all GPU replicas of the job
-    (types in spec order), so that previews of Master 0 and Worker 0 show different slots."""
-    offset = 0
-    for rtype in gpu_types:
-        if rtype == replica_type:
-            return offset + index
-        rs = specs.get(rtype) if isinstance(specs, dict) else None
-        count = rs.get("replicas", 1) if isinstance(rs, dict) else 1
-        offset += count if isinstance(count, int) and count >= 0 else 1
-    return index
-
-
 def nodes_for_pod(ctx: AdmissionContext) -> tuple[list[NodeState], int]:
     """:func:`webhook.placement.reserve.nodes_for` for the admitted pod, as its policy
     rates the nodes' networks."""
@@ -193,62 +120,6 @@ def nodes_for_pod(ctx: AdmissionContext) -> tuple[list[NodeState], int]:
 
 
 _ruled_out = ruled_out
-
-#: Keys and gang requests already made, by their fields: every GPU pod made a GangKey, a
-#: ReplicaKey and a GangRequest, frozen dataclasses whose generated ``__init__`` (and the
-#: keys' validating ``__post_init__``) cost ~20 us cold a later pod of a gang
-#: (bench/admission_profile.py --gap-ms 20); all three are frozen, so one instance serves
-#: every pod that asks with the same fields. Bounded: cleared at 4,096 entries.
-_GANG_KEYS: dict[tuple[object, ...], GangKey] = {}
-_REPLICA_KEYS: dict[tuple[object, int], ReplicaKey] = {}
-_GANG_REQUESTS: dict[tuple[int, int, int | None], GangRequest] = {}
-
-
-def gang_key(namespace: str, kind: str, name: str, uid: str) -> GangKey:
-    """``GangKey(namespace, kind, name, uid)``, one instance per value (invalid fields raise
-    as the constructor does: only keys it made are remembered)."""
-    fields = (namespace, kind, name, uid)
-    key = _GANG_KEYS.get(fields)
-    if key is None:
-        key = GangKey(namespace, kind, name, uid)
-        if len(_GANG_KEYS) >= 4096:
-            _GANG_KEYS.clear()
-        _GANG_KEYS[fields] = key
-    return key
-
-
-def replica_key(replica_type: str, index: int) -> ReplicaKey:
-    """``ReplicaKey(replica_type, index)``, one instance per value (as :func:`gang_key`;
-    a plain int index only: ``True == 1``, but a key made with True says ``worker/True``)."""
-    if type(index) is not int:
-        return ReplicaKey(replica_type, index)
-    fields = (replica_type, index)
-    key = _REPLICA_KEYS.get(fields)
-    if key is None:
-        key = ReplicaKey(replica_type, index)
-        if len(_REPLICA_KEYS) >= 4096:
-            _REPLICA_KEYS.clear()
-        _REPLICA_KEYS[fields] = key
-    return key
-
-
-def gang_request(replicas: int, gpus_per_replica: int, cap: int | None) -> GangRequest:
-    """``GangRequest(replicas, gpus_per_replica, max_replicas_per_node=cap)``, one instance
-    per value (plain ints only, as :func:`replica_key`)."""
-    if type(replicas) is not int or type(gpus_per_replica) is not int or (
-            cap is not None and type(cap) is not int):
-        return GangRequest(replicas=replicas, gpus_per_replica=gpus_per_replica,
-                           max_replicas_per_node=cap)
-    fields = (replicas, gpus_per_replica, cap)
-    gang = _GANG_REQUESTS.get(fields)
-    if gang is None:
-        gang = GangRequest(replicas=replicas, gpus_per_replica=gpus_per_replica,
-                           max_replicas_per_node=cap)
-        if len(_GANG_REQUESTS) >= 4096:
-            _GANG_REQUESTS.clear()
-        _GANG_REQUESTS[fields] = gang
-    return gang
-
 
 class PlacementStep:
     """The pipeline step (``webhook.steps.Step``): name ``placement``, ``apply(ctx)``."""
@@ -327,8 +198,8 @@ class PlacementStep:
                 f"never share a slot)")
             return
         try:
-            key = gang_key(job.namespace, job.kind, job.name, job.uid)
-            replica = replica_key(rtype, index)
+            key = GangKey(job.namespace, job.kind, job.name, job.uid)
+            replica = ReplicaKey(rtype, index)
         except (TypeError, ValueError) as exc:
             ctx.warnings.append(f"placement: {what}: cannot identify the replica ({exc}); "
                                 f"pod admitted unplaced")
@@ -339,7 +210,7 @@ class PlacementStep:
         if elsewhere is not None:  # Kueue TAS or JobSet picks the node: no pin, no reservation
             plan = network.Plan(network.POD, "another component chooses the node; co-located "
                                 "pods keep their ports in their own network namespaces")
-            ctx.warnings.extend(network.apply(ctx.pod, ctx.original, plan, net.job,
+            ctx.warnings.extend(network_writes.apply(ctx.pod, ctx.original, plan, net.job,
                                               replica.wire(), containers))
             ctx.warnings.extend(apply_unplaced(ctx.pod, {
                 "placed": False, "job": what, "jobUid": key.uid, "replica": replica.wire(),
@@ -352,7 +223,8 @@ class PlacementStep:
         spread = spread_of(ctx.pod)  # the user's own anti-affinity and spread rules
         if spread.per_node is not None:
             ctx.warnings.append(f"placement: {what}: {spread.why}")
-        gang = gang_request(job.gang_size, gpus, tighter(net.need.cap, spread.per_node))
+        gang = GangRequest(job.gang_size, gpus,
+                           max_replicas_per_node=tighter(net.need.cap, spread.per_node))
         preview = ctx.audit or ctx.request.dry_run
         if spread.unjudged:
             outcome: Granted | Unplaced = Unplaced(
@@ -563,7 +435,7 @@ class PlacementStep:
                        gpu_env=placement_settings(policy).gpu_env, containers=containers)
         )
         if plan is not None:
-            ctx.warnings.extend(network.apply(
+            ctx.warnings.extend(network_writes.apply(
                 ctx.pod, ctx.original, plan, net.job, replica.wire(), containers))
         if placement_settings(policy).compute_domain == "create":
             ctx.warnings.extend(self.compute_domains.apply(ctx, res, containers,
@@ -623,7 +495,7 @@ class PlacementStep:
             gated = GangRequest(gang.replicas, gang.gpus_per_replica,
                                 max_replicas_per_node=tighter(cap, spread_of(ctx.pod).per_node))
             record.update(waiting_record(key, gated, settings, plan, net.need.fixed))
-            ctx.warnings.extend(network.apply(
+            ctx.warnings.extend(network_writes.apply(
                 ctx.pod, ctx.original, plan, net.job, replica.wire(), containers))
             ctx.warnings.extend(apply_waiting(
                 ctx.pod, record=record, gpu_resources=_gpu_resources(ctx.policy),
@@ -648,7 +520,7 @@ class PlacementStep:
             record["network"] = plan.to_json()
         ctx.warnings.extend(apply_unplaced(ctx.pod, record))
         if plan is not None:
-            ctx.warnings.extend(network.apply(
+            ctx.warnings.extend(network_writes.apply(
                 ctx.pod, ctx.original, plan, net.job, replica.wire(), containers))
         prefix = "placement (audit): would leave" if ctx.audit else "placement:"
         note = ("" if not wait else "; whenFull: wait needs the placement queue, which runs "
@@ -659,79 +531,6 @@ class PlacementStep:
         )
         if not preview:
             metrics.PLACEMENTS.labels(result="unplaced").inc()
-
-
-def admission_events(pod: dict[str, Any], job: JobInfo, outcome: Granted | Unplaced,
-                     when_full: str, can_wait: bool
-                     ) -> list[tuple[events.Target | None, str, str, bool]]:
-    """The Events of one admission's outcome, as (target, reason, message, warning) rows.
-    A gated pod gets none here: the queue writes its GangWaiting, with its position."""
-    target = events.pod_target(pod, admitted=True)
-    owner = events.Target(job.api_version, job.kind, job.namespace, job.name, job.uid)
-    if isinstance(outcome, Granted):
-        res, slot = outcome.reservation, outcome.slot
-        rows: list[tuple[events.Target | None, str, str, bool]] = [
-            (target, events.PLACED, events.slot_message(
-                slot.node, slot.gpus, res.visible_gpus(slot.node), res.bus_bandwidth_gbps),
-             False)]
-        if outcome.fresh:
-            rows.append((owner, events.PLACED, events.gang_message(
-                [(s.node, s.gpus) for s in res.slots], res.bus_bandwidth_gbps), False))
-        return rows
-    if when_full == WHEN_FULL_WAIT and not outcome.lasting and can_wait:
-        return []
-    if when_full == WHEN_FULL_DENY:
-        return [(owner, events.UNPLACED, f"denied: {outcome.reason}", True)]
-    message = f"admitted without a placement: {outcome.reason}"
-    return [(target, events.UNPLACED, message, True), (owner, events.UNPLACED, message, True)]
-
-
-def placed_record(key: GangKey, replica: ReplicaKey, res: GangReservation, slot: ReplicaSlot,
-                  visible: tuple[int, ...] | None = None, *,
-                  network: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The placement record of a replica in its slot (at admission or from the queue);
-    ``visible``: ``res.visible_gpus(slot.node)`` when the caller has it already;
-    ``network``: the plan's JSON, in place of the one stored with the reservation."""
-    record = {
-        "placed": True,
-        "job": f"{key.kind} {key.namespace}/{key.name}",
-        "jobUid": key.uid,
-        "replica": replica.wire(),
-        "node": slot.node,
-        "gpus": list(slot.gpus),
-        "gpuVisible": list(res.visible_gpus(slot.node) if visible is None else visible),
-        "busBandwidthGBps": round(res.bus_bandwidth_gbps, 3),
-        "reason": res.reason,
-    }
-    if network is not None:
-        record["network"] = network
-    elif res.network:
-        record["network"] = dict(res.network)
-    return record
-
-
-def waiting_record(key: GangKey, gang: GangRequest, settings: PlacementSettings,
-                   plan: network.Plan | None = None,
-                   fixed_ports: frozenset[tuple[str, int]] = frozenset()) -> dict[str, Any]:
-    """What the placement record of a gated pod adds: everything the queue needs to place
-    the gang later without the policy or the job at hand (the job is looked up all the same
-    before the gang is placed, so a deleted job's pods are never placed) — the policy's
-    transport shares too, so that the queue rates nodes as admission did."""
-    return {
-        "waiting": True,
-        "since": time.time(),
-        "maxWaitSeconds": settings.max_wait_seconds,
-        **settings.waiting.to_json(),
-        "gang": {"namespace": key.namespace, "kind": key.kind, "name": key.name,
-                 "uid": key.uid, "replicas": gang.replicas,
-                 "gpusPerReplica": gang.gpus_per_replica,
-                 "maxReplicasPerNode": gang.max_replicas_per_node,
-                 **({"fixedPorts": sorted([p, n] for p, n in fixed_ports)}
-                    if fixed_ports else {}),
-                 **({"transportShare": dict(settings.transport_share)}
-                    if settings.transport_share else {})},
-        **({"network": plan.to_json()} if plan is not None else {}),
-    }
 
 
 def store_deadline(store: object) -> AbstractContextManager[None]:

@@ -1,12 +1,6 @@
-"""GPUs per replica type, remembered per replica-specs object, are what reading the specs
-again gives.
-
-Why: the placement step asks for every GPU pod of a gang and remembers the answer per
-replica-specs object (as webhook.jobs remembers a gang's size): a job replaced by a new
-object (an edit seen by the reader) must be read anew, a policy with other GPU resource
-names must get its own answer, and a caller changing the answer it got must not change the
-next one.
-"""
+"""GPUs per replica type of a job's spec (the placement step's gpu_counts_by_replica_type):
+launchers without GPUs left out, an edited job read anew, the policy's GPU resource names
+deciding what counts as a GPU."""
 
 from __future__ import annotations
 
@@ -14,7 +8,7 @@ import copy
 from typing import Any
 
 from gputopo import names
-from webhook.placement.step import _gpu_counts, gpu_counts_by_replica_type
+from webhook.placement.step import gpu_counts_by_replica_type
 from webhook.steps import JobInfo
 
 GPU = names.SOURCE_GPU_RESOURCE
@@ -34,10 +28,10 @@ def job(specs: dict[str, Any]) -> JobInfo:
                    spec={"pytorchReplicaSpecs": specs})
 
 
-def test_remembered_answers_follow_the_objects_and_the_resource_names() -> None:
+def test_answers_follow_the_objects_and_the_resource_names() -> None:
     specs = {"Master": replica(2), "Worker": replica(2, 2), "Launcher": replica(0)}
     first = gpu_counts_by_replica_type(job(specs), RESOURCES)
-    assert first == _gpu_counts(specs, RESOURCES) == {"Master": 2, "Worker": 2}
+    assert first == {"Master": 2, "Worker": 2}
     first["Master"] = 99  # the callers' copies
     again = gpu_counts_by_replica_type(job(specs), RESOURCES)
     again["Worker"] = 99
