@@ -41,6 +41,7 @@ The search, for ``R`` replicas of ``G`` GPUs (``n = R*G``):
    b. among those, the highest slowest-pair threshold that stays feasible;
    c. among those, a DP over classes that minimises the NVLink domains touched (a class
       is of one domain, and a domain's classes come together: a domain costs once), then
+      the free domains opened (a domain with no GPU in use costs once more), then
       maximises the blocks kept, then packing, then fit (fewest GPUs left free on the
       touched nodes).
 
@@ -100,6 +101,9 @@ BASE = 1 << 20
 #: scaling: above any sum of encoded blocks (one BASE digit per block size) and packing (one
 #: more digit), as the objective ranks ``domains`` before them.
 DOMAIN_COST = BASE ** 8
+#: Stage c's price of opening an NVLink domain with no GPU in use (the objective's
+#: ``domains_opened``), in the same units: above (blocks, packing), below one more domain.
+OPEN_COST = BASE ** 7
 #: Scale of (blocks, packing) over the fit term (GPUs left free, summed over the touched
 #: nodes) in the knapsack's values: order-preserving while that sum stays below half of it.
 FIT_BASE = 1 << 32
@@ -253,7 +257,7 @@ class _Kind:
 
     def __post_init__(self) -> None:
         #: per gang size n: (one-node key, best n-GPU share), see :meth:`one_node`
-        self.rated: dict[int, tuple[tuple[float, float, int, int, int], _Option]] = {}
+        self.rated: dict[int, tuple[tuple[float, float, int, int, int, int], _Option]] = {}
         self._head: tuple[str, tuple[int, ...]] | None = None
         self._bounds: dict[tuple[int, int], tuple[float, int]] = {}
         #: per (gang size, share, node network): a one-node placement's (score, bus
@@ -272,15 +276,16 @@ class _Kind:
                                              max(o.health for o in opts))
         return got
 
-    def one_node(self, n: int) -> tuple[tuple[float, float, int, int, int], _Option]:
+    def one_node(self, n: int) -> tuple[tuple[float, float, int, int, int, int], _Option]:
         """The best ``n``-GPU share of the free GPUs (the first Pareto option) and its key
-        for the one-node search: (ring bandwidth, slowest pair, blocks kept, packing, fit:
-        minus the GPUs left free)."""
+        for the one-node search: (ring bandwidth, slowest pair, free NVLink domains opened
+        (0 here: it is the node's domain's, not its kind's; :func:`_best_single` sets it),
+        blocks kept, packing, fit: minus the GPUs left free)."""
         got = self.rated.get(n)
         if got is None:
             opt = _options(self.topology, self.free_mask, n)[0]
             k1 = 0.0 if n == 1 else round(opt.bw, ROUND)
-            got = self.rated[n] = ((k1, opt.pair, opt.health, -int(self.opened),
+            got = self.rated[n] = ((k1, opt.pair, 0, opt.health, -int(self.opened),
                                     n - self.free), opt)
         return got
 
@@ -392,6 +397,7 @@ class _Class:
     domain: str | None = None  # the NVLink domain of its nodes
     domain_index: int = -1  # its domain's place in the scope's order (-1: none)
     cap: int = UNCAPPED  # most GPUs of the gang one of its nodes may hold
+    fresh: bool = False  # its NVLink domain has no GPU in use (objective's domains_opened)
 
     def __post_init__(self) -> None:
         self._sorted: list[NodeState] | None = None
@@ -569,14 +575,14 @@ def _grid(r: int) -> tuple[int, int]:
     return width, sum(row << (m * width) for m in range(r + 1))
 
 
-#: (bus bandwidth, -nodes, slowest pair, locality, -domains, encoded blocks, packing, fit):
-#: Score's order
-_Bound = tuple[float, int, float, int, int, int, int, int]
+#: (bus bandwidth, -nodes, slowest pair, locality, -domains, -free domains opened, encoded
+#: blocks, packing, fit): Score's order
+_Bound = tuple[float, int, float, int, int, int, int, int, int]
 _Opts = list[dict[int, tuple[_Option, ...]]]  # per class: replicas on a node -> options
 _Plan = list[tuple[int, int, _Option]]  # per chosen node: (class position, replicas, share)
 
 
-def _classes(pieces: Iterable[tuple[_Group, list[NodeState]]], *,
+def _classes(pieces: Iterable[tuple[_Group, list[NodeState]]], free: Container[str], *,
              fabric: bool = False) -> list[_Class]:
     """One scope's classes from its pieces of groups, in the search's order (by canon).
 
@@ -584,7 +590,8 @@ def _classes(pieces: Iterable[tuple[_Group, list[NodeState]]], *,
     class's rate between nodes is the fabric's (cost.domain_gbps), not its network.
     Classes of one NVLink domain come together (the domain term of stage c counts a
     domain once, when its first class is used), domains in an order of their classes'
-    canons (so that scopes alike up to domain names share one plan), then by name."""
+    canons (so that scopes alike up to domain names share one plan), then by name.
+    ``free``: the NVLink domains with no GPU in use (a class there is ``fresh``)."""
     # inside one domain the network does not matter: groups of one kind are one class
     merged: dict[object, tuple[_Group, list[NodeState]]] = {}
     for grp, members in pieces:
@@ -597,7 +604,8 @@ def _classes(pieces: Iterable[tuple[_Group, list[NodeState]]], *,
         canon = grp.canon() if not fabric else (*grp.kind.head(), net, grp.cap)
         out.append(_Class(topology=grp.kind.topology, free_mask=grp.kind.free_mask,
                           network_gbps=net, opened=grp.kind.opened, nodes=members,
-                          canon=canon, kind=grp.kind, domain=grp.domain, cap=grp.cap))
+                          canon=canon, kind=grp.kind, domain=grp.domain, cap=grp.cap,
+                          fresh=grp.domain is not None and grp.domain in free))
     if all(c.domain is None for c in out):
         out.sort(key=lambda c: c.canon)
         return out
@@ -610,6 +618,18 @@ def _classes(pieces: Iterable[tuple[_Group, list[NodeState]]], *,
     for c in out:
         c.domain_index = -1 if c.domain is None else order[c.domain]
     return out
+
+
+def _free_domains(groups: Iterable[_Group]) -> frozenset[str]:
+    """The NVLink domains none of whose groups has a GPU in use (objective.free_domains)."""
+    seen: set[str] = set()
+    used: set[str] = set()
+    for grp in groups:
+        if grp.domain is not None:
+            seen.add(grp.domain)
+            if not grp.kind.opened:
+                used.add(grp.domain)
+    return frozenset(seen - used)
 
 
 def _merge_twins(groups: list[_Group]) -> list[_Group]:
@@ -678,9 +698,11 @@ _Single = tuple[tuple | None, _Tied, _Order | None, frozenset[_BucketKey]]
 _STALE_KEYS = 64
 
 
-def _best_single(items: Iterable[tuple[object, _Group]], n: int) -> tuple[tuple | None, _Tied]:
+def _best_single(items: Iterable[tuple[object, _Group]], n: int,
+                 free: Container[str]) -> tuple[tuple | None, _Tied]:
     """The best one-node key for ``n`` GPUs over the groups (by any keys) and the groups
-    that reach it, each with its best share."""
+    that reach it, each with its best share; a group in an NVLink domain of ``free`` (no
+    GPU in use) opens it (the key's third term)."""
     best_key: tuple | None = None
     tied: _Tied = {}
     for at, grp in items:
@@ -688,6 +710,8 @@ def _best_single(items: Iterable[tuple[object, _Group]], n: int) -> tuple[tuple 
         if grp.free < n:
             continue
         key, opt = kind.rated.get(n) or kind.one_node(n)
+        if grp.domain is not None and grp.domain in free:
+            key = (key[0], key[1], -1, *key[3:])
         if best_key is None or key > best_key:
             best_key, tied = key, {at: (grp, opt)}
         elif key == best_key:
@@ -750,6 +774,19 @@ class _Tally:
         _count(self.nets, grp.reach(), count)
 
 
+def _count_in(table: dict[str, tuple[int, int]], node: NodeState, sign: int) -> None:
+    """Count ``node`` in (``sign`` 1) or out (-1) of its NVLink domain's (nodes, nodes
+    with a GPU in use); a domain left with no node is dropped."""
+    domain = node.nvlink_domain
+    assert domain is not None
+    nodes, used = table.get(domain, (0, 0))
+    nodes, used = nodes + sign, used + sign * bool(node.used)
+    if nodes:
+        table[domain] = (nodes, used)
+    else:
+        del table[domain]
+
+
 def _count(table: dict[Any, int], value: Any, count: int) -> None:
     """``table[value] += count``, the entry gone at zero (``max`` reads only the keys)."""
     left = table.get(value, 0) + count
@@ -776,8 +813,8 @@ class GroupedNodes(Sequence[NodeState]):
     Read-only: a change is a new GroupedNodes (:meth:`replaced`); the old one stays valid.
     """
 
-    __slots__ = ("_buckets", "_groups", "_list", "_nodes", "_single", "_tally", "_tops",
-                 "_twins", "_where")
+    __slots__ = ("_buckets", "_domain_used", "_free", "_groups", "_list", "_nodes", "_single",
+                 "_tally", "_tops", "_twins", "_where")
 
     def __init__(self, nodes: Iterable[NodeState]) -> None:
         self._nodes = list(nodes)
@@ -793,6 +830,12 @@ class GroupedNodes(Sequence[NodeState]):
             else:
                 members[node.name] = node
         self._buckets = buckets
+        #: per NVLink domain, (its nodes, those with a GPU in use): a free domain's is (n, 0)
+        self._domain_used: dict[str, tuple[int, int]] = {}
+        for node in self._nodes:
+            if node.nvlink_domain is not None:
+                _count_in(self._domain_used, node, 1)
+        self._free: frozenset[str] | None = None
         kinds_by_id: dict[int, dict[frozenset[int], _Kind]] = {}
         self._groups = {key: _group(key, list(members.values()), kinds_by_id)
                         for key, members in buckets.items()}
@@ -834,6 +877,7 @@ class GroupedNodes(Sequence[NodeState]):
         new._tally = self._tally.copy()
         new._list = None
         new._tops, new._twins = self._tops, self._twins
+        new._domain_used, new._free = self._domain_used, self._free
         # the touched buckets, each with its group before this change (None: new bucket)
         touched: dict[_BucketKey, _Group | None] = {}
         came: dict[_BucketKey, list[NodeState]] = {}  # the nodes each bucket gained
@@ -843,6 +887,12 @@ class GroupedNodes(Sequence[NodeState]):
             if old is node:
                 continue
             new._nodes[at] = node
+            if old.nvlink_domain is not None or node.nvlink_domain is not None:
+                if new._domain_used is self._domain_used:
+                    new._domain_used, new._free = dict(self._domain_used), None
+                for n, sign in ((old, -1), (node, 1)):
+                    if n.nvlink_domain is not None:
+                        _count_in(new._domain_used, n, sign)
             for key, add in ((_bucket_key(old), False), (_bucket_key(node), True)):
                 members = new._buckets.get(key)
                 if key not in touched:
@@ -878,9 +928,14 @@ class GroupedNodes(Sequence[NodeState]):
         # The best one-node key per gang size is brought up to date when that size is
         # asked (:meth:`best_single`), from the keys touched since: sizes not asked
         # between two gangs cost a set union here, not a pass over their ties.
+        # a domain that became free or stopped being free changes the one-node key of
+        # every group in it (rare: its first node taken, its last released)
+        flipped = (new.free_domains() ^ self.free_domains()) if new._free is None else ()
+        touched_keys = set(touched).union(
+            key for key in new._groups if key[3] in flipped) if flipped else touched
         new._single = {}
         for n, (best, tied, order, stale) in self._single.items():
-            stale = stale.union(touched)
+            stale = stale.union(touched_keys)
             if len(stale) <= _STALE_KEYS:
                 new._single[n] = (best, tied, order, stale)
         return new
@@ -900,6 +955,12 @@ class GroupedNodes(Sequence[NodeState]):
         """Nodes per GPU count, free-GPU count and network (read, never modify)."""
         return self._tally
 
+    def free_domains(self) -> frozenset[str]:
+        """The NVLink domains none of whose nodes has a GPU in use."""
+        if self._free is None:
+            self._free = frozenset(d for d, (_, used) in self._domain_used.items() if not used)
+        return self._free
+
     def best_single(self, n: int) -> tuple[_Group, _Option] | None:
         """The one-node winner for ``n`` GPUs: of the groups that reach the best one-node
         key, the one holding the smallest node name (names are unique, so that alone
@@ -908,7 +969,7 @@ class GroupedNodes(Sequence[NodeState]):
         if got is not None and got[3]:
             got = self._refreshed(n, *got)
         if got is None:
-            best, tied = _best_single(self._groups.items(), n)
+            best, tied = _best_single(self._groups.items(), n, self.free_domains())
             got = (best, tied, None, frozenset())
         best, tied, order, _ = got
         if tied and order is None:
@@ -925,7 +986,7 @@ class GroupedNodes(Sequence[NodeState]):
         and none reaches it now (worked out again over every group)."""
         gone = tied.keys() & stale  # at C speed: stale is a few keys, tied hundreds
         top, fresh = _best_single(((key, self._groups[key]) for key in stale
-                                   if key in self._groups), n)
+                                   if key in self._groups), n, self.free_domains())
         if top is not None and (best is None or top > best):
             return top, fresh, None, frozenset()
         if top is None or top != best:
@@ -953,6 +1014,9 @@ class _Search:
                                      else _group_nodes(nodes))
         self.tally = (self.grouped.tally() if self.grouped is not None
                       else _Tally.of(self.groups))
+        #: NVLink domains with no GPU in use (the objective's ``domains_opened``)
+        self.free = (self.grouped.free_domains() if self.grouped is not None
+                     else _free_domains(self.groups))
         self.gang = gang
         self.g = gang.gpus_per_replica
         self.r = gang.replicas
@@ -964,7 +1028,8 @@ class _Search:
     def _candidate(
         self, shares: dict[str, tuple[int, ...]], nodes: dict[str, NodeState]
     ) -> _Candidate:
-        return _Candidate(score_by_name(nodes, self.gang, shares), tie_break(shares), shares, nodes)
+        return _Candidate(score_by_name(nodes, self.gang, shares, free=self.free),
+                          tie_break(shares), shares, nodes)
 
     # --- one node -------------------------------------------------------------------
     def single_node(self) -> _Candidate | None:
@@ -978,7 +1043,7 @@ class _Search:
         if self.grouped is not None:
             won = self.grouped.best_single(self.n)
         else:
-            tied = _best_single(enumerate(self.groups), self.n)[1]
+            tied = _best_single(enumerate(self.groups), self.n, self.free)[1]
             # Names are unique, so the smallest name alone breaks the tie (name, GPUs).
             won = min(tied.values(), key=_first_name, default=None)
         if won is None:
@@ -998,10 +1063,10 @@ class _Search:
         shares = {node.name: opt.gpus}
         nodes = {node.name: node}
         key = (self.n, opt.gpus, node.network_gbps, node.network_transport,
-               node.network_efficiency, node.transport_share)
+               node.network_efficiency, node.transport_share, node.nvlink_domain in self.free)
         got = kind.scored.get(key)
         if got is None:
-            score = score_by_name(nodes, self.gang, shares)
+            score = score_by_name(nodes, self.gang, shares, free=self.free)
             got = kind.scored[key] = (score, _bus(self.gang, [node], shares, "node"))
         return _Candidate(got[0], tie_break(shares), shares, nodes, got[1])
 
@@ -1032,7 +1097,8 @@ class _Search:
                     break
                 if self.prune_by_score:
                     have = (top.bus_bandwidth, top.nodes, top.bottleneck_pair, top.locality,
-                            top.domains, _encode(top.blocks), top.packing, top.fit)
+                            top.domains, top.domains_opened, _encode(top.blocks), top.packing,
+                            top.fit)
                     if bound < have:
                         break
                     if bound == have and min(n.name for c in classes if self._cap(c)
@@ -1109,7 +1175,8 @@ class _Search:
         scopes: list[tuple[str, list[_Class]]] = []
         for dom in sorted(domains):
             if domain_size[dom] >= 2:
-                scopes.append(("nvlink-domain", _classes(domains[dom], fabric=True)))
+                scopes.append(("nvlink-domain", _classes(domains[dom], self.free,
+                                                         fabric=True)))
 
         def one_domain(loc: tuple[str | None, str | None]) -> bool:
             doms = loc_domains.get(loc)
@@ -1122,15 +1189,16 @@ class _Search:
         for loc in sorted(racks, key=lambda k: (k[0] or "", k[1])):
             if any_domain and one_domain(loc):
                 continue  # the rack is exactly one NVLink domain, searched as that
-            scopes.append(("rack", _classes(pieces.get(loc, ()))))
+            scopes.append(("rack", _classes(pieces.get(loc, ()), self.free)))
         for zone in sorted(zone_size):
             locs = zone_locs[zone]
             if zone_size[zone] >= 2 and not one_rack(locs):
-                scopes.append(("zone", _classes(p for loc in locs for p in pieces.get(loc, ()))))
+                scopes.append(("zone", _classes((p for loc in locs for p in pieces.get(loc, ())),
+                                                self.free)))
         node_count = sum(size.values())
         everyone_one_zone = len(zone_size) == 1 and next(iter(zone_size.values())) == node_count
         if node_count >= 2 and not everyone_one_zone and not one_rack(list(size)):
-            scopes.append(("cluster", _classes((grp, grp.nodes) for grp in eligible)))
+            scopes.append(("cluster", _classes(((grp, grp.nodes) for grp in eligible), self.free)))
         return scopes
 
     #: Skip scopes by the bound of the whole objective (off: by bandwidth only, the full
@@ -1178,12 +1246,14 @@ class _Search:
         # node has none
         locality = -SPAN_RANK["nvlink-domain" if span == "nvlink-domain" else "rack"]
         domains = 0 if any(c.domain is None for c in classes) else -1
+        # every node with room in a free domain: the placement opens one at least
+        opened = -1 if all(c.fresh for c, j in zip(classes, caps, strict=True) if j) else 0
         frees.sort()
-        return (bw, -m, pair, locality, domains, sum(healths[:m]), 0,
+        return (bw, -m, pair, locality, domains, opened, sum(healths[:m]), 0,
                 self.n - sum(frees[:m]))
 
     def _scope(self, span: str, classes: list[_Class], floor: float | None) -> _Candidate | None:
-        sig = (span, tuple((c.canon, min(len(c.nodes), self.r), c.domain_index)
+        sig = (span, tuple((c.canon, min(len(c.nodes), self.r), c.domain_index, c.fresh)
                            for c in classes))
         if sig not in self._memo:
             self._memo[sig] = self._plan(span, classes, floor)
@@ -1434,7 +1504,9 @@ class _Search:
             for key0, v0 in state.items():
                 m0, r0, t0 = key0
                 touched = 0 if fresh_domain else t0
-                cost = DOMAIN_COST * FIT_BASE if domain is not None and not touched else 0
+                cost = 0
+                if domain is not None and not touched:
+                    cost = (DOMAIN_COST + OPEN_COST * c.fresh) * FIT_BASE
                 flag = 1 if domain is not None else 0
                 for (q, rr), v in inner.items():
                     if m0 + q > m or r0 + rr > r or not live(m0 + q, r0 + rr, i + 1):
