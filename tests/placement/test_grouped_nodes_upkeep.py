@@ -20,8 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from solver_helpers import FIXTURE_FILES, fixture_topology
 
-import gputopo.placement.solver as solver
-from gputopo.placement.solver import GroupedNodes, _Tally
+from gputopo.placement.solver import GroupedNodes, grouped_nodes
+from gputopo.placement.solver.grouping import _Tally
 from gputopo.placement.types import UNCAPPED, NodeState
 
 SIZES = (1, 2, 4, 8)
@@ -81,15 +81,15 @@ def check(grouped: GroupedNodes, nodes: list[NodeState], asked: tuple[int, ...])
 
 @settings(max_examples=200, deadline=None)
 @given(chains(), st.lists(st.sampled_from(SIZES), min_size=1, max_size=4, unique=True),
-       st.sampled_from([1, 3, solver._STALE_KEYS]), st.data())
+       st.sampled_from([1, 3, grouped_nodes._STALE_KEYS]), st.data())
 def test_carried_winner_first_nodes_and_tallies_are_fresh_ones(
         chain: tuple[list[NodeState], list[list[tuple[int, dict]]]],
         asked: list[int], stale_keys: int, data: st.DataObject) -> None:
     """Sizes are asked at some steps only (an entry then gathers the keys touched in
     between), and with a small bound on those keys entries are also dropped."""
     nodes, steps = chain
-    bound = solver._STALE_KEYS
-    solver._STALE_KEYS = stale_keys
+    bound = grouped_nodes._STALE_KEYS
+    grouped_nodes._STALE_KEYS = stale_keys
     try:
         grouped = GroupedNodes(nodes)
         check(grouped, nodes, tuple(asked))
@@ -104,4 +104,4 @@ def test_carried_winner_first_nodes_and_tallies_are_fresh_ones(
             check(grouped, nodes, tuple(now))
         check(grouped, nodes, tuple(asked))
     finally:
-        solver._STALE_KEYS = bound
+        grouped_nodes._STALE_KEYS = bound

@@ -19,8 +19,7 @@ from hypothesis import strategies as st
 from solver_helpers import FIXTURE_FILES, fixture_topology
 from test_solver_oracle import sub_topology
 
-from gputopo.placement import solver
-from gputopo.placement.solver import solve
+from gputopo.placement.solver import search, solve
 from gputopo.placement.types import GangRequest, NodeState
 
 
@@ -60,7 +59,7 @@ def test_the_bound_skips_only_scopes_that_cannot_win(
     nodes, gang = case
     fast = solve(nodes, gang)
     with pytest.MonkeyPatch.context() as mp:  # the full search: every scope looked at
-        mp.setattr(solver._Search, "prune_by_score", False)
+        mp.setattr(search._Search, "prune_by_score", False)
         full = solve(nodes, gang)
     assert fast == full
 
