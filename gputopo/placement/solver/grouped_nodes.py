@@ -29,6 +29,7 @@ from gputopo.placement.solver.options import _Option
 from gputopo.placement.types import NodeState
 from gputopo.topology.model import Topology
 
+#: Per gang size: (best one-node key, the groups tied for it, their name order or None,
 #: the bucket keys touched since the ties were worked out)
 _Single = tuple[tuple | None, _Tied, _Order | None, frozenset[_BucketKey]]
 #: Touched keys an entry may gather before it is dropped (worked out again when asked)

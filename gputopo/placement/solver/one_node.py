@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 _Tied = dict[object, tuple[_Group, _Option]]  # the groups tied for the best one-node key
 #: The tied groups' (smallest node name, key), ascending: the one-node winner is the first
 _Order = list[tuple[str, object]]
-#: Per gang size: (best one-node key, the groups tied for it, their name order or None,
 
 
 def _best_single(items: Iterable[tuple[object, _Group]], n: int,
@@ -72,16 +71,17 @@ def single_node(groups: list[_Group], grouped: GroupedNodes | None, gang: GangRe
     grp, opt = won
     return one_node(grp.kind, grp.first_node(), opt, gang, free)
 
+
 def one_node(kind: _Kind, node: NodeState, opt: _Option, gang: GangRequest,
              free: Container[str]) -> _Candidate:
     """The whole gang on ``node`` (of ``kind``) as ``opt``, scored by the objective.
 
     The score and bus bandwidth of one share read nothing of the node but its topology
     and used GPUs (the kind), its network fields and the share itself (the node's name
-    only breaks ties), so they are kept on the kind per (gang size, share, network),
-    across solves: scoring it again (score_by_name) was ~1,200 bytecodes per new gang,
-    and the Placement worked the bus bandwidth out once more (--opcodes of
-    bench/admission_profile.py)."""
+    only breaks ties), so they are kept on the kind per (gang size, share, network,
+    whether its NVLink domain is free), across solves: scoring it again (score_by_name)
+    was ~1,200 bytecodes per new gang, and the Placement worked the bus bandwidth out
+    once more (--opcodes of bench/admission_profile.py)."""
     shares = {node.name: opt.gpus}
     nodes = {node.name: node}
     key = (gang.total_gpus, opt.gpus, node.network_gbps, node.network_transport,
