@@ -30,6 +30,13 @@ on that node. Its :class:`Score` is compared lexicographically, larger is better
    without one count for none; a one-node gang uses no fabric: 0): a gang larger than any
    domain uses the fewest, and one that may take domained or plain nodes leaves the
    domains whole.
+   ``domains_opened``: minus the number of NVLink domains the placement touches that had
+   no GPU in use before (on any of their nodes, touched or not): a gang that fits in a
+   domain already in use goes there, not into a wholly free one, so small jobs fill the
+   used racks and whole domains stay free for the gangs that need a whole fabric. It is
+   the largest free block there is (up to 72 GPUs on one NVLink fabric), so it counts
+   before the blocks inside nodes, as an 8-GPU block counts before 4-GPU ones. Nodes
+   without a domain open none.
 4. ``blocks``: cluster health after the placement. For every block size k in
    :data:`BLOCK_SIZES` (largest first), the change on the touched nodes of the number of
    disjoint free *well-connected* k-GPU blocks, compared lexicographically. A k-block is
@@ -51,7 +58,7 @@ smallest first, so the answer is deterministic (not part of :class:`Score`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import combinations
@@ -92,6 +99,7 @@ class Score:
     bottleneck_pair: float
     locality: int
     domains: int
+    domains_opened: int
     blocks: tuple[int, ...]
     packing: int
     fit: int
@@ -103,6 +111,7 @@ class Score:
             "bottleneckPairGBps": None if self.bottleneck_pair == NO_PAIR else self.bottleneck_pair,
             "span": SPANS[-self.locality],
             "nvlinkDomains": -self.domains,
+            "freeNvlinkDomainsOpened": -self.domains_opened,
             "blocksDelta": dict(zip(_BLOCK_KEYS, self.blocks, strict=True)),
             "emptyNodesOpened": -self.packing,
             "freeGpusLeft": -self.fit,
@@ -323,6 +332,18 @@ def check_shares(
         raise InputError(f"shares hold {total} GPUs, the gang needs {gang.total_gpus}")
 
 
+def free_domains(nodes: Iterable[NodeState]) -> frozenset[str]:
+    """The NVLink domains none of whose nodes has a GPU in use (``domains_opened``)."""
+    seen: set[str] = set()
+    used: set[str] = set()
+    for n in nodes:
+        if n.nvlink_domain is not None:
+            seen.add(n.nvlink_domain)
+            if n.used:
+                used.add(n.nvlink_domain)
+    return frozenset(seen - used)
+
+
 def score(
     nodes: Sequence[NodeState], gang: GangRequest, shares: Mapping[str, Sequence[int]]
 ) -> Score:
@@ -331,9 +352,13 @@ def score(
 
 
 def score_by_name(
-    by_name: Mapping[str, NodeState], gang: GangRequest, shares: Mapping[str, Sequence[int]]
+    by_name: Mapping[str, NodeState], gang: GangRequest, shares: Mapping[str, Sequence[int]],
+    *, free: Container[str] | None = None,
 ) -> Score:
-    """:func:`score` with the nodes already indexed by name (the solver's hot path)."""
+    """:func:`score` with the nodes already indexed by name (the solver's hot path).
+
+    ``free``: the NVLink domains with no GPU in use (:func:`free_domains`); when None it is
+    worked out from ``by_name``, which must then hold every node of the touched domains."""
     check_shares(by_name, gang, shares)
     touched = [by_name[name] for name in sorted(shares)]
     span = span_of(touched)
@@ -354,13 +379,16 @@ def score_by_name(
         blocks = [a + b for a, b in zip(blocks, delta, strict=True)]
         opened += not n.used
         left += free_mask.bit_count() - len(shares[n.name])
+    domains = {n.nvlink_domain for n in touched if n.nvlink_domain is not None}
+    if domains and free is None:
+        free = free_domains(by_name.values())
     return Score(
         bus_bandwidth=bus,
         nodes=-len(touched),
         bottleneck_pair=pair,
         locality=-SPAN_RANK[span],
-        domains=0 if len(touched) == 1 else -len(
-            {n.nvlink_domain for n in touched if n.nvlink_domain is not None}),
+        domains=0 if len(touched) == 1 else -len(domains),
+        domains_opened=-sum(d in free for d in domains) if free is not None else 0,
         blocks=tuple(blocks),
         packing=-opened,
         fit=-left,

@@ -18,13 +18,8 @@ from typing import Any
 from gputopo import names
 from gputopo.errors import InputError, TopologyError
 from gputopo.kubeaccess import NoClusterAccess, cluster_configuration
-from gputopo.topology.cost import (
-    SPANS,
-    best_ring_subset,
-    explain,
-    fabric_explanation,
-    network_explanation,
-)
+from gputopo.topology.cost import SPANS, best_ring_subset
+from gputopo.topology.explanation import explain, fabric_explanation, network_explanation
 from gputopo.topology.load import read_topology_file
 from gputopo.topology.model import Topology
 from gputopo.topology.transport_probe import MODES, Probe, probe, transport_annotations

@@ -67,7 +67,9 @@ Assumptions (also in docs/topology.md):
    GB/s, 72 GPUs ~835-847 (model: 746; the calibration table).
 
 Everything here is pure and fast: the solver calls :func:`ring_bus_bandwidth` in hot loops,
-so results are cached on ``(topology, frozenset(gpus))`` (Topology hashes once).
+so results are cached on ``(topology, frozenset(gpus))`` (Topology hashes once). The ring
+packing (nvlink_packing.py) and ring order (ring_order.py) searches are plain graph code
+beside it; explanation.py says in words how a figure came about (``topology explain``).
 """
 
 from __future__ import annotations
@@ -76,8 +78,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import combinations, pairwise, permutations
-from typing import Any
+from itertools import combinations
 
 from gputopo.errors import TopologyError
 from gputopo.names import DEFAULT_NETWORK_TRANSPORT
@@ -89,19 +90,26 @@ from gputopo.topology.bandwidth import (
 )
 from gputopo.topology.fabric import fabric_gbps
 from gputopo.topology.model import Topology
+from gputopo.topology.nvlink_packing import (
+    connected,
+    greedy_packing,
+    hamiltonian_cycles,
+    simplex_packing,
+)
+from gputopo.topology.ring_order import (
+    all_equal,
+    best_order,
+    greedy_order,
+    split_above_slowest_pair,
+)
 from gputopo.topology.transport import (
-    TRANSPORT_EFFICIENCY,
     effective_network_gbps,
-    known_transport,
 )
 
 #: Network bandwidth multiplier by the widest locality a gang spans (assumption 5).
 SPAN_FACTOR: dict[str, float] = {"node": 1.0, "nvlink-domain": 1.0, "rack": 1.0, "zone": 0.5,
                                  "cluster": 0.25}
 SPANS: tuple[str, ...] = tuple(SPAN_FACTOR)
-#: Largest non-uniform GPU set solved exactly (bitmask DP, 2^(k-1) states); larger sets
-#: fall back to a greedy ring, which is a lower bound.
-MAX_EXACT_RING = 16
 #: Share of a table (line-rate) figure NCCL achieves inside a node (assumption 2).
 LINK_EFFICIENCY = 0.78
 #: Largest GPU set whose NVLink rings are packed exactly (K8 has 2,520 Hamiltonian
@@ -183,14 +191,14 @@ def _ring(topology: Topology, key: frozenset[int]) -> _Ring:
     w = [[sym[a][b] if a != b else 0.0 for b in ps] for a in ps]
     if k == 2:
         return _Ring(w[0][1], tuple(nodes), (nodes[0], nodes[1]))
-    if _uniform(w):
+    if all_equal(w):
         order = list(range(k))
-    elif _split_above_slowest_pair(w):
+    elif split_above_slowest_pair(w):
         # Every ring reaches the set's slowest pair, and none can stay above it: any order is
         # optimal; greedy keeps close GPUs adjacent.
-        order = _greedy_order(w)
+        order = greedy_order(w)
     else:
-        order = _best_order(w)
+        order = best_order(w)
     bus, edge = math.inf, (0, 1)
     for p in range(k):
         a, b = order[p], order[(p + 1) % k]
@@ -270,113 +278,18 @@ def _nvlink_packing(topology: Topology, key: frozenset[int]) -> float:
                 caps.append(sym[pa][pb])
                 adj[a].append(b)
                 adj[b].append(a)
-    if any(len(n) < 2 for n in adj) or not _connected(adj):
+    if any(len(n) < 2 for n in adj) or not connected(adj):
         return 0.0
-    cycles = _hamiltonian_cycles(adj, edges)
+    cycles = hamiltonian_cycles(adj, edges)
     if not cycles:
         return 0.0
     if len(cycles) == 1:
         return min(caps[e] for e in cycles[0])
     bound = min(sum(caps[edges[min(a, b), max(a, b)]] for b in adj[a]) for a in range(k)) / 2
-    greedy = _greedy_packing(cycles, caps)
+    greedy = greedy_packing(cycles, caps)
     if greedy >= bound * (1 - 1e-12):
         return round(bound, 9)
-    return round(_simplex_packing(cycles, caps), 9)
-
-
-def _connected(adj: list[list[int]]) -> bool:
-    seen, stack = {0}, [0]
-    while stack:
-        for b in adj[stack.pop()]:
-            if b not in seen:
-                seen.add(b)
-                stack.append(b)
-    return len(seen) == len(adj)
-
-
-def _hamiltonian_cycles(
-    adj: list[list[int]], edges: dict[tuple[int, int], int]
-) -> list[tuple[int, ...]]:
-    """Every Hamiltonian cycle once (as edge indices): from vertex 0, second < last."""
-    k = len(adj)
-    out: list[tuple[int, ...]] = []
-    path = [0]
-
-    def walk(v: int, mask: int) -> None:
-        if len(path) == k:
-            if 0 in adj[v] and path[1] < path[-1]:
-                cyc = [*path, 0]
-                out.append(
-                    tuple(edges[min(a, b), max(a, b)] for a, b in pairwise(cyc))
-                )
-            return
-        for u in adj[v]:
-            if not mask >> u & 1:
-                path.append(u)
-                walk(u, mask | 1 << u)
-                path.pop()
-
-    walk(0, 1)
-    return out
-
-
-def _greedy_packing(cycles: list[tuple[int, ...]], caps: list[float]) -> float:
-    """A feasible packing (a lower bound): take the widest remaining cycle until none."""
-    left = list(caps)
-    total = 0.0
-    while True:
-        best, width = None, 0.0
-        for c in cycles:
-            w = min(left[e] for e in c)
-            if w > width:
-                best, width = c, w
-        if best is None or width <= 1e-12:
-            return total
-        for e in best:
-            left[e] -= width
-        total += width
-
-
-def _simplex_packing(cycles: list[tuple[int, ...]], caps: list[float]) -> float:
-    """max sum(y) s.t. per link sum(y_H over cycles using it) <= cap, y >= 0.
-
-    Dense tableau simplex with Bland's rule (no cycling); the origin is feasible (caps are
-    positive), so no phase one. Sizes: at most 28 links and 2,520 cycles (8 GPUs).
-    """
-    m, n = len(caps), len(cycles)
-    width = n + m
-    rows = [[0.0] * width + [caps[i]] for i in range(m)]
-    for j, cyc in enumerate(cycles):
-        for e in cyc:
-            rows[e][j] = 1.0
-    for i in range(m):
-        rows[i][n + i] = 1.0
-    obj = [-1.0] * n + [0.0] * m + [0.0]
-    basis = [n + i for i in range(m)]
-    eps = 1e-12
-    while True:
-        enter = next((j for j in range(width) if obj[j] < -eps), None)
-        if enter is None:
-            return obj[-1]
-        leave, ratio = -1, math.inf
-        for i in range(m):
-            a = rows[i][enter]
-            if a > eps:
-                r = rows[i][-1] / a
-                if r < ratio - eps or (abs(r - ratio) <= eps and basis[i] < basis[leave]):
-                    leave, ratio = i, r
-        piv = rows[leave]
-        p = piv[enter]
-        piv = [x / p for x in piv]
-        rows[leave] = piv
-        for i in range(m):
-            f = rows[i][enter]
-            if i != leave and f != 0.0:
-                row = rows[i]
-                rows[i] = [x - f * y for x, y in zip(row, piv, strict=True)]
-        f = obj[enter]
-        obj = [x - f * y for x, y in zip(obj, piv, strict=True)]
-        basis[leave] = enter
+    return round(simplex_packing(cycles, caps), 9)
 
 
 def bus_upper_bound(topology: Topology, gpus: Sequence[int]) -> float:
@@ -468,102 +381,6 @@ def is_ultrametric(topology: Topology) -> bool:
                 if wi[k] < min(wij, wj[k]):
                     return False
     return True
-
-
-def _split_above_slowest_pair(w: list[list[float]]) -> bool:
-    """True when the links faster than the set's slowest pair leave the set disconnected.
-
-    Then no ring can stay above the slowest pair (it must cross the gap twice), and every
-    ring reaches it (all pairs are at least that fast): the best ring's bottleneck is the
-    slowest pair, with no search. Always true on hierarchical nodes (is_ultrametric), and
-    for sets that straddle a socket or board boundary on any node — which is most large
-    sets of a 16-GPU node, whose exact search costs milliseconds each.
-    """
-    k = len(w)
-    slowest = min(w[a][b] for a in range(k) for b in range(a + 1, k))
-    seen, stack = 1, [0]
-    while stack:
-        a = stack.pop()
-        for b in range(k):
-            if not seen >> b & 1 and w[a][b] > slowest:
-                seen |= 1 << b
-                stack.append(b)
-    return seen != (1 << k) - 1
-
-
-def _uniform(w: list[list[float]]) -> bool:
-    first = w[0][1]
-    return all(w[a][b] == first for a in range(len(w)) for b in range(len(w)) if a != b)
-
-
-def _best_order(w: list[list[float]]) -> list[int]:
-    """Ring order (positions) maximising the slowest edge: a bottleneck Hamiltonian cycle.
-
-    A ring uses two edges at every GPU, so no ring beats the smallest "second-best edge"
-    of any GPU; thresholds above it are skipped. Below that, binary search over the distinct
-    edge weights with an exact Hamiltonian-cycle test (the complete graph at the smallest
-    weight always has one).
-    """
-    k = len(w)
-    if k > MAX_EXACT_RING:
-        return _greedy_order(w)
-    bound = min(sorted(row[:v] + row[v + 1 :])[-2] for v, row in enumerate(w))
-    levels = sorted({x for a in range(k) for b in range(a + 1, k) if (x := w[a][b]) <= bound})
-    lo, hi = 0, len(levels) - 1
-    best = _cycle(w, levels[0])
-    assert best is not None  # every pair qualifies at the smallest level
-    while lo < hi:  # invariant: levels[lo] feasible; find the largest feasible level
-        mid = (lo + hi + 1) // 2
-        found = _cycle(w, levels[mid])
-        if found is None:
-            hi = mid - 1
-        else:
-            lo, best = mid, found
-    return best
-
-
-def _cycle(w: list[list[float]], threshold: float) -> list[int] | None:
-    """A Hamiltonian cycle using only edges >= threshold, lexicographically smallest-ish."""
-    k = len(w)
-    adj = [sum(1 << b for b in range(k) if b != a and w[a][b] >= threshold) for a in range(k)]
-    full = (1 << k) - 1
-    # reach[mask]: bitmask of end vertices v such that a path 0 -> v visits exactly mask.
-    reach = [0] * (1 << k)
-    reach[1] = 1
-    for mask in range(1, full + 1, 2):  # masks containing vertex 0
-        ends = reach[mask]
-        while ends:
-            v = (ends & -ends).bit_length() - 1
-            ends &= ends - 1
-            nxt = adj[v] & ~mask
-            while nxt:
-                u = (nxt & -nxt).bit_length() - 1
-                nxt &= nxt - 1
-                reach[mask | (1 << u)] |= 1 << u
-    closing = reach[full] & adj[0]
-    if not closing:
-        return None
-    # Walk back from the lowest-numbered end vertex that closes the cycle.
-    v = (closing & -closing).bit_length() - 1
-    path, mask = [v], full
-    while mask != 1:
-        prev_mask = mask & ~(1 << v)
-        cands = reach[prev_mask] & adj[v] if prev_mask != 1 else 1
-        u = (cands & -cands).bit_length() - 1
-        path.append(u)
-        mask, v = prev_mask, u
-    path.reverse()
-    return path
-
-
-def _greedy_order(w: list[list[float]]) -> list[int]:
-    order, left = [0], set(range(1, len(w)))
-    while left:
-        last = order[-1]
-        nxt = max(sorted(left), key=lambda u: w[last][u])
-        order.append(nxt)
-        left.remove(nxt)
-    return order
 
 
 def best_ring_subset(
@@ -661,44 +478,6 @@ def gang_bus_bandwidth(shares: Sequence[NodeShare], *, span: str) -> float:
     return multi_node_bus_bandwidth(worst, slowest, span)
 
 
-def network_explanation(line_gbps: float, transport: str, span: str = "rack") -> dict[str, Any]:
-    """The effective inter-node rate the model uses for one node's network, and why."""
-    used = known_transport(transport)
-    effective = effective_network_gbps(line_gbps, used)
-    return {
-        "lineGbps": line_gbps,
-        "transport": used,
-        "transportEfficiency": TRANSPORT_EFFICIENCY[used],
-        "effectiveGbps": round(effective, 3),
-        "span": span,
-        "spanFactor": SPAN_FACTOR[span],
-        "effectiveGBps": round(effective / 8.0 * SPAN_FACTOR[span], 3),
-        "why": (
-            f"NCCL over {used} gets {TRANSPORT_EFFICIENCY[used]:g} of the {line_gbps:g} "
-            f"Gbit/s line rate (gputopo.topology.transport); a multi-node gang's bus "
-            f"bandwidth is the lower of this and its slowest node share"
-        ),
-    }
-
-
-def fabric_explanation(topology: Topology, trays: int) -> dict[str, Any]:
-    """What a gang over ``trays`` nodes of one NVLink domain gets between them (assumption
-    8): the GPU's NVLink line rate into the fabric, the efficiency, the bus bandwidth."""
-    line = fabric_gbps(topology)
-    eff = link_efficiency(topology)
-    return {
-        "span": "nvlink-domain",
-        "trays": trays,
-        "generation": infer_generation(topology),
-        "fabricLineGBps": line,
-        "linkEfficiency": eff,
-        "busBandwidthGBps": round(domain_gbps(topology) / 8.0, 3),
-        "why": (f"one NVLink domain ({trays} trays): GPUs of different nodes reach each other "
-                f"over NVLink through the fabric's switches, not the network; NCCL needs "
-                f"matching fabric cluster UUID and clique id and an IMEX channel in the pod"),
-    }
-
-
 # --- time -------------------------------------------------------------------------------
 def allreduce_time_s(bus_bw_gbps: float, nbytes: float, n_gpus: int) -> float:
     """Seconds to all-reduce ``nbytes`` over ``n_gpus`` at bus bandwidth ``bus_bw_gbps``.
@@ -743,107 +522,3 @@ def compute_time_s(batch_per_gpu: int, images_per_s_one_gpu: float) -> float:
     if batch_per_gpu <= 0 or images_per_s_one_gpu <= 0:
         raise ValueError("batch and images/s must be positive")
     return batch_per_gpu / images_per_s_one_gpu
-
-
-# --- explanation ------------------------------------------------------------------------
-#: Up to this many GPUs, explain() searches every ring order for the most readable one.
-_READABLE_MAX = 8
-
-
-def _readable_order(topology: Topology, order: list[int]) -> list[int]:
-    """Among rings with the best bottleneck, the one whose slow links are fewest and fastest.
-
-    Only for explanations (the bus bandwidth is the same): a ring that crosses the slow link
-    once reads better than one that crosses it twice. Exhaustive, so small sets only.
-    """
-    if not 3 < len(order) <= _READABLE_MAX:
-        return order
-    first, rest = min(order), sorted(set(order) - {min(order)})
-
-    def profile(ring: tuple[int, ...]) -> list[float]:
-        return sorted(
-            _weight(topology, a, b) for a, b in zip(ring, ring[1:] + ring[:1], strict=True)
-        )
-
-    best = max(((first, *perm) for perm in permutations(rest)), key=lambda ring: profile(ring))
-    return list(best)
-
-
-def _channels(topology: Topology, bus: _Bus, gpus: Sequence[int]) -> tuple[float, float]:
-    """(channels, line-rate GB/s per channel) for the explanation."""
-    if bus.kind == "nvlink-rings":
-        pos, sym = symmetric_weights(topology)
-        per_link = min(
-            sym[pos[a]][pos[b]] / nvlink_count(topology.link(a, b))
-            for a, b in combinations(gpus, 2)
-            if nvlink_count(topology.link(a, b))
-        )
-        return round(bus.nvlink_rings_gbps / per_link, 3), per_link
-    if bus.kind == "nvswitch":
-        links = nvlink_count(topology.link(gpus[0], gpus[1])) or 1
-        return float(links), bus.ring.bus_gbps / links
-    return 1.0, bus.ring.bus_gbps
-
-
-_LIMITS = {
-    "single": "one GPU does not communicate; the figure is its node's best link",
-    "pair": "two GPUs: one ring over both directions of their link",
-    "nvswitch": "all-to-all: every GPU reaches every other at its full NVLink bandwidth "
-    "(a switch or a direct full mesh), so any set of this size is as good",
-    "nvlink-rings": "NVLink rings in both directions over every link between the GPUs; "
-    "the GPUs' NVLinks inside the set bound how many fit",
-    "ring": "no NVLink ring reaches every GPU: one ring, limited by its slowest link",
-}
-
-
-def explain(topology: Topology, gpus: Sequence[int]) -> dict[str, Any]:
-    """Why a GPU set gets its bus bandwidth: the channels, the best single ring and its
-    bottleneck, and the efficiency applied. Plain JSON-able data for
-    ``gputopo topology explain``.
-    """
-    key = _key(topology, gpus)
-    bus = _bus(topology, key)
-    ring = bus.ring
-    order = _readable_order(topology, list(ring.order))
-    edges = []
-    if len(order) > 1:
-        pairs = list(zip(order, order[1:] + order[:1], strict=True))
-        if len(order) == 2:
-            pairs = pairs[:1]
-        for a, b in pairs:
-            edges.append(
-                {
-                    "from": a,
-                    "to": b,
-                    "link": topology.link(a, b),
-                    "bandwidthGBps": round(_weight(topology, a, b), 3),
-                }
-            )
-    bottleneck = None
-    if ring.bottleneck is not None:
-        a, b = min(
-            zip(order, order[1:] + order[:1], strict=True),
-            key=lambda e: _weight(topology, e[0], e[1]),
-        )
-        bottleneck = {
-            "from": a,
-            "to": b,
-            "link": topology.link(a, b),
-            "bandwidthGBps": round(_weight(topology, a, b), 3),
-        }
-    channels, per_channel = _channels(topology, bus, sorted(key))
-    return {
-        "gpus": sorted(order),
-        "generation": infer_generation(topology),
-        "allToAll": all_to_all(topology),
-        "model": bus.kind,
-        "channels": channels,
-        "perChannelGBps": round(per_channel, 3),
-        "linkEfficiency": bus.efficiency,
-        "limit": _LIMITS[bus.kind],
-        "ring": order,
-        "links": edges,
-        "bottleneck": bottleneck,
-        "ringBusBandwidthGBps": round(ring.bus_gbps * bus.efficiency, 3),
-        "busBandwidthGBps": round(bus.bus_gbps, 3),
-    }

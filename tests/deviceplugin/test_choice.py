@@ -9,7 +9,7 @@ import pytest
 from plugin_kit import FixtureNvml, fixture_topology
 
 from gputopo.deviceplugin.choice import best_set, container_env, preferred_within
-from gputopo.topology.cost import explain
+from gputopo.topology.explanation import explain
 from gputopo.topology.nvml import topology_from_nvml
 
 FIXTURE_NAMES = ["dgx1-v100.txt", "dgx-a100.txt", "a100-pcie-nvlink-pairs.txt",

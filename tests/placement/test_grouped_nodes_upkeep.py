@@ -7,7 +7,9 @@ the group it replaces, and the tallies as one count change per touched bucket; a
 ties are brought up to date only when it is asked. Each is checked here directly along
 random replacement chains (tests/placement/test_grouped_nodes.py checks the placements):
 the carried winner against a fresh GroupedNodes of the same nodes, every group's first
-node against the smallest name of its nodes, and the tallies against a recount.
+node against the smallest name of its nodes, the tallies against a recount, and the NVLink
+domains with no GPU in use (kept as counts, they decide the one-node key) against a fresh
+count.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from solver_helpers import FIXTURE_FILES, fixture_topology
 
-import gputopo.placement.solver as solver
-from gputopo.placement.solver import GroupedNodes, _Tally
+from gputopo.placement.solver import GroupedNodes, grouped_nodes
+from gputopo.placement.solver.grouping import _Tally
 from gputopo.placement.types import UNCAPPED, NodeState
 
 SIZES = (1, 2, 4, 8)
+#: NVLink domains: a group's one-node key depends on whether its domain has a GPU in use
+DOMAINS = (None, None, "d1", "d2")
 
 
 @st.composite
@@ -38,7 +42,8 @@ def chains(draw: st.DrawFn) -> tuple[list[NodeState], list[list[tuple[int, dict]
     for i in draw(st.permutations(range(count))):
         topo = draw(st.sampled_from(tops))
         nodes.append(NodeState(name=f"n{i:02d}", topology=topo, used=used(topo),
-                               network_gbps=draw(st.sampled_from([25.0, 100.0]))))
+                               network_gbps=draw(st.sampled_from([25.0, 100.0])),
+                               nvlink_domain=draw(st.sampled_from(DOMAINS))))
     steps = []
     for _ in range(draw(st.integers(1, 6))):
         step = []
@@ -49,6 +54,8 @@ def chains(draw: st.DrawFn) -> tuple[list[NodeState], list[list[tuple[int, dict]
                 change["network_gbps"] = draw(st.sampled_from([25.0, 100.0]))
             if draw(st.booleans()):
                 change["host_ports"] = frozenset({("TCP", draw(st.integers(1, 3)))})
+            if draw(st.booleans()):  # relabelled into another NVLink domain (or none)
+                change["nvlink_domain"] = draw(st.sampled_from(DOMAINS))
             if draw(st.booleans()):  # its other resources hold only so many GPUs' pods
                 change["gpu_cap"] = draw(st.sampled_from([0, 2, 4, UNCAPPED]))
             step.append((at, change))
@@ -69,19 +76,20 @@ def check(grouped: GroupedNodes, nodes: list[NodeState], asked: tuple[int, ...])
     for grp in grouped.groups():
         assert grp.first_node() is min(grp.nodes, key=lambda x: x.name)
     assert grouped.tally() == _Tally.of(fresh.groups())
+    assert grouped.free_domains() == fresh.free_domains()
 
 
 @settings(max_examples=200, deadline=None)
 @given(chains(), st.lists(st.sampled_from(SIZES), min_size=1, max_size=4, unique=True),
-       st.sampled_from([1, 3, solver._STALE_KEYS]), st.data())
+       st.sampled_from([1, 3, grouped_nodes._STALE_KEYS]), st.data())
 def test_carried_winner_first_nodes_and_tallies_are_fresh_ones(
         chain: tuple[list[NodeState], list[list[tuple[int, dict]]]],
         asked: list[int], stale_keys: int, data: st.DataObject) -> None:
     """Sizes are asked at some steps only (an entry then gathers the keys touched in
     between), and with a small bound on those keys entries are also dropped."""
     nodes, steps = chain
-    bound = solver._STALE_KEYS
-    solver._STALE_KEYS = stale_keys
+    bound = grouped_nodes._STALE_KEYS
+    grouped_nodes._STALE_KEYS = stale_keys
     try:
         grouped = GroupedNodes(nodes)
         check(grouped, nodes, tuple(asked))
@@ -96,4 +104,4 @@ def test_carried_winner_first_nodes_and_tallies_are_fresh_ones(
             check(grouped, nodes, tuple(now))
         check(grouped, nodes, tuple(asked))
     finally:
-        solver._STALE_KEYS = bound
+        grouped_nodes._STALE_KEYS = bound

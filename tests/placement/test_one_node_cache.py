@@ -15,8 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from solver_helpers import FIXTURE_FILES, fixture_topology
 
-import gputopo.placement.solver as solver
-from gputopo.placement.solver import GroupedNodes, solve
+from gputopo.placement.solver import GroupedNodes, candidate, grouping, options, solve
 from gputopo.placement.types import GangRequest, NodeState
 
 GANGS = [GangRequest(1, 1), GangRequest(1, 2), GangRequest(2, 2), GangRequest(1, 4),
@@ -49,8 +48,8 @@ def whole(nodes: list[NodeState], gang: GangRequest, grouped: bool) -> tuple[obj
 
 
 def cold() -> None:
-    solver._KINDS.clear()
-    for cached in (solver._options, solver._links_between, solver._alike):
+    grouping._KINDS.clear()
+    for cached in (options._options, candidate._links_between, options._alike):
         cached.cache_clear()
 
 

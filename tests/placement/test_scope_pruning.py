@@ -19,13 +19,15 @@ from hypothesis import strategies as st
 from solver_helpers import FIXTURE_FILES, fixture_topology
 from test_solver_oracle import sub_topology
 
-from gputopo.placement import solver
-from gputopo.placement.solver import solve
+from gputopo.placement.solver import search, solve
 from gputopo.placement.types import GangRequest, NodeState
 
 
 @st.composite
-def racked_clusters(draw: st.DrawFn) -> tuple[list[NodeState], GangRequest]:
+def racked_clusters(draw: st.DrawFn, *,
+                    domains: bool = False) -> tuple[list[NodeState], GangRequest]:
+    """``domains``: nodes in NVLink domains d1, d2 or none (domain scopes, the fewest
+    domains and free domains opened in the bound)."""
     full = [fixture_topology(name) for name in
             draw(st.lists(st.sampled_from(sorted(FIXTURE_FILES)), min_size=1, max_size=2,
                           unique=True))]
@@ -46,7 +48,8 @@ def racked_clusters(draw: st.DrawFn) -> tuple[list[NodeState], GangRequest]:
             used=frozenset(draw(st.sets(st.sampled_from(topo.indices)))),
             zone=draw(st.sampled_from([zone, zone, None])),
             rack=draw(st.sampled_from(["r1", "r2", "r3", "r4", None])),
-            network_gbps=net, network_transport=transport))
+            network_gbps=net, network_transport=transport,
+            nvlink_domain=draw(st.sampled_from([None, "d1", "d2"])) if domains else None))
     g = draw(st.integers(1, 2))
     gang = GangRequest(replicas=draw(st.integers(2, 4)), gpus_per_replica=g,
                        max_replicas_per_node=draw(st.sampled_from([1, 1, 2, None])))
@@ -54,13 +57,13 @@ def racked_clusters(draw: st.DrawFn) -> tuple[list[NodeState], GangRequest]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(racked_clusters())
+@given(st.one_of(racked_clusters(), racked_clusters(domains=True)))
 def test_the_bound_skips_only_scopes_that_cannot_win(
         case: tuple[list[NodeState], GangRequest]) -> None:
     nodes, gang = case
     fast = solve(nodes, gang)
     with pytest.MonkeyPatch.context() as mp:  # the full search: every scope looked at
-        mp.setattr(solver._Search, "prune_by_score", False)
+        mp.setattr(search._Search, "prune_by_score", False)
         full = solve(nodes, gang)
     assert fast == full
 

@@ -17,11 +17,11 @@ from gputopo.topology.cost import (
     NodeShare,
     allreduce_time_s,
     best_ring_subset,
-    explain,
     gang_bus_bandwidth,
     ring_bus_bandwidth,
     step_time_s,
 )
+from gputopo.topology.explanation import explain
 from gputopo.topology.model import Topology
 
 from .strategies import measured_topologies, topologies

@@ -1,0 +1,241 @@
+"""The multi-node search's scopes and their bounds.
+
+Why a module of its own: which sets of nodes a multi-node gang is searched in (every NVLink
+domain, rack, zone, and the whole cluster, each with its classes of interchangeable nodes)
+and how good the best placement in each can be (:func:`bound`, term by term as the
+objective compares) decide how little of the cluster the exact search has to look at;
+the search itself (search.py) only plans one scope at a time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Container, Iterable
+from dataclasses import dataclass
+
+from gputopo.placement.objective import ROUND, SPAN_RANK
+from gputopo.placement.solver.grouping import _NAME, _Group, _Kind
+from gputopo.placement.types import UNCAPPED, GangRequest, NodeState
+from gputopo.topology.cost import SPAN_FACTOR, domain_gbps
+from gputopo.topology.model import Topology
+
+
+@dataclass(eq=False)
+class _Class:
+    """Interchangeable nodes of one scope: same topology, same used GPUs, same network."""
+
+    topology: Topology
+    free_mask: int
+    network_gbps: float
+    opened: bool  # no GPU in use yet
+    nodes: list[NodeState]  # any order; :meth:`by_name` sorts them when a plan needs names
+    canon: tuple[str, tuple[int, ...], float, int]
+    kind: _Kind
+    domain: str | None = None  # the NVLink domain of its nodes
+    domain_index: int = -1  # its domain's place in the scope's order (-1: none)
+    cap: int = UNCAPPED  # most GPUs of the gang one of its nodes may hold
+    fresh: bool = False  # its NVLink domain has no GPU in use (objective's domains_opened)
+
+    def __post_init__(self) -> None:
+        self._sorted: list[NodeState] | None = None
+
+    def by_name(self) -> list[NodeState]:
+        """The nodes by name: a plan's q nodes of this class are the first q."""
+        if self._sorted is None:
+            self._sorted = sorted(self.nodes, key=_NAME)
+        return self._sorted
+
+
+def _f(n: int, m: int, intra: float, net_gbps: float, factor: float) -> float:
+    """The cost model's multi-node bus bandwidth (cost.multi_node_bus_bandwidth, the same
+    operations, so the same float): the worst share (``-intra``) or the slowest effective
+    network, whichever is lower. ``n`` and ``m`` do not enter it (NCCL's rings pipeline);
+    fewer nodes win through the objective's ``nodes`` term instead."""
+    return min(-intra, net_gbps / 8.0 * factor)
+
+
+#: (bus bandwidth, -nodes, slowest pair, locality, -domains, -free domains opened, encoded
+#: blocks, packing, fit): Score's order
+_Bound = tuple[float, int, float, int, int, int, int, int, int]
+
+
+def _classes(pieces: Iterable[tuple[_Group, list[NodeState]]], free: Container[str], *,
+             fabric: bool = False) -> list[_Class]:
+    """One scope's classes from its pieces of groups, in the search's order (by canon).
+
+    ``fabric``: the scope is one NVLink domain, so nodes reach each other over NVLink: a
+    class's rate between nodes is the fabric's (cost.domain_gbps), not its network.
+    Classes of one NVLink domain come together (the domain term of stage c counts a
+    domain once, when its first class is used), domains in an order of their classes'
+    canons (so that scopes alike up to domain names share one plan), then by name.
+    ``free``: the NVLink domains with no GPU in use (a class there is ``fresh``)."""
+    # inside one domain the network does not matter: groups of one kind are one class
+    merged: dict[object, tuple[_Group, list[NodeState]]] = {}
+    for grp, members in pieces:
+        at = (grp.kind, grp.cap) if fabric else grp
+        have = merged.get(at)
+        merged[at] = (grp, members if have is None else have[1] + members)
+    out = []
+    for grp, members in merged.values():
+        net = domain_gbps(grp.kind.topology) if fabric else grp.network_gbps
+        canon = grp.canon() if not fabric else (*grp.kind.head(), net, grp.cap)
+        out.append(_Class(topology=grp.kind.topology, free_mask=grp.kind.free_mask,
+                          network_gbps=net, opened=grp.kind.opened, nodes=members,
+                          canon=canon, kind=grp.kind, domain=grp.domain, cap=grp.cap,
+                          fresh=grp.domain is not None and grp.domain in free))
+    if all(c.domain is None for c in out):
+        out.sort(key=lambda c: c.canon)
+        return out
+    by_domain: dict[str, list[tuple[str, tuple[int, ...], float, int]]] = {}
+    for c in out:
+        if c.domain is not None:
+            by_domain.setdefault(c.domain, []).append(c.canon)
+    order = {d: i for i, d in enumerate(sorted(by_domain, key=lambda d: (sorted(by_domain[d]), d)))}
+    out.sort(key=lambda c: (-1 if c.domain is None else order[c.domain], c.canon))
+    for c in out:
+        c.domain_index = -1 if c.domain is None else order[c.domain]
+    return out
+
+
+def scopes(groups: list[_Group], g: int,
+           free: Container[str]) -> list[tuple[str, list[_Class]]]:
+    """Every rack, zone and the whole cluster that can hold a multi-node gang, each with
+    its classes of nodes that have room for a replica.
+
+    A scope counts every node for its size (two nodes or more), as the span does; a
+    zone that is exactly one rack, and a cluster that is exactly one rack or zone, are
+    searched once, in the narrower scope. One pass over the nodes splits the groups by
+    (zone, rack); zones and the cluster are unions of those pieces.
+    """
+    size: dict[tuple[str | None, str | None], int] = {}
+    pieces: dict[tuple[str | None, str | None], list[tuple[_Group, list[NodeState]]]] = {}
+    eligible: list[_Group] = []
+    # NVLink domains: their eligible groups (a group is of one domain), every node's
+    # count, and which (zone, rack) places they cover (a rack that is exactly one
+    # domain is searched once, as the domain)
+    domains: dict[str, list[tuple[_Group, list[NodeState]]]] = {}
+    domain_size: dict[str, int] = {}
+    loc_domains: dict[tuple[str | None, str | None], set[str | None]] = {}
+    domain_locs: dict[str, set[tuple[str | None, str | None]]] = {}
+    any_domain = any(grp.domain is not None for grp in groups)
+    for grp in groups:
+        dom = grp.domain
+        if dom is not None:
+            domain_size[dom] = domain_size.get(dom, 0) + len(grp.nodes)
+        if grp.free < g:
+            for node in grp.nodes:
+                loc = (node.zone, node.rack)
+                size[loc] = size.get(loc, 0) + 1
+                if any_domain:
+                    loc_domains.setdefault(loc, set()).add(dom)
+                    if dom is not None:
+                        domain_locs.setdefault(dom, set()).add(loc)
+            continue
+        eligible.append(grp)
+        if dom is not None:
+            domains.setdefault(dom, []).append((grp, grp.nodes))
+        split: dict[tuple[str | None, str | None], list[NodeState]] = {}
+        for node in grp.nodes:
+            loc = (node.zone, node.rack)
+            members = split.get(loc)
+            if members is None:
+                split[loc] = [node]
+            else:
+                members.append(node)
+        for loc, members in split.items():
+            size[loc] = size.get(loc, 0) + len(members)
+            pieces.setdefault(loc, []).append((grp, members))
+            if any_domain:
+                loc_domains.setdefault(loc, set()).add(dom)
+                if dom is not None:
+                    domain_locs.setdefault(dom, set()).add(loc)
+
+    zone_size: dict[str, int] = {}
+    zone_locs: dict[str, list[tuple[str | None, str | None]]] = {}
+    for loc, count in size.items():
+        if loc[0] is not None:
+            zone_size[loc[0]] = zone_size.get(loc[0], 0) + count
+            zone_locs.setdefault(loc[0], []).append(loc)
+
+    def one_rack(locs: list[tuple[str | None, str | None]]) -> bool:
+        return len(locs) == 1 and locs[0][1] is not None
+
+    scopes: list[tuple[str, list[_Class]]] = []
+    for dom in sorted(domains):
+        if domain_size[dom] >= 2:
+            scopes.append(("nvlink-domain", _classes(domains[dom], free,
+                                                     fabric=True)))
+
+    def one_domain(loc: tuple[str | None, str | None]) -> bool:
+        doms = loc_domains.get(loc)
+        if not doms or len(doms) != 1:
+            return False
+        dom = next(iter(doms))
+        return dom is not None and domain_locs[dom] == {loc}
+
+    racks = [loc for loc in size if loc[1] is not None and size[loc] >= 2]
+    for loc in sorted(racks, key=lambda k: (k[0] or "", k[1])):
+        if any_domain and one_domain(loc):
+            continue  # the rack is exactly one NVLink domain, searched as that
+        scopes.append(("rack", _classes(pieces.get(loc, ()), free)))
+    for zone in sorted(zone_size):
+        locs = zone_locs[zone]
+        if zone_size[zone] >= 2 and not one_rack(locs):
+            scopes.append(("zone", _classes((p for loc in locs for p in pieces.get(loc, ())),
+                                            free)))
+    node_count = sum(size.values())
+    everyone_one_zone = len(zone_size) == 1 and next(iter(zone_size.values())) == node_count
+    if node_count >= 2 and not everyone_one_zone and not one_rack(list(size)):
+        scopes.append(("cluster", _classes(((grp, grp.nodes) for grp in eligible), free)))
+    return scopes
+
+
+def cap(c: _Class, per_node: int, g: int) -> int:
+    """Replicas one node of ``c`` can hold."""
+    return min(per_node, min(c.free_mask.bit_count(), c.cap) // g)
+
+
+def bound(classes: list[_Class], span: str, gang: GangRequest) -> _Bound | None:
+    """An upper bound of the objective of any placement in a scope, term by term as
+    :class:`Score` compares (blocks encoded), or None when the scope cannot hold the
+    gang.
+
+    Why the whole objective and not the bandwidth alone: when the network bounds every
+    multi-node placement (a TCP cluster) every rack ties on bandwidth, and a gang that
+    fits on no single node searched all of them, ~0.15 ms each, to compare the later
+    terms (a 2 x 4 gang on a busy 1,000-node cluster: ~20 ms). Each term's bound holds
+    given the terms before it tie: the fewest nodes the scope can use (``m``: only a
+    plan of exactly ``m`` nodes ties on the nodes term), the best pair of any share
+    (the Pareto options keep it), a rack's locality (the narrowest span of two nodes),
+    the ``m`` best blocks deltas of distinct nodes, no empty node opened, the GPUs left
+    free on the ``m`` fullest nodes that can take a replica.
+    """
+    g, r, n = gang.gpus_per_replica, gang.replicas, gang.total_gpus
+    per_node = gang.per_node
+    caps = [cap(c, per_node, g) for c in classes]
+    if sum(min(len(c.nodes), r) * j for c, j in zip(classes, caps, strict=True)) < r:
+        return None
+    jmax = max(caps)
+    m = max(2, math.ceil(r / jmax))
+    net = max(c.network_gbps for c in classes)
+    bw = round(_f(n, m, -math.inf, net, SPAN_FACTOR[span]), ROUND)
+    pair = -math.inf
+    healths: list[int] = []
+    frees: list[int] = []
+    for c, j in zip(classes, caps, strict=True):
+        if j:
+            p, h = c.kind.share_bounds(g, j)
+            pair = max(pair, p)
+            healths.extend([h] * min(len(c.nodes), m))
+            frees.extend([c.kind.free] * min(len(c.nodes), m))
+    healths.sort(reverse=True)
+    # a scope's placements of its own span: one NVLink domain, else a rack or wider
+    # (narrower ones are found in their own scope); at least one domain unless some
+    # node has none
+    locality = -SPAN_RANK["nvlink-domain" if span == "nvlink-domain" else "rack"]
+    domains = 0 if any(c.domain is None for c in classes) else -1
+    # every node with room in a free domain: the placement opens one at least
+    opened = -1 if all(c.fresh for c, j in zip(classes, caps, strict=True) if j) else 0
+    frees.sort()
+    return (bw, -m, pair, locality, domains, opened, sum(healths[:m]), 0,
+            n - sum(frees[:m]))
