@@ -7,10 +7,25 @@ benchmark's cluster replay, which must queue exactly as the product does. All th
 these functions; none of them holds a threshold of its own.
 
 The measure is the gang's **share**: the predicted all-reduce bus bandwidth of the best
-placement among the free GPUs, divided by the best the gang could get on the same nodes
-(those its pod's constraints admit) with every GPU free — the cluster to itself. A job's
-communication runs at that share of its best speed; the whole step slows down at most as
-much (compute does not depend on the placement).
+placement among the free GPUs, divided by its **reference** — the best the gang could get
+with every GPU free on the nodes of the same kinds as those the placement uses (among the
+nodes its pod's constraints admit). A node's kind is its GPU wiring and its network as the
+all-reduce sees it (:func:`node_kind`). A job's communication runs at that share of the
+speed it would have on that hardware well placed; the whole step slows down at most as much
+(compute does not depend on the placement).
+
+Why the placement's own kinds and not the best hardware of the cluster: the rule guards
+against a *placement* that wastes GPUs — a gang split over links or nodes it need not
+cross, at a few per cent of its speed — not against older GPUs. Against the fastest kind
+anywhere, a 4-GPU gang on a free DGX-1 NVLink quad (100 % of what a DGX-1 gives) scored
+0.34 of a DGX A100 and waited, below even the floor, for one of the few A100 nodes, while
+the quad stayed idle (docs/benchmarks.md, "Cluster replay"). Which hardware a job may run
+on is the owner's choice (nodeSelector, affinity): nodes it rules out are no part of the
+reference either. A placement over several kinds is measured against the best of the
+gang on any of them alone or together, so a gang split between an A100 and a DGX-1 waits
+for one node of either. A gang scattered over nodes of one kind (four PCIe servers over
+TCP, two DGX-1 pairs instead of one quad) is measured against that kind well placed, and
+waits.
 
 - ``minShare`` (default 0.9): the gang starts now only at or above it;
 - ``afterMaxWait`` — what a gang that waited ``maxWaitSeconds`` does:
@@ -29,8 +44,11 @@ a placement writes, so an unpinned release would run the job without its GPUs.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from gputopo.placement.types import NodeState
 
 AfterMaxWait = Literal["takeBest", "keepWaiting", "deny"]
 TAKE_BEST: AfterMaxWait = "takeBest"
@@ -120,3 +138,23 @@ def after_max_wait_text(rule: WaitingRule, max_wait_seconds: float) -> str:
         return (f"it starts at {rule.min_share:.0%} of its best predicted bus bandwidth; "
                 f"after {wait} it is denied (its pods stay gated)")
     return f"it starts at {rule.min_share:.0%} of its best predicted bus bandwidth, however long"
+
+
+def node_kind(node: NodeState) -> Hashable:
+    """What makes two nodes alike for the reference: the GPU wiring (the topology: GPU
+    model, NVLink/NVSwitch, PCIe, sockets), the network as the all-reduce sees it (the
+    effective rate and the transport) and whether it is part of a multi-node NVLink domain.
+    Not its name, rack, zone or which domain: where a node is, is what a placement
+    chooses."""
+    return (node.topology, node.effective_gbps, node.network_transport,
+            node.nvlink_domain is not None)
+
+
+def reference_nodes(nodes: Sequence[NodeState], used: Collection[str]) -> list[NodeState]:
+    """The nodes a placement on the nodes named ``used`` is measured against: every node of
+    ``nodes`` (those the gang's pods may use) of a kind one of ``used`` has. All of
+    ``nodes`` when none of ``used`` is among them (nothing to narrow by)."""
+    kinds = {node_kind(n) for n in nodes if n.name in used}
+    if not kinds:
+        return list(nodes)
+    return [n for n in nodes if node_kind(n) in kinds]
