@@ -7,24 +7,30 @@ benchmark's cluster replay, which must queue exactly as the product does. All th
 these functions; none of them holds a threshold of its own.
 
 The measure is the gang's **share**: the predicted all-reduce bus bandwidth of the best
-placement among the free GPUs, divided by its **reference** — the best the gang could get
-with every GPU free on the nodes of the same kinds as those the placement uses (among the
-nodes its pod's constraints admit). A node's kind is its GPU wiring and its network as the
-all-reduce sees it (:func:`node_kind`). A job's communication runs at that share of the
-speed it would have on that hardware well placed; the whole step slows down at most as much
-(compute does not depend on the placement).
+placement among the free GPUs, divided by its **reference** — what the gang gets, with
+every GPU free, on the nodes of the kinds that placement uses (among the nodes its pod's
+constraints admit). A node's kind is its GPU wiring and its network as the all-reduce sees
+it (:func:`node_kind`). A job's communication runs at that share of the speed it would have
+on that hardware well placed; the whole step slows down at most as much (compute does not
+depend on the placement).
 
 Why the placement's own kinds and not the best hardware of the cluster: the rule guards
 against a *placement* that wastes GPUs — a gang split over links or nodes it need not
 cross, at a few per cent of its speed — not against older GPUs. Against the fastest kind
-anywhere, a 4-GPU gang on a free DGX-1 NVLink quad (100 % of what a DGX-1 gives) scored
-0.34 of a DGX A100 and waited, below even the floor, for one of the few A100 nodes, while
-the quad stayed idle (docs/benchmarks.md, "Cluster replay"). Which hardware a job may run
-on is the owner's choice (nodeSelector, affinity): nodes it rules out are no part of the
-reference either. A placement over several kinds is measured against the best of the
-gang on any of them alone or together, so a gang split between an A100 and a DGX-1 waits
-for one node of either. A gang scattered over nodes of one kind (four PCIe servers over
-TCP, two DGX-1 pairs instead of one quad) is measured against that kind well placed, and
+anywhere, a 4-GPU gang on a free DGX-1 NVLink quad (all a DGX-1 can give it) scored 0.34 of
+a DGX A100 and waited, below even the floor, for one of the few A100 nodes while the quad
+stayed idle (docs/benchmarks.md, "Cluster replay"). Which hardware a job may run on is the
+owner's choice (nodeSelector, affinity); nodes it rules out are no part of the reference.
+
+A placement over several kinds runs at the pace of its slowest part, so its reference is
+the *least* of the gang's bests on each of those kinds alone (:func:`reference_bandwidth`;
+kinds that cannot hold the gang alone are skipped, and when none can, the best on all of
+them together counts). A 4 x 1-GPU gang split between an A100 pair and a DGX-1 pair over
+the network is measured against a DGX-1 quad and waits; 4 x 8 GPUs on two A100s and two
+DGX-1s against four DGX-1s, and starts — measured against four A100s it would wait, and
+might later start on four PCIe servers over TCP at a fraction of that speed (share 1 of
+their own best). A gang scattered over nodes of one kind (two DGX-1 pairs instead of one
+quad; eight GPUs over three PCIe servers) is measured against that kind well placed, and
 waits.
 
 - ``minShare`` (default 0.9): the gang starts now only at or above it;
@@ -44,7 +50,7 @@ a placement writes, so an unpinned release would run the job without its GPUs.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -150,11 +156,28 @@ def node_kind(node: NodeState) -> Hashable:
             node.nvlink_domain is not None)
 
 
-def reference_nodes(nodes: Sequence[NodeState], used: Collection[str]) -> list[NodeState]:
-    """The nodes a placement on the nodes named ``used`` is measured against: every node of
-    ``nodes`` (those the gang's pods may use) of a kind one of ``used`` has. All of
-    ``nodes`` when none of ``used`` is among them (nothing to narrow by)."""
-    kinds = {node_kind(n) for n in nodes if n.name in used}
+def kinds_used(nodes: Sequence[NodeState], used: Collection[str]) -> list[Hashable]:
+    """The kinds of the nodes named ``used`` that are among ``nodes``, each once."""
+    return list(dict.fromkeys(node_kind(n) for n in nodes if n.name in used))
+
+
+def reference_nodes(nodes: Sequence[NodeState], kinds: Collection[Hashable]
+                    ) -> list[NodeState]:
+    """The nodes of ``nodes`` of one of ``kinds``; all of them when ``kinds`` is empty
+    (nothing to narrow by)."""
     if not kinds:
         return list(nodes)
     return [n for n in nodes if node_kind(n) in kinds]
+
+
+def reference_bandwidth(kinds: Sequence[Hashable],
+                        best_on: Callable[[frozenset[Hashable]], float]) -> float:
+    """THE reference of a placement on nodes of ``kinds``: the least of the gang's bests on
+    each kind alone that can hold it; when none can, its best on all of them together.
+    ``best_on(ks)``: the gang's best bus bandwidth on the nodes of kinds ``ks`` with every
+    GPU free (0 when it does not fit there)."""
+    if len(kinds) > 1:
+        alone = [b for b in (best_on(frozenset((k,))) for k in kinds) if b > 0]
+        if alone:
+            return min(alone)
+    return best_on(frozenset(kinds))

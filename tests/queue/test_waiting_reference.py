@@ -33,11 +33,12 @@ from gputopo import names
 from gputopo.cluster.demo import demo_snapshot
 from gputopo.placement.solver import solve
 from gputopo.placement.types import GangRequest, NodeState
-from gputopo.placement.waiting import reference_nodes
+from gputopo.placement.waiting import kinds_used, reference_bandwidth, reference_nodes
 from gputopo.topology.nvidia_smi import parse_nvidia_smi
 from webhook.queue.placer import PlacementQueue
 
 NODE_X = "cn-shanghai.192.168.16.180"  # the DGX A100
+NODE_Y = "cn-shanghai.192.168.16.181"  # a second one
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "topologies"
 
 
@@ -127,7 +128,7 @@ def test_a_gang_split_between_an_a100_and_a_dgx1_waits(kube):
     assert rec["waiting"] is True and "(2 node(s))" in rec["reason"]
 
 
-def test_reference_nodes_keep_the_placement_s_kinds_wherever_they_are():
+def test_a_node_s_kind_is_its_wiring_and_network_not_its_place():
     dgx1 = {n.name: n for n in _nodes_of_demo()}
     a, b = dgx1[NODE_A], dgx1[NODE_B]
     far = NodeState(name="far", topology=a.topology, zone="elsewhere", rack="r9",
@@ -137,11 +138,51 @@ def test_reference_nodes_keep_the_placement_s_kinds_wherever_they_are():
     x = NodeState(name=NODE_X, topology=_a100_topology(), network_gbps=a.network_gbps,
                   network_transport=a.network_transport)
     nodes = [a, b, far, fast, x]
-    assert [n.name for n in reference_nodes(nodes, [NODE_A])] == [NODE_A, NODE_B, "far"]
-    assert [n.name for n in reference_nodes(nodes, ["fast"])] == ["fast"]
-    assert [n.name for n in reference_nodes(nodes, [NODE_B, NODE_X])] == [
-        NODE_A, NODE_B, "far", NODE_X]
-    assert reference_nodes(nodes, ["gone"]) == nodes  # nothing to narrow by
+
+    def names_of(used: list[str]) -> list[str]:
+        return [n.name for n in reference_nodes(nodes, kinds_used(nodes, used))]
+
+    assert names_of([NODE_A]) == [NODE_A, NODE_B, "far"]
+    assert names_of(["fast"]) == ["fast"]
+    assert names_of([NODE_B, NODE_X]) == [NODE_A, NODE_B, "far", NODE_X]
+    assert names_of(["gone"]) == [n.name for n in nodes]  # nothing to narrow by
+
+
+def test_a_placement_over_two_kinds_is_measured_against_its_slower_kind():
+    """The least of the bests on each kind alone that holds the gang; the best on all of
+    them together only when none does."""
+    bests = {frozenset({"a100"}): 200.0, frozenset({"dgx1"}): 80.0,
+             frozenset({"pcie"}): 0.0, frozenset({"a100", "dgx1"}): 200.0,
+             frozenset({"a100", "pcie"}): 150.0, frozenset({"pcie", "dgx1"}): 90.0}
+    assert reference_bandwidth(["a100", "dgx1"], bests.__getitem__) == 80.0
+    assert reference_bandwidth(["a100", "pcie"], bests.__getitem__) == 200.0  # pcie: 0
+    assert reference_bandwidth(["dgx1"], bests.__getitem__) == 80.0
+    assert reference_bandwidth([], lambda ks: 7.0 if ks == frozenset() else 0.0) == 7.0
+
+
+def test_a_two_node_gang_over_an_a100_and_a_dgx1_starts_at_the_dgx1_s_pace(kube):
+    """Two A100 nodes on 800 Gbit/s GPUDirect (one busy), the DGX-1s on 25 Gbit/s TCP (one
+    busy): a 2 x 8-GPU gang's only placement is one A100 and one DGX-1, over TCP, as fast
+    as two DGX-1s — it starts; against two A100s on their fast network (the best on both
+    kinds together) it would wait."""
+    demo = demo_docs(kube)
+    with live_admitter(kube, can_wait=True) as (admitter, view):
+        for name in (NODE_X, NODE_Y):
+            node = _a100_node(demo)
+            node["metadata"]["name"] = node["metadata"]["labels"][
+                "kubernetes.io/hostname"] = name
+            node["metadata"]["annotations"].update({
+                names.NETWORK_GBPS_ANNOTATION: "800",
+                names.NETWORK_TRANSPORT_ANNOTATION: "gdr"})
+            kube.apply(node)
+        kube.apply(busy_pod("busy-y", NODE_Y, "0,1,2,3,4,5,6,7"))
+        kube.apply(busy_pod("busy-b", NODE_B, "0,1,2,3,4,5,6,7"))
+        assert wait_for(lambda: len(view.node_states()) == 4
+                        and sum(len(n.used) for n in view.node_states()) == 16)
+        job = kube.apply(mpijob("wide", workers=2, gpus=8))
+        pods = [admit_and_create(admitter, kube, worker_pod(job, i))[0] for i in range(2)]
+    assert not any(gated(p) for p in pods), [record(p) for p in pods]
+    assert {pinned_node(p) for p in pods} == {NODE_A, NODE_X}
 
 
 def test_the_reason_names_the_reference_a_dgx1_quad(kube):

@@ -40,7 +40,12 @@ from gputopo.placement.types import (
     SharesMemo,
     with_transport_shares,
 )
-from gputopo.placement.waiting import DEFAULT_MIN_SHARE, node_kind, starts
+from gputopo.placement.waiting import (
+    DEFAULT_MIN_SHARE,
+    node_kind,
+    reference_bandwidth,
+    starts,
+)
 from gputopo.topology.transport import TransportShares
 from webhook.placement import network
 
@@ -424,9 +429,9 @@ class GangReserver:
         gang shape and node set: the same for every gang of that shape) and no other pod
         there: ``demand``, one pod's non-GPU requests, still limits how many of the gang a
         node holds (two pods of 60 CPUs never share a node of 94, however empty).
-        ``used``: the names of the nodes a placement uses; then only the nodes of their
-        kinds count (the waiting rule's reference, gputopo.placement.waiting
-        ``reference_nodes``; cached per set of kinds).
+        ``used``: the names of the nodes a placement uses; then the waiting rule's
+        reference for it (gputopo.placement.waiting ``reference_bandwidth``: the nodes of
+        their kinds count; cached per kinds).
 
         The node set is everything the solver reads of a node but its used GPUs (name,
         topology, zone, rack, effective network: line rate, transport, the node's and the
@@ -445,29 +450,33 @@ class GangReserver:
                 found = self._ideal[sig] = (list(nodes), {}, {})
             last = self._ideal_last = (list(nodes), found[1], found[2])
         per_gang, kinds = last[1], last[2]
-        on: frozenset[Hashable] = frozenset()
-        if used is not None:
-            if not kinds:
-                kinds.update((n.name, node_kind(n)) for n in nodes)
-            on = frozenset(kinds[u] for u in used if u in kinds)
         asks = tuple(sorted(demand.items())) if demand else ()
-        hit = per_gang.get((gang, asks, on))
-        if hit is None:
-            # the nodes of the placement's kinds (all of them when no kind is asked for)
-            ref = [n for n in nodes if kinds[n.name] in on] if on else nodes
-            empty = [NodeState(name=n.name, topology=n.topology, zone=n.zone, rack=n.rack,
-                               network_gbps=n.network_gbps,
-                               network_transport=n.network_transport, facts=n.facts,
-                               network_efficiency=n.network_efficiency,
-                               transport_share=n.transport_share,
-                               nvlink_domain=n.nvlink_domain)
-                     for n in ref]
-            if demand:
-                empty = empty_caps(ref, empty, demand, gang)
-            best = self.solver(empty, gang)
-            hit = best.bus_bandwidth_gbps if best.feasible else 0.0
-            per_gang[(gang, asks, on)] = hit
-        return hit
+
+        def best_on(on: frozenset[Hashable]) -> float:
+            hit = per_gang.get((gang, asks, on))
+            if hit is None:
+                # the nodes of kinds ``on`` (all of them when no kind is asked for)
+                ref = [n for n in nodes if kinds[n.name] in on] if on else nodes
+                empty = [NodeState(name=n.name, topology=n.topology, zone=n.zone,
+                                   rack=n.rack, network_gbps=n.network_gbps,
+                                   network_transport=n.network_transport, facts=n.facts,
+                                   network_efficiency=n.network_efficiency,
+                                   transport_share=n.transport_share,
+                                   nvlink_domain=n.nvlink_domain)
+                         for n in ref]
+                if demand:
+                    empty = empty_caps(ref, empty, demand, gang)
+                best = self.solver(empty, gang)
+                hit = per_gang[(gang, asks, on)] = (
+                    best.bus_bandwidth_gbps if best.feasible else 0.0)
+            return hit
+
+        if used is None:
+            return best_on(frozenset())
+        if not kinds:
+            kinds.update((n.name, node_kind(n)) for n in nodes)
+        return reference_bandwidth(list(dict.fromkeys(kinds[u] for u in used if u in kinds)),
+                                   best_on)
 
     def not_good(self, placement: Placement, nodes: Sequence[NodeState], gang: GangRequest,
                  good_share: float, demand: Mapping[str, int] | None = None
