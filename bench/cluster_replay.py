@@ -20,7 +20,8 @@ product's; and one straggler decided its makespan. Here:
   99 % of the work is done, stranded free GPUs over the arrival window (free GPUs on
   partly used nodes, as a share of all free GPUs, time-averaged from first to last
   arrival), and how many multi-GPU jobs started below the waiting rule's ``minShare``
-  (0.9) and below its floor (0.5) of their best bandwidth.
+  (0.9) and below its floor (0.5) of the rule's reference (their best on the kinds of
+  nodes they got: :class:`Ideal`), every policy's jobs measured alike.
 - **Baselines** (:mod:`bench.baselines`): the default scheduler (LeastAllocated, lowest
   device ids), first fit, go-gpuallocator BestEffort behind the default scheduler, and
   Kueue TAS rack-packing with go-gpuallocator's GPU choice.
