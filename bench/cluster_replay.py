@@ -20,7 +20,8 @@ product's; and one straggler decided its makespan. Here:
   99 % of the work is done, stranded free GPUs over the arrival window (free GPUs on
   partly used nodes, as a share of all free GPUs, time-averaged from first to last
   arrival), and how many multi-GPU jobs started below the waiting rule's ``minShare``
-  (0.9) and below its floor (0.5) of their best bandwidth.
+  (0.9) and below its floor (0.5) of the rule's reference (their best on the kinds of
+  nodes they got: :class:`Ideal`), every policy's jobs measured alike.
 - **Baselines** (:mod:`bench.baselines`): the default scheduler (LeastAllocated, lowest
   device ids), first fit, go-gpuallocator BestEffort behind the default scheduler, and
   Kueue TAS rack-packing with go-gpuallocator's GPU choice.
@@ -49,7 +50,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,12 @@ from bench.placement import MODELS, OVERLAP, Model, md_table, mixed_cluster  # n
 from gputopo.cluster.reservations import GangKey  # noqa: E402
 from gputopo.placement.solver import solve  # noqa: E402
 from gputopo.placement.types import GangRequest, NodeState  # noqa: E402
-from gputopo.placement.waiting import WaitingRule  # noqa: E402
+from gputopo.placement.waiting import (  # noqa: E402
+    WaitingRule,
+    kinds_used,
+    reference_bandwidth,
+    reference_nodes,
+)
 from gputopo.topology.cost import step_time_s  # noqa: E402
 
 POLICIES: dict[str, Policy] = {"gputopo": solve, "gputopo-admit": solve, **BASELINES}
@@ -113,17 +119,28 @@ def efficiency(gang: GangRequest, model: Model, bus_gbps: float) -> float:
 
 
 class Ideal:
-    """Each gang shape's best bus bandwidth: gputopo's solve on the empty cluster."""
+    """Each gang shape's best bus bandwidth: gputopo's solve on the empty cluster (what the
+    load is counted in), and the waiting rule's reference for a placement (what a job's
+    share is counted against, for every policy alike: gputopo's solve on the empty nodes
+    of the placement's kinds, :func:`gputopo.placement.waiting.reference_bandwidth`)."""
 
     def __init__(self, cluster: Sequence[NodeState]) -> None:
         self.cluster = list(cluster)
-        self._bw: dict[GangRequest, float] = {}
+        self._bw: dict[tuple[GangRequest, frozenset[Any]], float] = {}
 
-    def bandwidth(self, gang: GangRequest) -> float:
-        if gang not in self._bw:
-            p = solve(self.cluster, gang)
-            self._bw[gang] = p.bus_bandwidth_gbps if p.feasible else 0.0
-        return self._bw[gang]
+    def bandwidth(self, gang: GangRequest, used: Collection[str] = ()) -> float:
+        """The gang's best on the empty cluster; with ``used`` (node names), the rule's
+        reference for a placement on those nodes."""
+
+        def best_on(kinds: frozenset[Any]) -> float:
+            if (gang, kinds) not in self._bw:
+                p = solve(reference_nodes(self.cluster, kinds), gang)
+                self._bw[(gang, kinds)] = p.bus_bandwidth_gbps if p.feasible else 0.0
+            return self._bw[(gang, kinds)]
+
+        if not used:
+            return best_on(frozenset())
+        return reference_bandwidth(kinds_used(self.cluster, used), best_on)
 
     def efficiency(self, job: Job) -> float:
         return efficiency(job.gang, job.model, self.bandwidth(job.gang))
@@ -181,7 +198,7 @@ def replay(policy: str, cluster: list[NodeState], jobs: Sequence[Job], ideal: Id
         job = by_key[s.key]
         bw = s.reservation.bus_bandwidth_gbps
         eff = efficiency(job.gang, job.model, bw)
-        best = ideal.bandwidth(job.gang)
+        best = ideal.bandwidth(job.gang, {slot.node for slot in s.reservation.slots})
         share = 1.0 if job.gang.total_gpus == 1 or best <= 0 else min(1.0, bw / best)
         end = s.at + job.work_s / eff
         ran[job.id] = Ran(s.at, end, eff, share, s.how)

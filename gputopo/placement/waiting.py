@@ -7,10 +7,31 @@ benchmark's cluster replay, which must queue exactly as the product does. All th
 these functions; none of them holds a threshold of its own.
 
 The measure is the gang's **share**: the predicted all-reduce bus bandwidth of the best
-placement among the free GPUs, divided by the best the gang could get on the same nodes
-(those its pod's constraints admit) with every GPU free — the cluster to itself. A job's
-communication runs at that share of its best speed; the whole step slows down at most as
-much (compute does not depend on the placement).
+placement among the free GPUs, divided by its **reference** — what the gang gets, with
+every GPU free, on the nodes of the kinds that placement uses (among the nodes its pod's
+constraints admit). A node's kind is its GPU wiring and its network as the all-reduce sees
+it (:func:`node_kind`). A job's communication runs at that share of the speed it would have
+on that hardware well placed; the whole step slows down at most as much (compute does not
+depend on the placement).
+
+Why the placement's own kinds and not the best hardware of the cluster: the rule guards
+against a *placement* that wastes GPUs — a gang split over links or nodes it need not
+cross, at a few per cent of its speed — not against older GPUs. Against the fastest kind
+anywhere, a 4-GPU gang on a free DGX-1 NVLink quad (all a DGX-1 can give it) scored 0.34 of
+a DGX A100 and waited, below even the floor, for one of the few A100 nodes while the quad
+stayed idle (docs/benchmarks.md, "Cluster replay"). Which hardware a job may run on is the
+owner's choice (nodeSelector, affinity); nodes it rules out are no part of the reference.
+
+A placement over several kinds runs at the pace of its slowest part, so its reference is
+the *least* of the gang's bests on each of those kinds alone (:func:`reference_bandwidth`;
+kinds that cannot hold the gang alone are skipped, and when none can, the best on all of
+them together counts). A 4 x 1-GPU gang split between an A100 pair and a DGX-1 pair over
+the network is measured against a DGX-1 quad and waits; 4 x 8 GPUs on two A100s and two
+DGX-1s against four DGX-1s, and starts — measured against four A100s it would wait, and
+might later start on four PCIe servers over TCP at a fraction of that speed (share 1 of
+their own best). A gang scattered over nodes of one kind (two DGX-1 pairs instead of one
+quad; eight GPUs over three PCIe servers) is measured against that kind well placed, and
+waits.
 
 - ``minShare`` (default 0.9): the gang starts now only at or above it;
 - ``afterMaxWait`` — what a gang that waited ``maxWaitSeconds`` does:
@@ -29,8 +50,11 @@ a placement writes, so an unpinned release would run the job without its GPUs.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from gputopo.placement.types import NodeState
 
 AfterMaxWait = Literal["takeBest", "keepWaiting", "deny"]
 TAKE_BEST: AfterMaxWait = "takeBest"
@@ -120,3 +144,40 @@ def after_max_wait_text(rule: WaitingRule, max_wait_seconds: float) -> str:
         return (f"it starts at {rule.min_share:.0%} of its best predicted bus bandwidth; "
                 f"after {wait} it is denied (its pods stay gated)")
     return f"it starts at {rule.min_share:.0%} of its best predicted bus bandwidth, however long"
+
+
+def node_kind(node: NodeState) -> Hashable:
+    """What makes two nodes alike for the reference: the GPU wiring (the topology: GPU
+    model, NVLink/NVSwitch, PCIe, sockets), the network as the all-reduce sees it (the
+    effective rate and the transport) and whether it is part of a multi-node NVLink domain.
+    Not its name, rack, zone or which domain: where a node is, is what a placement
+    chooses."""
+    return (node.topology, node.effective_gbps, node.network_transport,
+            node.nvlink_domain is not None)
+
+
+def kinds_used(nodes: Sequence[NodeState], used: Collection[str]) -> list[Hashable]:
+    """The kinds of the nodes named ``used`` that are among ``nodes``, each once."""
+    return list(dict.fromkeys(node_kind(n) for n in nodes if n.name in used))
+
+
+def reference_nodes(nodes: Sequence[NodeState], kinds: Collection[Hashable]
+                    ) -> list[NodeState]:
+    """The nodes of ``nodes`` of one of ``kinds``; all of them when ``kinds`` is empty
+    (nothing to narrow by)."""
+    if not kinds:
+        return list(nodes)
+    return [n for n in nodes if node_kind(n) in kinds]
+
+
+def reference_bandwidth(kinds: Sequence[Hashable],
+                        best_on: Callable[[frozenset[Hashable]], float]) -> float:
+    """THE reference of a placement on nodes of ``kinds``: the least of the gang's bests on
+    each kind alone that can hold it; when none can, its best on all of them together.
+    ``best_on(ks)``: the gang's best bus bandwidth on the nodes of kinds ``ks`` with every
+    GPU free (0 when it does not fit there)."""
+    if len(kinds) > 1:
+        alone = [b for b in (best_on(frozenset((k,))) for k in kinds) if b > 0]
+        if alone:
+            return min(alone)
+    return best_on(frozenset(kinds))

@@ -48,8 +48,8 @@ def test_readme_figures_are_docs_benchmarks_figures():
     m = re.search(
         r"(\d+)-node mixed cluster at load ([\d.]+) \((\d+) seeds, one queue for every "
         r"policy\), gputopo's goodput \(work done per GPU-hour held\) is (\S+ \(\S+\)) "
-        r"Kueue TAS rack-packing's and (\S+ \(\S+\)) go-gpuallocator's, but its p95 job "
-        r"completion time is (\S+ \(\S+\)) Kueue's", text)
+        r"Kueue TAS rack-packing's and (\S+ \(\S+\)) go-gpuallocator's, (?:but|and) its p95 "
+        r"job completion time is (\S+ \(\S+\)) Kueue's", text)
     assert m, "the README's cluster replay sentence changed shape"
     nodes, load, seeds, vs_tas, vs_gga, jct_tas = m.groups()
     assert f"## Cluster replay: {nodes} nodes" in BENCH and f"{seeds} seeds" in BENCH

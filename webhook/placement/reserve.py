@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress
 from operator import is_, is_not
@@ -48,7 +48,12 @@ from gputopo.placement.types import (
     SharesMemo,
     with_transport_shares,
 )
-from gputopo.placement.waiting import DEFAULT_MIN_SHARE, starts
+from gputopo.placement.waiting import (
+    DEFAULT_MIN_SHARE,
+    node_kind,
+    reference_bandwidth,
+    starts,
+)
 from gputopo.topology.transport import TransportShares
 from webhook.placement import network
 
@@ -56,6 +61,9 @@ log = logging.getLogger(__name__)
 
 Solver = Callable[[Sequence[NodeState], GangRequest], Placement]
 HeldMemo = dict[str, tuple[NodeState, frozenset[int], NodeState]]
+#: GangReserver.ideal_bandwidth's memo per node set: the nodes, the bandwidth per (gang,
+#: non-GPU requests, node kinds), each node's kind by name
+_Ideal = tuple[list[NodeState], dict[Any, float], dict[str, Hashable]]
 
 #: Re-solves after a ReservationConflict before the gang is declared unplaceable. Each
 #: conflict means another admission won a GPU we wanted; a handful of rounds settles any
@@ -286,10 +294,11 @@ class GangReserver:
         # per policy share table: each node's copy under it, reused while the node stays
         self._shared: dict[TransportShares, SharesMemo] = {}
         # ideal bandwidth per node-set signature (which holds the nodes, so their
-        # topologies' ids stay unique) and per gang; the last nodes asked about, for a
-        # signature without rebuilding it
-        self._ideal: dict[tuple[Any, ...], tuple[list[NodeState], dict[Any, float]]] = {}
-        self._ideal_last: tuple[list[NodeState], dict[Any, float]] | None = None
+        # topologies' ids stay unique) and per gang and node kinds, with each node's kind
+        # (filled on first use); the last nodes asked about, for a signature without
+        # rebuilding it
+        self._ideal: dict[tuple[Any, ...], _Ideal] = {}
+        self._ideal_last: _Ideal | None = None
 
     @property
     def solver(self) -> Solver:
@@ -429,11 +438,15 @@ class GangReserver:
         return with_caps(nodes, with_pending(nodes, self.store.pending_requests()))
 
     def ideal_bandwidth(self, nodes: Sequence[NodeState], gang: GangRequest,
-                        demand: Mapping[str, int] | None = None) -> float:
+                        demand: Mapping[str, int] | None = None, *,
+                        used: Collection[str] | None = None) -> float:
         """The bus bandwidth the gang would get on ``nodes`` with every GPU free (cached per
         gang shape and node set: the same for every gang of that shape) and no other pod
         there: ``demand``, one pod's non-GPU requests, still limits how many of the gang a
         node holds (two pods of 60 CPUs never share a node of 94, however empty).
+        ``used``: the names of the nodes a placement uses; then the waiting rule's
+        reference for it (gputopo.placement.waiting ``reference_bandwidth``: the nodes of
+        their kinds count; cached per kinds).
 
         The node set is everything the solver reads of a node but its used GPUs (name,
         topology, zone, rack, effective network: line rate, transport, the node's and the
@@ -442,45 +455,58 @@ class GangReserver:
         last = self._ideal_last
         if last is None or not same_nodes(last[0], nodes):
             sig = tuple((n.name, id(n.topology), n.zone, n.rack, n.network_gbps,
-                         n.network_transport, n.effective_gbps) for n in nodes)
+                         n.network_transport, n.effective_gbps, n.nvlink_domain)
+                        for n in nodes)
             found = self._ideal.get(sig)
             if found is None:
                 if len(self._ideal) >= FIT_MEMO_SIZE:
                     self._ideal.clear()
                 # the entry holds the nodes: their topologies' ids cannot be reused
-                found = self._ideal[sig] = (list(nodes), {})
-            last = self._ideal_last = (list(nodes), found[1])
-        per_gang = last[1]
+                found = self._ideal[sig] = (list(nodes), {}, {})
+            last = self._ideal_last = (list(nodes), found[1], found[2])
+        per_gang, kinds = last[1], last[2]
         asks = tuple(sorted(demand.items())) if demand else ()
-        hit = per_gang.get((gang, asks))
-        if hit is None:
-            empty = [NodeState(name=n.name, topology=n.topology, zone=n.zone, rack=n.rack,
-                               network_gbps=n.network_gbps,
-                               network_transport=n.network_transport, facts=n.facts,
-                               network_efficiency=n.network_efficiency,
-                               transport_share=n.transport_share,
-                               nvlink_domain=n.nvlink_domain)
-                     for n in nodes]
-            if demand:
-                empty = empty_caps(nodes, empty, demand, gang)
-            best = self.solver(empty, gang)
-            hit = best.bus_bandwidth_gbps if best.feasible else 0.0
-            per_gang[(gang, asks)] = hit
-        return hit
+
+        def best_on(on: frozenset[Hashable]) -> float:
+            hit = per_gang.get((gang, asks, on))
+            if hit is None:
+                # the nodes of kinds ``on`` (all of them when no kind is asked for)
+                ref = [n for n in nodes if kinds[n.name] in on] if on else nodes
+                empty = [NodeState(name=n.name, topology=n.topology, zone=n.zone,
+                                   rack=n.rack, network_gbps=n.network_gbps,
+                                   network_transport=n.network_transport, facts=n.facts,
+                                   network_efficiency=n.network_efficiency,
+                                   transport_share=n.transport_share,
+                                   nvlink_domain=n.nvlink_domain)
+                         for n in ref]
+                if demand:
+                    empty = empty_caps(ref, empty, demand, gang)
+                best = self.solver(empty, gang)
+                hit = per_gang[(gang, asks, on)] = (
+                    best.bus_bandwidth_gbps if best.feasible else 0.0)
+            return hit
+
+        if used is None:
+            return best_on(frozenset())
+        if not kinds:
+            kinds.update((n.name, node_kind(n)) for n in nodes)
+        return reference_bandwidth(list(dict.fromkeys(kinds[u] for u in used if u in kinds)),
+                                   best_on)
 
     def not_good(self, placement: Placement, nodes: Sequence[NodeState], gang: GangRequest,
                  good_share: float, demand: Mapping[str, int] | None = None
                  ) -> Unplaced | None:
         """Why a feasible ``placement`` is not good enough to take now (below ``good_share``
-        of the gang's ideal bandwidth: the waiting rule's :func:`starts`), or None."""
-        ideal = self.ideal_bandwidth(nodes, gang, demand)
+        of the gang's ideal bandwidth on nodes of the kinds it uses: the waiting rule's
+        reference and :func:`starts`), or None."""
+        spread = sorted({s.node for s in placement.slots})
+        ideal = self.ideal_bandwidth(nodes, gang, demand, used=spread)
         if starts(placement.bus_bandwidth_gbps, ideal, good_share):
             return None
-        spread = sorted({s.node for s in placement.slots})
         return Unplaced(
             f"best free now gives {placement.bus_bandwidth_gbps:.1f} GB/s bus bandwidth "
-            f"({len(spread)} node(s)); a good placement gives {ideal:.1f} GB/s (waits for "
-            f"at least {good_share:.0%} of it)")
+            f"({len(spread)} node(s)); a good placement gives {ideal:.1f} GB/s on nodes of "
+            f"the same kind (waits for at least {good_share:.0%} of it)")
 
     def reserve(
         self, *, cluster: ClusterReader, pod: Mapping[str, Any], key: GangKey,

@@ -1,0 +1,197 @@
+"""The waiting rule's reference is the gang's best on nodes of the kinds its placement uses.
+
+A heterogeneous cluster on the API test double: the demo's two DGX-1 nodes (NVLink quads
+0-3 and 4-7) and a DGX A100 (NVSwitch) beside them, all on the same network. A 4 x 1-GPU
+MPIJob on a free DGX-1 quad gets all a DGX-1 can give it, so it starts at once (admission)
+or as soon as the quad frees up (the queue) while the A100 is busy — measured against the
+A100 (about three times the quad's bus bandwidth) it waited below even the floor. A gang
+whose only free placement is scattered (two GPUs on each DGX-1; or an A100 pair and a
+DGX-1 pair) still waits: scatter is what the rule is for.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+from placement_checks import gpu_group, pinned_node, record
+from placement_jobs import mpijob, worker_pod
+from queue_kit import (
+    NODE_A,
+    NODE_B,
+    admit_and_create,
+    busy_pod,
+    gated,
+    pods_of,
+    wait_for,
+    waiting_gang,
+)
+from test_placement_live import demo_docs, live_admitter
+
+from gputopo import names
+from gputopo.cluster.demo import demo_snapshot
+from gputopo.placement.solver import solve
+from gputopo.placement.types import GangRequest, NodeState
+from gputopo.placement.waiting import kinds_used, reference_bandwidth, reference_nodes
+from gputopo.topology.nvidia_smi import parse_nvidia_smi
+from webhook.queue.placer import PlacementQueue
+
+NODE_X = "cn-shanghai.192.168.16.180"  # the DGX A100
+NODE_Y = "cn-shanghai.192.168.16.181"  # a second one
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "topologies"
+
+
+def _a100_topology():
+    return parse_nvidia_smi((FIXTURES / "dgx-a100.txt").read_text(encoding="utf-8"))
+
+
+def _a100_node(demo: list[dict[str, Any]]) -> dict[str, Any]:
+    """A DGX A100 Node: the demo node A's object (labels, network, allocatable) with
+    another name and the A100's wiring."""
+    node = copy.deepcopy(next(d for d in demo if d["kind"] == "Node"))
+    node["metadata"]["name"] = NODE_X
+    node["metadata"]["labels"]["kubernetes.io/hostname"] = NODE_X
+    node["metadata"]["annotations"][names.TOPOLOGY_ANNOTATION] = _a100_topology().to_json()
+    return node
+
+
+def _cluster(kube: Any, view: Any, busy: dict[str, str]) -> None:
+    """The A100 node joins the demo nodes (applied before the view started: it waits for
+    them); ``busy``: node -> GPUs held by a running pod."""
+    kube.apply(_a100_node(demo_docs(kube)))
+    for i, (node, gpus) in enumerate(busy.items()):
+        kube.apply(busy_pod(f"busy-{i}", node, gpus))
+    held = sum(len(g.split(",")) for g in busy.values())
+    assert wait_for(lambda: len(view.node_states()) == 3
+                    and sum(len(n.used) for n in view.node_states()) == held)
+
+
+def test_the_a100_gives_about_three_times_a_dgx1_quad():
+    """The premise of this file: against the A100 the quad is below the 0.5 floor."""
+    demo = {n.name: n for n in _nodes_of_demo()}
+    quad = solve([demo[NODE_A]], GangRequest(4, 1)).bus_bandwidth_gbps
+    a100 = solve([NodeState(name=NODE_X, topology=_a100_topology())],
+                 GangRequest(4, 1)).bus_bandwidth_gbps
+    assert quad / a100 < 0.5
+
+
+def _nodes_of_demo() -> list[NodeState]:
+    return demo_snapshot().node_states()
+
+
+def test_a_gang_starts_at_admission_on_a_free_dgx1_quad_while_the_a100_is_busy(kube):
+    demo_docs(kube)
+    with live_admitter(kube, can_wait=True) as (admitter, view):
+        _cluster(kube, view, {NODE_X: "0,1,2,3,4,5,6,7", NODE_A: "4,5,6,7",
+                              NODE_B: "0,1,2,3,4,5,6,7"})
+        job = kube.apply(mpijob("quad"))
+        pods = [admit_and_create(admitter, kube, worker_pod(job, i))[0] for i in range(4)]
+    assert not any(gated(p) for p in pods)
+    assert {pinned_node(p) for p in pods} == {NODE_A}
+    assert sorted(g for p in pods for g in gpu_group(p)) == [0, 1, 2, 3]
+
+
+def test_a_waiting_gang_takes_the_freed_quad_while_the_a100_stays_busy(kube):
+    """Scattered (two GPUs on each DGX-1) it waits; the queue places it on the quad as soon
+    as that frees up, without waiting for the A100."""
+    demo_docs(kube)
+    with live_admitter(kube, can_wait=True) as (admitter, view):
+        _cluster(kube, view, {NODE_X: "0,1,2,3,4,5,6,7", NODE_A: "4,5",
+                              NODE_B: "0,1,2,3,4,5"})
+        holder = kube.apply(busy_pod("holder", NODE_A, "0,1,2,3"))
+        assert wait_for(lambda: sum(len(n.used) for n in view.node_states()) == 20)
+        _, admitted = waiting_gang(kube, admitter)  # asserts each pod was told it waits
+        assert all(gated(p) for p in admitted)
+        assert "on nodes of the same kind" in record(admitted[0])["reason"]
+        queue = PlacementQueue(view.api_client, view, view.reservations, identity="test")
+        assert queue.run_once().placed == []  # still only 2 + 2 free: it keeps waiting
+        kube.remove(holder)
+        assert wait_for(lambda: sum(len(n.used) for n in view.node_states()) == 16)
+        assert len(queue.run_once().placed) == 1
+    pods = pods_of(kube, "waiter")
+    assert not any(gated(p) for p in pods)
+    assert {pinned_node(p) for p in pods} == {NODE_A}
+    assert sorted(g for p in pods for g in gpu_group(p)) == [0, 1, 2, 3]
+    assert all("fallback" not in record(p)["queue"] for p in pods)  # at minShare
+
+
+def test_a_gang_split_between_an_a100_and_a_dgx1_waits(kube):
+    """Over two kinds the reference is the best on either: one A100 node's four GPUs."""
+    demo_docs(kube)
+    with live_admitter(kube, can_wait=True) as (admitter, view):
+        _cluster(kube, view, {NODE_X: "0,1,2,3,4,5", NODE_A: "0,1,2,3,4,5",
+                              NODE_B: "0,1,2,3,4,5,6,7"})
+        _, admitted = waiting_gang(kube, admitter)
+    assert all(gated(p) for p in admitted)
+    rec = record(admitted[0])
+    assert rec["waiting"] is True and "(2 node(s))" in rec["reason"]
+
+
+def test_a_node_s_kind_is_its_wiring_and_network_not_its_place():
+    dgx1 = {n.name: n for n in _nodes_of_demo()}
+    a, b = dgx1[NODE_A], dgx1[NODE_B]
+    far = NodeState(name="far", topology=a.topology, zone="elsewhere", rack="r9",
+                    network_gbps=a.network_gbps, network_transport=a.network_transport)
+    fast = NodeState(name="fast", topology=a.topology, network_gbps=100,
+                     network_transport="gdr")  # same GPUs, another network: another kind
+    x = NodeState(name=NODE_X, topology=_a100_topology(), network_gbps=a.network_gbps,
+                  network_transport=a.network_transport)
+    nodes = [a, b, far, fast, x]
+
+    def names_of(used: list[str]) -> list[str]:
+        return [n.name for n in reference_nodes(nodes, kinds_used(nodes, used))]
+
+    assert names_of([NODE_A]) == [NODE_A, NODE_B, "far"]
+    assert names_of(["fast"]) == ["fast"]
+    assert names_of([NODE_B, NODE_X]) == [NODE_A, NODE_B, "far", NODE_X]
+    assert names_of(["gone"]) == [n.name for n in nodes]  # nothing to narrow by
+
+
+def test_a_placement_over_two_kinds_is_measured_against_its_slower_kind():
+    """The least of the bests on each kind alone that holds the gang; the best on all of
+    them together only when none does."""
+    bests = {frozenset({"a100"}): 200.0, frozenset({"dgx1"}): 80.0,
+             frozenset({"pcie"}): 0.0, frozenset({"a100", "dgx1"}): 200.0,
+             frozenset({"a100", "pcie"}): 150.0, frozenset({"pcie", "dgx1"}): 90.0}
+    assert reference_bandwidth(["a100", "dgx1"], bests.__getitem__) == 80.0
+    assert reference_bandwidth(["a100", "pcie"], bests.__getitem__) == 200.0  # pcie: 0
+    assert reference_bandwidth(["dgx1"], bests.__getitem__) == 80.0
+    assert reference_bandwidth([], lambda ks: 7.0 if ks == frozenset() else 0.0) == 7.0
+
+
+def test_a_two_node_gang_over_an_a100_and_a_dgx1_starts_at_the_dgx1_s_pace(kube):
+    """Two A100 nodes on 800 Gbit/s GPUDirect (one busy), the DGX-1s on 25 Gbit/s TCP (one
+    busy): a 2 x 8-GPU gang's only placement is one A100 and one DGX-1, over TCP, as fast
+    as two DGX-1s — it starts; against two A100s on their fast network (the best on both
+    kinds together) it would wait."""
+    demo = demo_docs(kube)
+    with live_admitter(kube, can_wait=True) as (admitter, view):
+        for name in (NODE_X, NODE_Y):
+            node = _a100_node(demo)
+            node["metadata"]["name"] = node["metadata"]["labels"][
+                "kubernetes.io/hostname"] = name
+            node["metadata"]["annotations"].update({
+                names.NETWORK_GBPS_ANNOTATION: "800",
+                names.NETWORK_TRANSPORT_ANNOTATION: "gdr"})
+            kube.apply(node)
+        kube.apply(busy_pod("busy-y", NODE_Y, "0,1,2,3,4,5,6,7"))
+        kube.apply(busy_pod("busy-b", NODE_B, "0,1,2,3,4,5,6,7"))
+        assert wait_for(lambda: len(view.node_states()) == 4
+                        and sum(len(n.used) for n in view.node_states()) == 16)
+        job = kube.apply(mpijob("wide", workers=2, gpus=8))
+        pods = [admit_and_create(admitter, kube, worker_pod(job, i))[0] for i in range(2)]
+    assert not any(gated(p) for p in pods), [record(p) for p in pods]
+    assert {pinned_node(p) for p in pods} == {NODE_A, NODE_X}
+
+
+def test_the_reason_names_the_reference_a_dgx1_quad(kube):
+    demo_docs(kube)
+    with live_admitter(kube, can_wait=True) as (admitter, view):
+        _cluster(kube, view, {NODE_X: "0,1,2,3,4,5,6,7", NODE_A: "0,1,2,3,4,5",
+                              NODE_B: "0,1,2,3,4,5"})
+        _, admitted = waiting_gang(kube, admitter)
+    reason = record(admitted[0])["reason"]
+    quad = solve([next(n for n in _nodes_of_demo() if n.name == NODE_A)],
+                 GangRequest(4, 1)).bus_bandwidth_gbps
+    assert f"a good placement gives {quad:.1f} GB/s on nodes of the same kind" in reason
