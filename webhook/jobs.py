@@ -53,6 +53,7 @@ def gpu_count_problems(spec: Mapping[str, Any], gpu_resources: Iterable[str]) ->
     field: negative, fractional or non-numeric values, requests without limits, and
     requests that differ from limits (the API server requires them equal for GPUs)."""
     problems: list[str] = []
+    wanted = sorted(set(gpu_resources))
     for key in ("containers", "initContainers"):
         items = spec.get(key)
         for c in items if isinstance(items, list) else []:
@@ -62,7 +63,7 @@ def gpu_count_problems(spec: Mapping[str, Any], gpu_resources: Iterable[str]) ->
             where = f"{key[:-1]} {c.get('name')!r}"
             parts = {part: res.get(part) if isinstance(res.get(part), dict) else {}
                      for part in ("requests", "limits")}
-            for name in sorted(set(gpu_resources)):
+            for name in wanted:
                 values = {}
                 for part in ("limits", "requests"):  # one line per field the user wrote
                     if name not in parts[part]:
