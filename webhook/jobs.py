@@ -60,39 +60,45 @@ def gpu_count_problems(spec: Mapping[str, Any], gpu_resources: Iterable[str]) ->
             res = c.get("resources") if isinstance(c, dict) else None
             if not isinstance(res, dict):
                 continue
-            where = f"{key[:-1]} {c.get('name')!r}"
-            parts = {part: res.get(part) if isinstance(res.get(part), dict) else {}
-                     for part in ("requests", "limits")}
+            limits = res.get("limits") if isinstance(res.get("limits"), dict) else {}
+            requests = res.get("requests") if isinstance(res.get("requests"), dict) else {}
             for name in wanted:
-                values = {}
-                for part in ("limits", "requests"):  # one line per field the user wrote
-                    if name not in parts[part]:
-                        continue
-                    raw = parts[part][name]
-                    field = f"{where}: resources.{part}[{name}] is {raw!r}"
-                    try:
-                        value = parse_quantity(raw)
-                    except ValueError:
-                        problems.append(f"{field}, not a number")
-                        break
-                    if value < 0:
-                        problems.append(f"{field}, a negative GPU count")
-                        break
-                    if value.denominator != 1:
-                        problems.append(f"{field}, not a whole number of GPUs")
-                        break
-                    values[part] = value
-                else:
-                    if name in parts["requests"] and name not in parts["limits"]:
-                        problems.append(f"{where}: resources.requests[{name}] without a limit "
-                                        f"(the API server requires limits for GPUs)")
-                    elif len(values) == 2 and values["requests"] != values["limits"]:
-                        problems.append(
-                            f"{where}: resources.requests[{name}] {parts['requests'][name]!r} "
-                            f"differs from resources.limits[{name}] "
-                            f"{parts['limits'][name]!r} (the API server requires them "
-                            f"equal for GPUs)")
+                if name in limits or name in requests:
+                    problem = _gpu_count_problem(f"{key[:-1]} {c.get('name')!r}", name,
+                                                 limits, requests)
+                    if problem is not None:
+                        problems.append(problem)
     return problems
+
+
+def _gpu_count_problem(where: str, name: str, limits: Mapping[str, Any],
+                       requests: Mapping[str, Any]) -> str | None:
+    """The problem with GPU resource ``name`` of one container (``where``), if any: the
+    first field the user wrote that is not a whole, non-negative number; else a request
+    without a limit, or one that differs from its limit."""
+    values = {}
+    for part, written in (("limits", limits), ("requests", requests)):
+        if name not in written:
+            continue
+        raw = written[name]
+        field = f"{where}: resources.{part}[{name}] is {raw!r}"
+        try:
+            value = parse_quantity(raw)
+        except ValueError:
+            return f"{field}, not a number"
+        if value < 0:
+            return f"{field}, a negative GPU count"
+        if value.denominator != 1:
+            return f"{field}, not a whole number of GPUs"
+        values[part] = value
+    if "limits" not in values:
+        return (f"{where}: resources.requests[{name}] without a limit "
+                f"(the API server requires limits for GPUs)")
+    if "requests" in values and values["requests"] != values["limits"]:
+        return (f"{where}: resources.requests[{name}] {requests[name]!r} differs from "
+                f"resources.limits[{name}] {limits[name]!r} (the API server requires them "
+                f"equal for GPUs)")
+    return None
 
 
 def controller_ref(obj: Mapping[str, Any]) -> OwnerRef | None:
