@@ -29,7 +29,6 @@ from webhook import metrics
 from webhook.jobs import JobNotFound, controller_ref, is_job_owner, resolve_job
 from webhook.mutations import apply_policy
 from webhook.patch import copy_document, make_patch
-from webhook.podshape import check_pod
 from webhook.policy.match import matches
 from webhook.policy.schema import Policy
 from webhook.policy.store import PolicyStore
@@ -38,6 +37,7 @@ from webhook.review import (
     BadReview,
     Decision,
     build_response,
+    check_pod_object,
     parse_review,
 )
 from webhook.steps import AdmissionContext, JobInfo, Step
@@ -184,9 +184,7 @@ class Admitter:
         ref = controller_ref(pod)
         if ref is None or not is_job_owner(ref):
             return Decision(outcome="skipped")  # not a job's pod: nothing reads it
-        problem = check_pod(pod)
-        if problem is not None:  # BadReview: HTTP 400 (a pod we read must be sound)
-            raise BadReview(problem[1], path=f"request.object{problem[0]}")
+        check_pod_object(pod)  # BadReview: HTTP 400 (a pod we read must be sound)
         gpu_resources = frozenset().union(*(p.gpu_resources for p in policies))
         try:
             job = resolve_job(pod, ns_name, cluster, gpu_resources, owner=ref)

@@ -200,21 +200,14 @@ def checked_request(doc: Any) -> AdmissionRequest:
     return request
 
 
-def check_pod_shape(request: AdmissionRequest) -> None:
+def check_pod_object(pod: dict[str, Any]) -> None:
     """BadReview unless the Pod of a Pod CREATE has the shape the pipeline relies on
-    (:func:`webhook.podshape.check_pod`).
+    (:func:`webhook.podshape.check_pod`), naming the field under ``request.object``.
 
     Why not in :func:`parse_review`: the pipeline calls this once it knows it will read the
     pod (a job pod in an opted-in namespace). A pod it lets through untouched is never read
     past its namespace and owner, so its shape is the API server's business; checking it
     cost a third of an out-of-scope review (docs/benchmarks.md)."""
-    if request.is_pod_create and request.object is not None:
-        check_pod_object(request.object)
-
-
-def check_pod_object(pod: dict[str, Any]) -> None:
-    """:func:`check_pod_shape` for a caller that knows the request is a Pod CREATE and
-    holds its pod."""
     problem = check_pod(pod)
     if problem is not None:
         where, reason = problem
