@@ -6,13 +6,9 @@ Why module-level collectors: prometheus-client keeps them in its default registr
 
 from __future__ import annotations
 
-import itertools
-import threading
 from collections.abc import Callable
-from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
-from prometheus_client.values import MutexValue
 
 from webhook.deferred_histogram import DeferredHistogram
 
@@ -74,65 +70,8 @@ QUEUE_LEADER = Gauge(
     "gputopo_queue_leader", "1 while this process holds the placement queue's Lease.")
 
 
-class _TalliedValue:
-    """A counter child's value that also takes increments from ``tick`` (the C
-    ``__next__`` of an ``itertools.count``, atomic under the GIL, no Python code run).
-
-    Why: ``child.inc()`` runs ~55 Python bytecodes (observability checks, a lock, a float
-    add) and the pipeline counts once per review; an out-of-scope review is ~360
-    bytecodes in all. What ``/metrics`` shows is unchanged: ``get`` returns the float the
-    plain value would hold, ``inc``/``set`` (``reset``) and exemplars still work."""
-
-    def __init__(self, base: MutexValue) -> None:
-        self._base = base
-        self._ticks = itertools.count()
-        self.tick: Callable[[], int] = self._ticks.__next__
-        self._spent = 0  # numbers the count handed to get/set, not to tick
-        self._lock = threading.Lock()
-
-    def get(self) -> float:
-        with self._lock:
-            ticked = next(self._ticks) - self._spent
-            self._spent += 1
-        return self._base.get() + ticked
-
-    def set(self, value: float, timestamp: float | None = None) -> None:
-        with self._lock:
-            self._base.set(value, timestamp)
-            self._spent = next(self._ticks) + 1
-
-    def inc(self, amount: float) -> None:
-        self._base.inc(amount)
-
-    def __getattr__(self, name: str) -> Any:  # set_exemplar, get_exemplar
-        return getattr(self._base, name)
-
-
-_TALLIES: dict[tuple[int, tuple[str, ...]], Callable[[], object]] = {}
-_TALLIES_LOCK = threading.Lock()
-
-
 def tally(counter: Counter, *values: str) -> Callable[[], object]:
-    """A callable without arguments that adds 1 to ``counter.labels(*values)``, the same
-    one every time. This makes the labelled series (it shows on ``/metrics`` from then
-    on, at 0), so call it when there is something to count, not ahead. Outside the plain
-    single-process value class (multiprocess mode), it is the child's own ``inc``."""
-    key = (id(counter), values)
-    found = _TALLIES.get(key)
-    if found is not None:
-        return found
-    with _TALLIES_LOCK:
-        found = _TALLIES.get(key)
-        if found is None:
-            child = counter.labels(*values)
-            value = getattr(child, "_value", None)
-            if type(value) is MutexValue:
-                tallied = _TalliedValue(value)
-                child._value = tallied
-                found = tallied.tick
-            elif isinstance(value, _TalliedValue):
-                found = value.tick
-            else:
-                found = child.inc
-            _TALLIES[key] = found
-    return found
+    """A callable without arguments that adds 1 to ``counter.labels(*values)``. This makes
+    the labelled series (it shows on ``/metrics`` from then on, at 0), so call it when
+    there is something to count, not ahead."""
+    return counter.labels(*values).inc

@@ -77,13 +77,9 @@ class AdmissionRequest:
     @property
     def is_pod_create(self) -> bool:
         """True only for CREATE of the ``pods`` resource itself (no subresource)."""
-        kind, resource = self.kind, self.resource
-        # one tuple comparison (in C) instead of five chained ones: 20 bytecodes, not 33
-        return (self.operation, kind.group, kind.kind, resource.group, resource.resource
-                ) == _POD_CREATE and not self.sub_resource
-
-
-_POD_CREATE = ("CREATE", "", "Pod", "", "pods")
+        return (self.operation == "CREATE" and self.kind.group == "" and self.kind.kind == "Pod"
+                and self.resource.group == "" and self.resource.resource == "pods"
+                and not self.sub_resource)
 
 
 @dataclass
@@ -156,95 +152,17 @@ def decode_json(body: bytes | str) -> Any:
 
 
 def parse_review(body: bytes | str) -> AdmissionRequest:
-    """Parse and check an AdmissionReview body; :class:`BadReview` says what is wrong.
-
-    Why two ways: a well-formed review (all but a hostile client's) is checked in one
-    straight pass (:func:`pod_create_request`: ~150 bytecodes for a Pod CREATE, against
-    ~840 for the field-by-field :func:`checked_request`, and less code touched); anything
-    it does not vouch for goes to :func:`checked_request`, which decides and words every
-    error, so what is accepted and every message stay that function's by construction."""
+    """Parse and check an AdmissionReview body; :class:`BadReview` says what is wrong."""
     try:
         doc = decode_json(body)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise BadReview(f"body is not JSON: {exc}") from exc
-    return review_request(doc)
-
-
-_new_object = object.__new__
-
-
-#: A Pod CREATE's ``request.kind`` and ``request.resource`` as the API server sends them,
-#: and the one GroupVersionKind/Resource every such request shares.
-_POD_KIND = {"group": "", "version": "v1", "kind": "Pod"}
-_POD_RESOURCE = {"group": "", "version": "v1", "resource": "pods"}
-POD_GVK = GroupVersionKind(group="", version="v1", kind="Pod")
-PODS_GVR = GroupVersionResource(group="", version="v1", resource="pods")
-
-
-def review_request(doc: Any) -> AdmissionRequest:
-    """:func:`parse_review` of a body :func:`decode_json` decoded already (``doc``): the
-    request, or :class:`BadReview`. Only a Pod CREATE has a fast path: the webhook is
-    registered for nothing else (manifests/webhook-configuration.yaml), so any other
-    review is rare enough for the checker."""
-    return pod_create_request(doc) or checked_request(doc)
-
-
-#: What :func:`pod_create_fields` gives: (uid, namespace, name, object, dryRun).
-PodCreate = tuple[str, str, str, dict[str, Any], bool]
-
-
-def pod_create_request(doc: Any) -> AdmissionRequest | None:
-    """The request of a well-formed Pod CREATE review (nearly every review: the webhook is
-    registered for nothing else), exactly as :func:`checked_request` returns it; None for
-    anything else or anything off (the checker then decides)."""
-    fields = pod_create_fields(doc)
-    return None if fields is None else pod_create(fields)
-
-
-def pod_create(fields: PodCreate) -> AdmissionRequest:
-    """The AdmissionRequest of a Pod CREATE :func:`pod_create_fields` vouched for."""
-    uid, namespace, name, obj, dry_run = fields
-    request = _new_object(AdmissionRequest)  # frozen: fill __dict__ as __init__ would
-    request.__dict__.update(uid=uid, kind=POD_GVK, resource=PODS_GVR, sub_resource="",
-                            operation="CREATE", namespace=namespace, name=name, object=obj,
-                            dry_run=dry_run)
-    return request
-
-
-def pod_create_fields(doc: Any) -> PodCreate | None:
-    """(uid, namespace, name, object, dryRun) of a well-formed Pod CREATE review, None
-    for anything else or anything off. ``doc`` is what :func:`decode_json` returned:
-    subscripting anything but the dict expected raises TypeError or KeyError, which here
-    only means "not vouched for".
-
-    Plain subscripts and comparisons only. Why: on the idle benchmark guest each review
-    starts cold, and its CPU grows with the distinct code it touches more than with its
-    bytecodes; a table-driven pass (itemgetter, map, type, dict merges: ~120 bytecodes)
-    cost ~40 us cold over the decode, this one (~150 bytecodes) ~15. A tuple,
-    not the AdmissionRequest: making an instance (``object.__new__`` and its ``__dict__``)
-    cost ~10 us of a cold review, a tuple ~0.5 (in-process, 20 ms apart), and the server's
-    event loop answers an out-of-scope pod from these fields alone."""
-    try:
-        req = doc["request"]
-        if (req["kind"] == _POD_KIND and req["resource"] == _POD_RESOURCE
-                and req["operation"] == "CREATE"):
-            uid, obj = req["uid"], req["object"]
-            namespace, name = req.get("namespace", ""), req.get("name", "")
-            dry_run = req.get("dryRun", False)
-            if (doc["apiVersion"] == API_VERSION and doc["kind"] == KIND
-                    and type(uid) is str and uid and type(namespace) is str
-                    and type(name) is str and (dry_run is False or dry_run is True)
-                    and req.get("subResource", "") == "" and type(obj) is dict
-                    and obj.get("kind") == "Pod" and obj.get("apiVersion") == "v1"):
-                return uid, namespace, name, obj, dry_run
-    except (KeyError, TypeError):
-        pass
-    return None
+    return checked_request(doc)
 
 
 def checked_request(doc: Any) -> AdmissionRequest:
-    """The request of a decoded review, every field checked one by one; :class:`BadReview`
-    names the first that is wrong. The reference :func:`parse_review` agrees with."""
+    """The request of a decoded review (``doc``: what :func:`decode_json` returned), every
+    field checked one by one; :class:`BadReview` names the first that is wrong."""
     if not isinstance(doc, dict):
         raise BadReview("body is not a JSON object")
     api_version = doc.get("apiVersion")
@@ -282,21 +200,14 @@ def checked_request(doc: Any) -> AdmissionRequest:
     return request
 
 
-def check_pod_shape(request: AdmissionRequest) -> None:
+def check_pod_object(pod: dict[str, Any]) -> None:
     """BadReview unless the Pod of a Pod CREATE has the shape the pipeline relies on
-    (:func:`webhook.podshape.check_pod`).
+    (:func:`webhook.podshape.check_pod`), naming the field under ``request.object``.
 
     Why not in :func:`parse_review`: the pipeline calls this once it knows it will read the
     pod (a job pod in an opted-in namespace). A pod it lets through untouched is never read
     past its namespace and owner, so its shape is the API server's business; checking it
     cost a third of an out-of-scope review (docs/benchmarks.md)."""
-    if request.is_pod_create and request.object is not None:
-        check_pod_object(request.object)
-
-
-def check_pod_object(pod: dict[str, Any]) -> None:
-    """:func:`check_pod_shape` for a caller that knows the request is a Pod CREATE and
-    holds its pod (the pipeline's scope: not asking ``is_pod_create`` again)."""
     problem = check_pod(pod)
     if problem is not None:
         where, reason = problem

@@ -53,9 +53,7 @@ class PolicyStore:
         self._loaded = False
         #: The policy set in force, in merge order; None until one is loaded. One plain
         #: attribute, replaced (never modified) by a reload: ``ready`` and ``policies()``
-        #: in one read, without a call. Why: the pipeline asks both of every review, and on
-        #: the idle benchmark guest the property and the method (lock, copy) cost ~6 and
-        #: ~18 us of a cold review on their own (docs/benchmarks.md).
+        #: in one consistent read (a reload between the two cannot be seen half).
         self.in_force: tuple[Policy, ...] | None = None
         self._fingerprint: Fingerprint | None = None
         self.last_error: InputError | None = None

@@ -1,13 +1,11 @@
-"""What the event loop's share keeps between reviews goes stale with nothing it depends on:
-the snapshot's opt-in answer per namespace (a namespace relabelled, the snapshot rebuilt),
-the policy store's set in force (reloaded), the facts resolve_job keeps per job object (the
-job replaced: new size, labels, uid), the OwnerRef handed out per owner. Each through the
-public interfaces, answers compared with what a fresh admitter (nothing kept) says."""
+"""An admitter that has answered reviews answers the next one from the cluster and policies
+as they are now: a namespace relabelled, a snapshot rebuilt, policies reloaded, a job
+replaced (new size, labels, uid). Each through the public interfaces, answers compared
+with what a fresh admitter says."""
 
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +23,7 @@ from tests.webhook.conftest import (
     write_policy,
 )
 from webhook.assembly import build_admitter
-from webhook.jobs import JobNotFound, controller_ref, resolve_job
+from webhook.jobs import JobNotFound, resolve_job
 from webhook.pipeline import Admitter, InScope
 from webhook.review import AdmissionRequest
 
@@ -140,33 +138,3 @@ def test_a_replaced_job_is_resolved_afresh() -> None:
     cluster.add(renewed)
     with pytest.raises(JobNotFound, match="has uid uid-new, the pod names uid-pt"):
         resolve_job(operator_pod(job, "Worker", 1), "team", cluster, GPUS)
-
-
-def test_remembered_job_facts_give_what_a_first_look_gives() -> None:
-    job = pytorch_job(ns="team", workers=3)
-    job["spec"]["pytorchReplicaSpecs"]["worker"] = job["spec"]["pytorchReplicaSpecs"].pop(
-        "Worker")  # a lower-case key: the pods' "Worker" label still finds it
-    cluster = ClusterSnapshot.from_objects([namespace("team"), job])
-    pods = [operator_pod(job, "Worker", i) for i in range(3)] + [
-        operator_pod(job, "Master", 0)]
-    legacy = operator_pod(job, "Worker", 2)
-    labels = legacy["metadata"]["labels"]
-    labels["replica-type"] = labels.pop(names.REPLICA_TYPE_LABEL)
-    labels["replica-index"] = labels.pop(names.REPLICA_INDEX_LABEL)
-    for pod in [*pods, legacy]:
-        kept = resolve_job(pod, "team", cluster, GPUS)  # the job's facts kept by now
-        alone = resolve_job(pod, "team", ClusterSnapshot.from_objects([copy.deepcopy(job)]),
-                            GPUS)
-        assert kept == alone and kept is not None
-        assert json.dumps(vars(kept), sort_keys=True, default=str) == json.dumps(
-            vars(alone), sort_keys=True, default=str)
-
-
-def test_one_owner_ref_per_owner() -> None:
-    job = pytorch_job(ns="team", workers=2)
-    a, b = operator_pod(job, "Worker", 0), operator_pod(job, "Worker", 1)
-    assert controller_ref(a) is controller_ref(b)
-    other = copy.deepcopy(b)
-    other["metadata"]["ownerReferences"][0]["uid"] = "uid-other"
-    ref = controller_ref(other)
-    assert ref is not None and ref.uid == "uid-other" and ref != controller_ref(a)
