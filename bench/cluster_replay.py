@@ -121,16 +121,17 @@ def efficiency(gang: GangRequest, model: Model, bus_gbps: float) -> float:
 class Ideal:
     """Each gang shape's best bus bandwidth: gputopo's solve on the empty cluster (what the
     load is counted in), and the waiting rule's reference for a placement (what a job's
-    share is counted against, for every policy alike: gputopo's solve on the empty nodes
-    of the placement's kinds, :func:`gputopo.placement.waiting.reference_bandwidth`)."""
+    share is counted against, for every policy alike: the least of gputopo's solves on the
+    empty nodes of each kind of the cluster alone,
+    :func:`gputopo.placement.waiting.reference_bandwidth`)."""
 
     def __init__(self, cluster: Sequence[NodeState]) -> None:
         self.cluster = list(cluster)
         self._bw: dict[tuple[GangRequest, frozenset[Any]], float] = {}
 
     def bandwidth(self, gang: GangRequest, used: Collection[str] = ()) -> float:
-        """The gang's best on the empty cluster; with ``used`` (node names), the rule's
-        reference for a placement on those nodes."""
+        """The gang's best on the empty cluster; with ``used`` (node names of a placement),
+        the rule's reference (the same for every placement)."""
 
         def best_on(kinds: frozenset[Any]) -> float:
             if (gang, kinds) not in self._bw:
@@ -140,7 +141,8 @@ class Ideal:
 
         if not used:
             return best_on(frozenset())
-        return reference_bandwidth(kinds_used(self.cluster, used), best_on)
+        return reference_bandwidth(kinds_used(self.cluster, [n.name for n in self.cluster]),
+                                   best_on)
 
     def efficiency(self, job: Job) -> float:
         return efficiency(job.gang, job.model, self.bandwidth(job.gang))

@@ -7,31 +7,28 @@ benchmark's cluster replay, which must queue exactly as the product does. All th
 these functions; none of them holds a threshold of its own.
 
 The measure is the gang's **share**: the predicted all-reduce bus bandwidth of the best
-placement among the free GPUs, divided by its **reference** — what the gang gets, with
-every GPU free, on the nodes of the kinds that placement uses (among the nodes its pod's
-constraints admit). A node's kind is its GPU wiring and its network as the all-reduce sees
-it (:func:`node_kind`). A job's communication runs at that share of the speed it would have
-on that hardware well placed; the whole step slows down at most as much (compute does not
-depend on the placement).
+placement among the free GPUs, divided by its **reference** — the gang placed well on the
+slowest kind of node it may use: for every kind among the nodes its pod's constraints admit
+(:func:`node_kind`: GPU wiring and network as the all-reduce sees it), the gang's best on the
+nodes of that kind alone with every GPU free, and of those the least
+(:func:`reference_bandwidth`; kinds too small to hold the gang alone are skipped, and when
+none can, the best on all of them together counts). A job's communication runs at that
+share; the whole step slows down at most as much (compute does not depend on the
+placement).
 
-Why the placement's own kinds and not the best hardware of the cluster: the rule guards
-against a *placement* that wastes GPUs — a gang split over links or nodes it need not
-cross, at a few per cent of its speed — not against older GPUs. Against the fastest kind
-anywhere, a 4-GPU gang on a free DGX-1 NVLink quad (all a DGX-1 can give it) scored 0.34 of
-a DGX A100 and waited, below even the floor, for one of the few A100 nodes while the quad
-stayed idle (docs/benchmarks.md, "Cluster replay"). Which hardware a job may run on is the
+Why the slowest kind, and one reference for the gang whatever placement is asked about:
+the rule guards against a *placement* that wastes GPUs — a gang split over links or nodes it
+need not cross, at a few per cent of its speed — not against older GPUs. Against the fastest
+kind anywhere, a 4-GPU gang on a free DGX-1 NVLink quad (all a DGX-1 can give it) scored
+0.34 of a DGX A100 and waited, below even the floor, for one of the few A100 nodes while the
+quad stayed idle. Against the best of the placement's own kinds, the rule was not monotone:
+a 2 x 8 gang turned down two DGX-1s in different racks (short of two in one rack) and later
+started on two PCIe servers over TCP at a seventh of that speed, "share 1" of theirs
+(docs/benchmarks.md, "Cluster replay"). With one reference a faster placement is never
+refused where a slower one would start, and a gang scattered over nodes (two DGX-1 pairs
+instead of a quad; eight GPUs over three PCIe servers on TCP) still falls below the gang
+placed well on the slowest hardware, and waits. Which hardware a job may run on is the
 owner's choice (nodeSelector, affinity); nodes it rules out are no part of the reference.
-
-A placement over several kinds runs at the pace of its slowest part, so its reference is
-the *least* of the gang's bests on each of those kinds alone (:func:`reference_bandwidth`;
-kinds that cannot hold the gang alone are skipped, and when none can, the best on all of
-them together counts). A 4 x 1-GPU gang split between an A100 pair and a DGX-1 pair over
-the network is measured against a DGX-1 quad and waits; 4 x 8 GPUs on two A100s and two
-DGX-1s against four DGX-1s, and starts — measured against four A100s it would wait, and
-might later start on four PCIe servers over TCP at a fraction of that speed (share 1 of
-their own best). A gang scattered over nodes of one kind (two DGX-1 pairs instead of one
-quad; eight GPUs over three PCIe servers) is measured against that kind well placed, and
-waits.
 
 - ``minShare`` (default 0.9): the gang starts now only at or above it;
 - ``afterMaxWait`` — what a gang that waited ``maxWaitSeconds`` does:
@@ -172,8 +169,9 @@ def reference_nodes(nodes: Sequence[NodeState], kinds: Collection[Hashable]
 
 def reference_bandwidth(kinds: Sequence[Hashable],
                         best_on: Callable[[frozenset[Hashable]], float]) -> float:
-    """THE reference of a placement on nodes of ``kinds``: the least of the gang's bests on
-    each kind alone that can hold it; when none can, its best on all of them together.
+    """THE reference of a gang that may use nodes of ``kinds`` (every kind of the nodes its
+    pods may use): the least of its bests on each kind alone that can hold it; when none
+    can, its best on all of them together.
     ``best_on(ks)``: the gang's best bus bandwidth on the nodes of kinds ``ks`` with every
     GPU free (0 when it does not fit there)."""
     if len(kinds) > 1:

@@ -1,4 +1,4 @@
-"""The waiting rule's reference is the gang's best on nodes of the kinds its placement uses.
+"""The waiting rule's reference: the gang placed well on the slowest kind of node it may use.
 
 A heterogeneous cluster on the API test double: the demo's two DGX-1 nodes (NVLink quads
 0-3 and 4-7) and a DGX A100 (NVSwitch) beside them, all on the same network. A 4 x 1-GPU
@@ -103,7 +103,7 @@ def test_a_waiting_gang_takes_the_freed_quad_while_the_a100_stays_busy(kube):
         assert wait_for(lambda: sum(len(n.used) for n in view.node_states()) == 20)
         _, admitted = waiting_gang(kube, admitter)  # asserts each pod was told it waits
         assert all(gated(p) for p in admitted)
-        assert "on nodes of the same kind" in record(admitted[0])["reason"]
+        assert "a good placement gives" in record(admitted[0])["reason"]
         queue = PlacementQueue(view.api_client, view, view.reservations, identity="test")
         assert queue.run_once().placed == []  # still only 2 + 2 free: it keeps waiting
         kube.remove(holder)
@@ -117,7 +117,8 @@ def test_a_waiting_gang_takes_the_freed_quad_while_the_a100_stays_busy(kube):
 
 
 def test_a_gang_split_between_an_a100_and_a_dgx1_waits(kube):
-    """Over two kinds the reference is the best on either: one A100 node's four GPUs."""
+    """Scattered over an A100 pair and a DGX-1 pair over the network: below a DGX-1 quad (the
+    slower kind's best), so it waits."""
     demo_docs(kube)
     with live_admitter(kube, can_wait=True) as (admitter, view):
         _cluster(kube, view, {NODE_X: "0,1,2,3,4,5", NODE_A: "0,1,2,3,4,5",
@@ -194,4 +195,38 @@ def test_the_reason_names_the_reference_a_dgx1_quad(kube):
     reason = record(admitted[0])["reason"]
     quad = solve([next(n for n in _nodes_of_demo() if n.name == NODE_A)],
                  GangRequest(4, 1)).bus_bandwidth_gbps
-    assert f"a good placement gives {quad:.1f} GB/s on nodes of the same kind" in reason
+    assert f"a good placement gives {quad:.1f} GB/s" in reason
+
+
+def test_the_reference_does_not_depend_on_the_placement_so_a_faster_one_is_never_refused():
+    """A gang's reference is one figure for the cluster it may use (the least of its bests
+    on each kind alone), whatever placement is asked about: were it the best of the
+    placement's own kinds, a 2 x 8 gang would turn down two DGX-1s in different racks
+    (short of two in one rack) and later start on two PCIe servers over TCP, slower, at
+    "share 1" of theirs. With one reference, a faster placement starts wherever a slower
+    one would."""
+    from gputopo.cluster.reservations import InMemoryReservationStore
+    from webhook.placement.reserve import GangReserver
+
+    dgx1 = parse_nvidia_smi((FIXTURES / "dgx1-v100.txt").read_text(encoding="utf-8"))
+    pcie = parse_nvidia_smi((FIXTURES / "pcie-2socket-phb.txt").read_text(encoding="utf-8"))
+    nodes = [NodeState(name="dgx-a", topology=dgx1, rack="r1", zone="z", network_gbps=100,
+                       network_transport="gdr"),
+             NodeState(name="dgx-b", topology=dgx1, rack="r2", zone="z", network_gbps=100,
+                       network_transport="gdr"),
+             NodeState(name="dgx-c", topology=dgx1, rack="r1", zone="z", network_gbps=100,
+                       network_transport="gdr"),
+             NodeState(name="pcie-1", topology=pcie, rack="r3", zone="z"),
+             NodeState(name="pcie-2", topology=pcie, rack="r3", zone="z")]
+    gang = GangRequest(2, 8)
+    reserver = GangReserver(InMemoryReservationStore())
+    on_dgx = reserver.ideal_bandwidth(nodes, gang, used=["dgx-a", "dgx-b"])
+    on_pcie = reserver.ideal_bandwidth(nodes, gang, used=["pcie-1", "pcie-2"])
+    assert on_dgx == on_pcie
+    dgx_best = solve([n for n in nodes if n.name.startswith("dgx")], gang).bus_bandwidth_gbps
+    pcie_best = solve([n for n in nodes if n.name.startswith("pcie")], gang).bus_bandwidth_gbps
+    assert on_dgx == min(dgx_best, pcie_best)
+    # two DGX-1s across racks beat the PCIe pair, so they start wherever the PCIe pair would
+    across = solve([nodes[0], nodes[1]], gang).bus_bandwidth_gbps
+    assert across > pcie_best
+    assert reserver.not_good(solve([nodes[0], nodes[1]], gang), nodes, gang, 0.9) is None

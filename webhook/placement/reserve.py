@@ -444,9 +444,9 @@ class GangReserver:
         gang shape and node set: the same for every gang of that shape) and no other pod
         there: ``demand``, one pod's non-GPU requests, still limits how many of the gang a
         node holds (two pods of 60 CPUs never share a node of 94, however empty).
-        ``used``: the names of the nodes a placement uses; then the waiting rule's
-        reference for it (gputopo.placement.waiting ``reference_bandwidth``: the nodes of
-        their kinds count; cached per kinds).
+        ``used``: given (the names of the nodes a placement uses), the waiting rule's
+        reference instead (gputopo.placement.waiting ``reference_bandwidth`` over every kind
+        of ``nodes``: the same figure whatever the placement; cached per kind).
 
         The node set is everything the solver reads of a node but its used GPUs (name,
         topology, zone, rack, effective network: line rate, transport, the node's and the
@@ -490,23 +490,21 @@ class GangReserver:
             return best_on(frozenset())
         if not kinds:
             kinds.update((n.name, node_kind(n)) for n in nodes)
-        return reference_bandwidth(list(dict.fromkeys(kinds[u] for u in used if u in kinds)),
-                                   best_on)
+        return reference_bandwidth(list(dict.fromkeys(kinds.values())), best_on)
 
     def not_good(self, placement: Placement, nodes: Sequence[NodeState], gang: GangRequest,
                  good_share: float, demand: Mapping[str, int] | None = None
                  ) -> Unplaced | None:
         """Why a feasible ``placement`` is not good enough to take now (below ``good_share``
-        of the gang's ideal bandwidth on nodes of the kinds it uses: the waiting rule's
-        reference and :func:`starts`), or None."""
+        of the waiting rule's reference for the gang: :func:`starts`), or None."""
         spread = sorted({s.node for s in placement.slots})
         ideal = self.ideal_bandwidth(nodes, gang, demand, used=spread)
         if starts(placement.bus_bandwidth_gbps, ideal, good_share):
             return None
         return Unplaced(
             f"best free now gives {placement.bus_bandwidth_gbps:.1f} GB/s bus bandwidth "
-            f"({len(spread)} node(s)); a good placement gives {ideal:.1f} GB/s on nodes of "
-            f"the same kind (waits for at least {good_share:.0%} of it)")
+            f"({len(spread)} node(s)); a good placement gives {ideal:.1f} GB/s (waits for "
+            f"at least {good_share:.0%} of it)")
 
     def reserve(
         self, *, cluster: ClusterReader, pod: Mapping[str, Any], key: GangKey,
