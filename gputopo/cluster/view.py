@@ -7,7 +7,9 @@ ACK report ConfigMap, locality), the GPUs bound pods hold, Namespaces, the Kubef
 training jobs — current through list+watch with the official ``kubernetes`` client, the
 way client-go informers do: list, then watch from the list's resourceVersion, follow
 bookmarks, re-list on 410 Gone, reconnect with backoff when the API server is away (and
-keep answering from the last known state meanwhile).
+keep answering from the last known state meanwhile). About 620 lines: the watch handlers
+and the reservation release and reconcile they drive stay in one class (the list+watch loop,
+the trimming, the on-demand GETs and the memory-only reader are modules of their own).
 
 Node data goes through :mod:`gputopo.cluster.objects`, the same functions the file-backed
 snapshot uses, so both agree on activation, GPUs in use and bad data (a node with a corrupt
