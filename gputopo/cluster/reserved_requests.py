@@ -40,11 +40,16 @@ def pending_requests(reservations: Iterable[GangReservation]) -> dict[str, Reque
     return out
 
 
-def with_pending(nodes: Sequence[NodeState], pending: Mapping[str, Mapping[str, int]]
-                 ) -> list[NodeState]:
-    """Copies of the nodes of ``nodes`` that ``pending`` names, their requested sums
-    grown by it (what :func:`~gputopo.cluster.node_resources.with_caps` puts in place of
-    the originals); nodes without resource data are left out: nothing is known of them."""
+def with_pending(nodes: Sequence[NodeState], pending: Mapping[str, Mapping[str, int]],
+                 demand: Mapping[str, int], most: int) -> list[NodeState]:
+    """Copies of the nodes of ``nodes`` that ``pending`` names, their requested sums grown
+    by it (what :func:`~gputopo.cluster.node_resources.with_caps` puts in place of the
+    originals) — only those where, so grown, fewer than ``most`` pods asking for ``demand``
+    fit: elsewhere the pending requests change no cap and no reason, so the node stays the
+    object it was. Why: a few gangs' pods are still arriving at nearly every new gang, and
+    copying their nodes every time made the solver regroup and re-rate them twice per gang
+    (about a third of a new gang's admission CPU, bench/admission_profile.py --components).
+    Nodes without resource data are left out: nothing is known of them."""
     if not pending:
         return []
     changed = []
@@ -55,6 +60,7 @@ def with_pending(nodes: Sequence[NodeState], pending: Mapping[str, Mapping[str, 
         requested = dict(n.resources.requested)
         for name, amount in more.items():
             requested[name] = requested.get(name, 0) + amount
-        changed.append(replace(n, resources=NodeResources(n.resources.allocatable,
-                                                          requested)))
+        grown = NodeResources(n.resources.allocatable, requested)
+        if grown.fits(demand, most)[0] < most:
+            changed.append(replace(n, resources=grown))
     return changed

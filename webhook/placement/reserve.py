@@ -431,12 +431,15 @@ class GangReserver:
         if self._fits.get(key) is entry:  # only for a remembered fit
             self._frees[key] = _Free(fit=entry.fit, revision=revision, free=free)
 
-    def with_reserved_requests(self, nodes: Sequence[NodeState]) -> Sequence[NodeState]:
+    def with_reserved_requests(self, nodes: Sequence[NodeState], demand: Mapping[str, int],
+                               gang: GangRequest) -> Sequence[NodeState]:
         """``nodes`` (position for position) with the requests of reserved slots whose
-        pods do not exist yet added to their nodes' requested sums
+        pods do not exist yet added to their nodes' requested sums where that limits how
+        many of ``gang``'s pods (each asking for ``demand``) a node holds
         (:mod:`gputopo.cluster.reserved_requests`): another gang's pods still coming hold
         their CPU and memory as their GPUs are held."""
-        return with_caps(nodes, with_pending(nodes, self.store.pending_requests()))
+        return with_caps(nodes, with_pending(nodes, self.store.pending_requests(), demand,
+                                             gang.per_node))
 
     def ideal_bandwidth(self, nodes: Sequence[NodeState], gang: GangRequest,
                         demand: Mapping[str, int] | None = None, *,
@@ -549,7 +552,7 @@ class GangReserver:
         for attempt in range(1, self.max_attempts + 1):
             entry, free, excluded, held = self._fit_and_free(cluster, pod, shares)
             bound, free = usable_pair(entry.fit, free, net, no_ports)
-            free = self.with_reserved_requests(free)
+            free = self.with_reserved_requests(free, demand, gang)
             refused = volumes.refusals(free)
             placement = solve_fitting(self.solver, free, gang, demand, self.caps,
                                       refused=refused, notes=volumes.notes)

@@ -379,9 +379,10 @@ class PlacementStep:
                 fit, nodes, excluded = self.reserver.fit_and_free(
                     ctx.cluster, ctx.pod, placement_settings(ctx.policy).transport_share)
                 fit, nodes = usable_pair(fit, nodes, net)
-                nodes = self.reserver.with_reserved_requests(nodes)
+                demand = pod_demand(ctx.pod)
+                nodes = self.reserver.with_reserved_requests(nodes, demand, gang)
                 volumes = pod_volumes(ctx.cluster, ctx.pod)
-                placement = solve_fitting(self.solver, nodes, gang, pod_demand(ctx.pod),
+                placement = solve_fitting(self.solver, nodes, gang, demand,
                                           self.reserver.caps, refused=volumes.refusals(nodes),
                                           notes=volumes.notes)
                 if not placement.feasible:
