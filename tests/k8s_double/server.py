@@ -33,6 +33,9 @@ driven too (except "refuse", which only the owning process can undo).
 
 Not modelled: authentication, admission, finalizers, pagination, server-side apply,
 namespace existence checks, defaulting.
+
+About 900 lines: one HTTP handler and one store, because the wire rules (resourceVersions,
+watches, 409s, 410s) are what the tests rely on being the API server's, in one place.
 """
 
 from __future__ import annotations
