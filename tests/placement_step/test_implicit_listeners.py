@@ -8,6 +8,7 @@ sshd workers on one node."""
 
 from __future__ import annotations
 
+from apiserver_rules import assert_node_ports_free, stored
 from placement_checks import record
 from placement_jobs import mpijob
 
@@ -32,8 +33,12 @@ def test_two_single_worker_mpijobs_never_put_two_host_network_sshd_on_one_node(m
     assert two["spec"].get("hostNetwork") is not True
     assert record(two)["network"]["plan"] == "pod"
     assert "TCP 2222" in record(two)["network"]["why"]
-    hosts = [p for p in (one, two) if p["spec"].get("hostNetwork") is True]
-    assert len({record(p)["node"] for p in hosts}) == len(hosts)
+    # as the API server stores them: one host-network pod per node (its sshd, declared
+    # nowhere, is the one claim NodePorts cannot see), and no declared host port twice
+    kept = [stored(p) for p in (one, two)]
+    hosts = [p for p in kept if p["spec"].get("hostNetwork") is True]
+    assert len({record(p)["node"] for p in hosts}) == len(hosts) == 1
+    assert_node_ports_free({node: kept})
 
 
 def test_a_listener_is_held_only_under_a_host_plan() -> None:

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from apiserver_rules import assert_resources_fit
 from placement_checks import pinned_node, record
 
 from gputopo.cli import main
@@ -63,6 +64,17 @@ def nodes_of(result) -> list[str | None]:
     return [record(result.pods[p])["node"] for p in PODS]
 
 
+def assert_scheduler_fits(result, resources: tuple[str, ...]) -> None:
+    """The pinned pods, as the API server stores them, pass NodeResourcesFit on the demo
+    nodes (94 CPUs, 503Gi each)."""
+    allocatable = {d["metadata"]["name"]: d["status"]["allocatable"]
+                   for d in load_documents(demo_cluster_path()) if d.get("kind") == "Node"}
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for p in PODS:
+        by_node.setdefault(pinned_node(result.pods[p]), []).append(result.pods[p])
+    assert_resources_fit(by_node, allocatable, resources)
+
+
 def test_two_pods_of_60_cpus_go_one_per_dgx1_node(mutate):
     """Both on one node would be 120 of its 94 CPUs; without the CPUs both pods share
     the first node (the best GPUs), which shows the rule decides."""
@@ -72,6 +84,7 @@ def test_two_pods_of_60_cpus_go_one_per_dgx1_node(mutate):
     assert result.rc == 0, result.stderr
     assert sorted(nodes_of(result)) == [FIRST, SECOND]
     assert {pinned_node(result.pods[p]) for p in PODS} == {FIRST, SECOND}
+    assert_scheduler_fits(result, ("cpu", "memory"))
     assert f"{FIRST}: cpu 120 of 94" in record(result.pods[PODS[0]])["reason"]
 
 
@@ -87,6 +100,7 @@ def test_pods_no_node_has_room_for_are_unplaced_with_the_resource(mutate):
 def test_two_pods_of_500gi_memory_go_one_per_node(mutate):
     result = mutate([seed_job({"memory": "500Gi"})])
     assert sorted(nodes_of(result)) == [FIRST, SECOND]
+    assert_scheduler_fits(result, ("cpu", "memory"))
     assert f"{FIRST}: memory 1000Gi of 503Gi" in record(result.pods[PODS[0]])["reason"]
 
 
