@@ -50,7 +50,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,7 +67,7 @@ from gputopo.placement.solver import solve  # noqa: E402
 from gputopo.placement.types import GangRequest, NodeState  # noqa: E402
 from gputopo.placement.waiting import (  # noqa: E402
     WaitingRule,
-    kinds_used,
+    node_kinds,
     reference_bandwidth,
     reference_nodes,
 )
@@ -129,9 +129,9 @@ class Ideal:
         self.cluster = list(cluster)
         self._bw: dict[tuple[GangRequest, frozenset[Any]], float] = {}
 
-    def bandwidth(self, gang: GangRequest, used: Collection[str] = ()) -> float:
-        """The gang's best on the empty cluster; with ``used`` (node names of a placement),
-        the rule's reference (the same for every placement)."""
+    def bandwidth(self, gang: GangRequest, *, reference: bool = False) -> float:
+        """The gang's best on the empty cluster; with ``reference``, the rule's reference
+        (the same for every placement)."""
 
         def best_on(kinds: frozenset[Any]) -> float:
             if (gang, kinds) not in self._bw:
@@ -139,10 +139,9 @@ class Ideal:
                 self._bw[(gang, kinds)] = p.bus_bandwidth_gbps if p.feasible else 0.0
             return self._bw[(gang, kinds)]
 
-        if not used:
+        if not reference:
             return best_on(frozenset())
-        return reference_bandwidth(kinds_used(self.cluster, [n.name for n in self.cluster]),
-                                   best_on)
+        return reference_bandwidth(node_kinds(self.cluster), best_on)
 
     def efficiency(self, job: Job) -> float:
         return efficiency(job.gang, job.model, self.bandwidth(job.gang))
@@ -200,7 +199,7 @@ def replay(policy: str, cluster: list[NodeState], jobs: Sequence[Job], ideal: Id
         job = by_key[s.key]
         bw = s.reservation.bus_bandwidth_gbps
         eff = efficiency(job.gang, job.model, bw)
-        best = ideal.bandwidth(job.gang, {slot.node for slot in s.reservation.slots})
+        best = ideal.bandwidth(job.gang, reference=True)
         share = 1.0 if job.gang.total_gpus == 1 or best <= 0 else min(1.0, bw / best)
         end = s.at + job.work_s / eff
         ran[job.id] = Ran(s.at, end, eff, share, s.how)

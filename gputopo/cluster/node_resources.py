@@ -66,22 +66,12 @@ def amount(resource: str, value: object) -> int | None:
     """A quantity as the scheduler keeps it: CPU in millicores (rounded up, as
     ``MilliValue``), anything else in its unit (rounded up, as ``Value``); None when it is
     not a quantity."""
-    if isinstance(value, str):
-        return _amount_of_text(resource == CPU, value)
-    try:
-        q = parse_quantity(value)
-    except ValueError:
-        return None
-    if q < 0:
-        return None
-    return math.ceil(q * 1000) if resource == CPU else math.ceil(q)
+    milli = resource == CPU
+    return _amount_of_text(milli, value) if isinstance(value, str) else _amount(milli, value)
 
 
-@lru_cache(maxsize=4096)
-def _amount_of_text(milli: bool, value: str) -> int | None:
-    """:func:`amount` of a quantity text, remembered: the view reads every pod's requests
-    on every change of it, and a cluster uses few distinct texts ("8", "64Gi"); the
-    Fraction arithmetic was most of a pod's ~36 us."""
+def _amount(milli: bool, value: object) -> int | None:
+    """:func:`amount`, with CPU's millicores asked for by ``milli``."""
     try:
         q = parse_quantity(value)
     except ValueError:
@@ -89,6 +79,12 @@ def _amount_of_text(milli: bool, value: str) -> int | None:
     if q < 0:
         return None
     return math.ceil(q * 1000) if milli else math.ceil(q)
+
+
+#: :func:`_amount` of a quantity text, remembered: the view reads every pod's requests on
+#: every change of it, and a cluster uses few distinct texts ("8", "64Gi"); the Fraction
+#: arithmetic was most of a pod's ~36 us.
+_amount_of_text = lru_cache(maxsize=4096)(_amount)
 
 
 def _container_requests(container: object, skip: frozenset[str]) -> Requests:

@@ -168,14 +168,8 @@ def requests_held_by_pod(pod: Mapping[str, Any]) -> tuple[str, Requests] | None:
 
 def _pinned_node(pod: Mapping[str, Any]) -> str | None:
     """The node of a placed pod's ``gputopo.io/placement`` record, if it has one."""
-    raw = annotations(pod).get(names.PLACEMENT_ANNOTATION)
-    if not isinstance(raw, str):
-        return None
-    try:
-        record = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(record, dict) or record.get("placed") is not True:
+    record = _record(pod)
+    if record is None or record.get("placed") is not True:
         return None
     node = record.get("node")
     return node if isinstance(node, str) and node else None

@@ -47,7 +47,7 @@ a placement writes, so an unpinned release would run the job without its GPUs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -153,9 +153,9 @@ def node_kind(node: NodeState) -> Hashable:
             node.nvlink_domain is not None)
 
 
-def kinds_used(nodes: Sequence[NodeState], used: Collection[str]) -> list[Hashable]:
-    """The kinds of the nodes named ``used`` that are among ``nodes``, each once."""
-    return list(dict.fromkeys(node_kind(n) for n in nodes if n.name in used))
+def node_kinds(nodes: Iterable[NodeState]) -> list[Hashable]:
+    """The kinds of ``nodes``, each once, in order: what :func:`reference_bandwidth` takes."""
+    return list(dict.fromkeys(node_kind(n) for n in nodes))
 
 
 def reference_nodes(nodes: Sequence[NodeState], kinds: Collection[Hashable]

@@ -33,7 +33,7 @@ from gputopo import names
 from gputopo.cluster.demo import demo_snapshot
 from gputopo.placement.solver import solve
 from gputopo.placement.types import GangRequest, NodeState
-from gputopo.placement.waiting import kinds_used, reference_bandwidth, reference_nodes
+from gputopo.placement.waiting import node_kinds, reference_bandwidth, reference_nodes
 from gputopo.topology.nvidia_smi import parse_nvidia_smi
 from webhook.queue.placer import PlacementQueue
 
@@ -141,7 +141,8 @@ def test_a_node_s_kind_is_its_wiring_and_network_not_its_place():
     nodes = [a, b, far, fast, x]
 
     def names_of(used: list[str]) -> list[str]:
-        return [n.name for n in reference_nodes(nodes, kinds_used(nodes, used))]
+        kinds = node_kinds(n for n in nodes if n.name in used)
+        return [n.name for n in reference_nodes(nodes, kinds)]
 
     assert names_of([NODE_A]) == [NODE_A, NODE_B, "far"]
     assert names_of(["fast"]) == ["fast"]
@@ -220,13 +221,12 @@ def test_the_reference_does_not_depend_on_the_placement_so_a_faster_one_is_never
              NodeState(name="pcie-2", topology=pcie, rack="r3", zone="z")]
     gang = GangRequest(2, 8)
     reserver = GangReserver(InMemoryReservationStore())
-    on_dgx = reserver.ideal_bandwidth(nodes, gang, used=["dgx-a", "dgx-b"])
-    on_pcie = reserver.ideal_bandwidth(nodes, gang, used=["pcie-1", "pcie-2"])
-    assert on_dgx == on_pcie
     dgx_best = solve([n for n in nodes if n.name.startswith("dgx")], gang).bus_bandwidth_gbps
     pcie_best = solve([n for n in nodes if n.name.startswith("pcie")], gang).bus_bandwidth_gbps
-    assert on_dgx == min(dgx_best, pcie_best)
-    # two DGX-1s across racks beat the PCIe pair, so they start wherever the PCIe pair would
+    assert reserver.ideal_bandwidth(nodes, gang, reference=True) == min(dgx_best, pcie_best)
+    # two DGX-1s across racks: short of the DGX-1s' own best (against it they would wait),
+    # faster than the PCIe pair, so they start wherever the PCIe pair would
     across = solve([nodes[0], nodes[1]], gang).bus_bandwidth_gbps
-    assert across > pcie_best
+    assert pcie_best < across < 0.9 * dgx_best
+    assert reserver.not_good(solve(nodes[3:], gang), nodes, gang, 0.9) is None
     assert reserver.not_good(solve([nodes[0], nodes[1]], gang), nodes, gang, 0.9) is None

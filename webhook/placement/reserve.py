@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress
 from operator import is_, is_not
@@ -443,14 +443,14 @@ class GangReserver:
 
     def ideal_bandwidth(self, nodes: Sequence[NodeState], gang: GangRequest,
                         demand: Mapping[str, int] | None = None, *,
-                        used: Collection[str] | None = None) -> float:
+                        reference: bool = False) -> float:
         """The bus bandwidth the gang would get on ``nodes`` with every GPU free (cached per
         gang shape and node set: the same for every gang of that shape) and no other pod
         there: ``demand``, one pod's non-GPU requests, still limits how many of the gang a
         node holds (two pods of 60 CPUs never share a node of 94, however empty).
-        ``used``: given (the names of the nodes a placement uses), the waiting rule's
-        reference instead (gputopo.placement.waiting ``reference_bandwidth`` over every kind
-        of ``nodes``: the same figure whatever the placement; cached per kind).
+        ``reference``: the waiting rule's reference instead (gputopo.placement.waiting
+        ``reference_bandwidth`` over every kind of ``nodes``: one figure for the gang,
+        whatever the placement; cached per kind).
 
         The node set is everything the solver reads of a node but its used GPUs (name,
         topology, zone, rack, effective network: line rate, transport, the node's and the
@@ -490,7 +490,7 @@ class GangReserver:
                     best.bus_bandwidth_gbps if best.feasible else 0.0)
             return hit
 
-        if used is None:
+        if not reference:
             return best_on(frozenset())
         if not kinds:
             kinds.update((n.name, node_kind(n)) for n in nodes)
@@ -502,7 +502,7 @@ class GangReserver:
         """Why a feasible ``placement`` is not good enough to take now (below ``good_share``
         of the waiting rule's reference for the gang: :func:`starts`), or None."""
         spread = sorted({s.node for s in placement.slots})
-        ideal = self.ideal_bandwidth(nodes, gang, demand, used=spread)
+        ideal = self.ideal_bandwidth(nodes, gang, demand, reference=True)
         if starts(placement.bus_bandwidth_gbps, ideal, good_share):
             return None
         return Unplaced(
