@@ -9,12 +9,11 @@ uids), then the JobSet is deleted (or re-created with a new uid) before its pods
 from __future__ import annotations
 
 import copy
-import time
 from typing import Any
 
 from k8s_double.owner_chain import apply_chain
 from placement_checks import admit, record
-from test_placement_live import demo_docs, live_admitter
+from test_placement_live import _wait, demo_docs, live_admitter
 
 from gputopo import names
 from gputopo.operators import expand, with_identity
@@ -32,15 +31,6 @@ def _trainjob(name: str) -> dict[str, Any]:
                              "resourcesPerNode": {"limits": {"nvidia.com/gpu": 4}}}}})
 
 
-def _until(condition: Any, timeout: float = 8.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def _stored_jobset(kube: Any, name: str) -> dict[str, Any]:
     return next(o for o in kube.objects(*JOBSET) if o["metadata"]["name"] == name)
 
@@ -51,8 +41,8 @@ def test_a_pod_whose_jobset_was_deleted_is_admitted_unplaced_with_the_reason(kub
     pods = apply_chain(kube, [job, *expand(job)])
     kube.remove(_stored_jobset(kube, "orphan"))
     with live_admitter(kube) as (admitter, view):
-        assert _until(lambda: view.object(api_version=JOBSET[0], kind=JOBSET[1],
-                                          namespace="default", name="orphan") is None)
+        assert _wait(lambda: view.object(api_version=JOBSET[0], kind=JOBSET[1],
+                                          namespace="default", name="orphan") is None, timeout=8.0)
         out = admit(admitter, pods[0])
     rec = record(out)
     assert rec is not None and rec["placed"] is False
@@ -77,9 +67,9 @@ def test_a_pod_of_a_namesake_jobset_is_admitted_unplaced(kube) -> None:
     new_uid = kube.apply(fresh)["metadata"]["uid"]
     assert new_uid != old["metadata"]["uid"]
     with live_admitter(kube) as (admitter, view):
-        assert _until(lambda: (view.object(api_version=JOBSET[0], kind=JOBSET[1],
+        assert _wait(lambda: (view.object(api_version=JOBSET[0], kind=JOBSET[1],
                                            namespace="default", name="again") or {}
-                               ).get("metadata", {}).get("uid") == new_uid)
+                               ).get("metadata", {}).get("uid") == new_uid, timeout=8.0)
         out = admit(admitter, pods[1])
     rec = record(out)
     assert rec is not None and rec["placed"] is False
@@ -93,8 +83,9 @@ def test_the_same_pod_with_its_jobset_present_is_placed(kube) -> None:
     job = _trainjob("whole")
     pods = apply_chain(kube, [job, *expand(job)])
     with live_admitter(kube) as (admitter, view):
-        assert _until(lambda: view.object(api_version=TRAINJOB[0], kind=TRAINJOB[1],
-                                          namespace="default", name="whole") is not None)
+        assert _wait(lambda: view.object(api_version=TRAINJOB[0], kind=TRAINJOB[1],
+                                          namespace="default", name="whole") is not None,
+                     timeout=8.0)
         out = admit(admitter, pods[0])
     rec = record(out)
     assert rec is not None and rec["placed"] is True and rec["job"] == "TrainJob default/whole"
