@@ -143,6 +143,16 @@ def components(admitter: Any, bodies: list[bytes], kinds: list[str], gap_s: floa
                 setattr(mod, name, timed(name, getattr(reserve, name)))
     if hasattr(reserver, "_in_flight_blocks"):
         reserver._in_flight_blocks = timed("_in_flight_blocks", reserver._in_flight_blocks)
+    # node fit (issue 23): absent from older trees, so each looked up first
+    if hasattr(reserver, "with_reserved_requests"):
+        reserver.with_reserved_requests = timed("reserver.with_reserved_requests",
+                                                reserver.with_reserved_requests)
+    if hasattr(reserver, "caps"):
+        reserver.caps.caps = timed("ResourceCaps.caps", reserver.caps.caps)
+    for mod in (reserve, step):
+        for name in ("solve_fitting", "pod_volumes", "pod_demand"):
+            if hasattr(mod, name):
+                setattr(mod, name, timed(name, getattr(mod, name)))
     step.slot_node_problem = timed("slot_node_problem", step.slot_node_problem)
     step.apply_slot = timed("apply_slot (mutations)", step.apply_slot)
     network.needs = timed("network.needs", network.needs)

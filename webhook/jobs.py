@@ -52,8 +52,18 @@ def gpu_count_problems(spec: Mapping[str, Any], gpu_resources: Iterable[str]) ->
     """What is wrong with the GPU counts of a pod spec, each naming the container and the
     field: negative, fractional or non-numeric values, requests without limits, and
     requests that differ from limits (the API server requires them equal for GPUs)."""
+    return checked_pod_gpus(spec, gpu_resources)[1]
+
+
+def checked_pod_gpus(spec: Mapping[str, Any], gpu_resources: Iterable[str]
+                     ) -> tuple[int, list[str]]:
+    """GPUs a pod spec asks for, as the scheduler counts them (max of the containers' sum
+    and the largest init container), and :func:`gpu_count_problems`; the count means
+    nothing when there are problems. One pass, each value parsed once: the admission of a
+    job's pod asks both of the pod and of every replica template of its job."""
     problems: list[str] = []
     wanted = sorted(set(gpu_resources))
+    total = largest_init = 0
     for key in ("containers", "initContainers"):
         items = spec.get(key)
         for c in items if isinstance(items, list) else []:
@@ -62,20 +72,26 @@ def gpu_count_problems(spec: Mapping[str, Any], gpu_resources: Iterable[str]) ->
                 continue
             limits = res.get("limits") if isinstance(res.get("limits"), dict) else {}
             requests = res.get("requests") if isinstance(res.get("requests"), dict) else {}
+            gpus = 0
             for name in wanted:
                 if name in limits or name in requests:
-                    problem = _gpu_count_problem(f"{key[:-1]} {c.get('name')!r}", name,
-                                                 limits, requests)
+                    count, problem = _gpu_count(f"{key[:-1]} {c.get('name')!r}", name,
+                                                limits, requests)
                     if problem is not None:
                         problems.append(problem)
-    return problems
+                    gpus += count
+            if key == "containers":
+                total += gpus
+            else:
+                largest_init = max(largest_init, gpus)
+    return max(total, largest_init), problems
 
 
-def _gpu_count_problem(where: str, name: str, limits: Mapping[str, Any],
-                       requests: Mapping[str, Any]) -> str | None:
-    """The problem with GPU resource ``name`` of one container (``where``), if any: the
-    first field the user wrote that is not a whole, non-negative number; else a request
-    without a limit, or one that differs from its limit."""
+def _gpu_count(where: str, name: str, limits: Mapping[str, Any],
+               requests: Mapping[str, Any]) -> tuple[int, str | None]:
+    """The count of GPU resource ``name`` in one container (``where``) and the problem with
+    it, if any: the first field the user wrote that is not a whole, non-negative number;
+    else a request without a limit, or one that differs from its limit."""
     values = {}
     for part, written in (("limits", limits), ("requests", requests)):
         if name not in written:
@@ -85,20 +101,20 @@ def _gpu_count_problem(where: str, name: str, limits: Mapping[str, Any],
         try:
             value = parse_quantity(raw)
         except ValueError:
-            return f"{field}, not a number"
+            return 0, f"{field}, not a number"
         if value < 0:
-            return f"{field}, a negative GPU count"
+            return 0, f"{field}, a negative GPU count"
         if value.denominator != 1:
-            return f"{field}, not a whole number of GPUs"
+            return 0, f"{field}, not a whole number of GPUs"
         values[part] = value
     if "limits" not in values:
-        return (f"{where}: resources.requests[{name}] without a limit "
-                f"(the API server requires limits for GPUs)")
+        return 0, (f"{where}: resources.requests[{name}] without a limit "
+                   f"(the API server requires limits for GPUs)")
     if "requests" in values and values["requests"] != values["limits"]:
-        return (f"{where}: resources.requests[{name}] {requests[name]!r} differs from "
-                f"resources.limits[{name}] {limits[name]!r} (the API server requires them "
-                f"equal for GPUs)")
-    return None
+        return 0, (f"{where}: resources.requests[{name}] {requests[name]!r} differs from "
+                   f"resources.limits[{name}] {limits[name]!r} (the API server requires "
+                   f"them equal for GPUs)")
+    return int(values["limits"]), None
 
 
 def controller_ref(obj: Mapping[str, Any]) -> OwnerRef | None:
@@ -212,10 +228,10 @@ def gang_size(specs: Mapping[str, Any], gpu_resources: Iterable[str]) -> int:
             raise ValueError(f"replica spec {key!r} is not a mapping")
         template = rs.get("template") if isinstance(rs.get("template"), dict) else {}
         tspec = template.get("spec") if isinstance(template.get("spec"), dict) else {}
-        problems = gpu_count_problems(tspec, names_)
+        gpus, problems = checked_pod_gpus(tspec, names_)
         if problems:
             raise ValueError(f"replica spec {key}: {problems[0]}")
-        if pod_gpus(tspec, names_) > 0:
+        if gpus > 0:
             total += _replicas(rs)
     return total
 
@@ -248,10 +264,9 @@ def resolve_job(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
         ref = owner
     names_ = tuple(gpu_resources)  # read more than once: not an iterator
     pspec = own if isinstance(own := pod.get("spec"), dict) else {}
-    problems = gpu_count_problems(pspec, names_)
+    gpus, problems = checked_pod_gpus(pspec, names_)
     if problems:
         raise BadGpuCount("; ".join(problems) + ": not placed, GPU resource not renamed")
-    gpus = pod_gpus(pspec, names_)
     via_batch = (ref.api_version, ref.kind) == BATCH_JOB
     if via_batch:
         batch = cluster.object(api_version=ref.api_version, kind=ref.kind,

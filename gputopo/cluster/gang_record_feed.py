@@ -46,7 +46,7 @@ from typing import Any
 
 from gputopo import names
 from gputopo.cluster.reservations import GangReservation
-from gputopo.cluster.reserved_requests import pending_requests
+from gputopo.cluster.reserved_requests import pending_requests, summed
 from gputopo.cluster.watch_feed import WatchFeed, meta
 
 log = logging.getLogger(__name__)
@@ -132,14 +132,8 @@ class GangRecordFeed(WatchFeed[Kept]):
     def pending_requests(self) -> dict[str, dict[str, int]]:
         """node -> requests of every record's slots without a replica (the store's
         :meth:`pending_requests`, from memory)."""
-        out: dict[str, dict[str, int]] = {}
         with self._lock:
-            for per_node in self._pending.values():
-                for node, asks in per_node.items():
-                    total = out.setdefault(node, {})
-                    for k, v in asks.items():
-                        total[k] = total.get(k, 0) + v
-        return out
+            return summed(self._pending.values())
 
     def records(self) -> int:
         """How many gang records the feed knows (readable or not)."""

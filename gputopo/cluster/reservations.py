@@ -37,7 +37,7 @@ from gputopo.cluster.gang_reservation import (
     ReplicaKey,
     pick_slot,
 )
-from gputopo.cluster.reserved_requests import pending_requests
+from gputopo.cluster.reserved_requests import pending_requests, summed
 from gputopo.errors import GputopoError
 from gputopo.placement.types import Placement, ReplicaSlot
 
@@ -202,8 +202,9 @@ class InMemoryReservationStore:
         self._clock = clock
         self._lock = threading.Lock()
         self._gangs: dict[GangKey, GangReservation] = {}
-        # the gangs with a slot no replica has been given yet: what pending_requests walks
-        self._incomplete: set[GangKey] = set()
+        # the gangs with a slot no replica has been given yet, each with the requests
+        # those slots hold per node (pending_requests adds them up)
+        self._incomplete: dict[GangKey, dict[str, dict[str, int]]] = {}
         self._owner: dict[tuple[str, int], GangKey] = {}
         self._revision = 0
         # node -> GPUs held there (the live sets) and the published, never-mutated copy
@@ -224,9 +225,9 @@ class InMemoryReservationStore:
         res = res.evolve(version=str(self._revision), **changes)
         self._gangs[res.key] = res
         if res.complete:
-            self._incomplete.discard(res.key)
+            self._incomplete.pop(res.key, None)
         else:
-            self._incomplete.add(res.key)
+            self._incomplete[res.key] = pending_requests([res])
             self._next_expiry = min(self._next_expiry, res.expires_at)
         return res
 
@@ -341,7 +342,7 @@ class InMemoryReservationStore:
 
     def _release_locked(self, key: GangKey) -> bool:
         res = self._gangs.pop(key, None)
-        self._incomplete.discard(key)
+        self._incomplete.pop(key, None)
         if res is None:
             return False
         held = res.gpus()
@@ -356,7 +357,7 @@ class InMemoryReservationStore:
 
     def pending_requests(self) -> dict[str, dict[str, int]]:
         with self._lock:
-            return pending_requests([self._gangs[k] for k in self._incomplete])
+            return summed(self._incomplete.values())
 
     def held_snapshot(self, since: int | None = None) -> HeldSnapshot:
         """The held GPUs now, and which nodes changed after revision ``since`` (None when

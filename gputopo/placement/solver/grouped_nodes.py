@@ -124,6 +124,12 @@ class GroupedNodes(Sequence[NodeState]):
     def __iter__(self) -> Iterator[NodeState]:
         return iter(self._nodes)
 
+    def get(self, name: str) -> NodeState | None:
+        """The node of that name, or None: a lookup, where a caller that needs a few nodes
+        by name would otherwise walk all of them."""
+        at = self._where.get(name)
+        return None if at is None else self._nodes[at]
+
     def replaced(self, nodes: Iterable[NodeState]) -> GroupedNodes:
         """A copy with each of ``nodes`` in the place of the node of its name (which must
         be here): the groups of untouched nodes are shared, not rebuilt."""
