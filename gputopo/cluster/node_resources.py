@@ -174,11 +174,12 @@ class NodeResources:
     allocatable: Mapping[str, int]
     requested: Mapping[str, int]
 
-    def fits(self, demand: Mapping[str, int], most: int) -> tuple[int, str]:
-        """How many pods asking for ``demand`` fit beside what is requested, at most
-        ``most``; and when fewer than ``most``, what rules the next one out, as
-        "cpu 120 of 94" (all those pods' request of that resource beside the others, of
-        the node's allocatable)."""
+    def fits(self, demand: Mapping[str, int], most: int,
+             beside: Mapping[str, int] | None = None) -> tuple[int, str]:
+        """How many pods asking for ``demand`` fit beside what is requested (and beside
+        ``beside``: requests of pods not there yet), at most ``most``; and when fewer than
+        ``most``, what rules the next one out, as "cpu 120 of 94" (all those pods' request
+        of that resource beside the others, of the node's allocatable)."""
         count, why = most, ""
         for name, want in demand.items():
             if want <= 0:
@@ -186,13 +187,19 @@ class NodeResources:
             if name not in self.allocatable and name in KUBELET_RESOURCES:
                 continue  # not listed: nothing is known against the node
             have = self.allocatable.get(name, 0)
-            room = have - self.requested.get(name, 0)
-            n = max(0, room // want)
+            taken = self.requested.get(name, 0) + (beside.get(name, 0) if beside else 0)
+            n = max(0, (have - taken) // want)
             if n < count:
                 count = n
-                need = self.requested.get(name, 0) + want * (n + 1)
-                why = f"{name} {show(name, need)} of {show(name, have)}"
+                why = f"{name} {show(name, taken + want * (n + 1))} of {show(name, have)}"
         return count, why
+
+    def grown(self, more: Mapping[str, int]) -> NodeResources:
+        """These resources with ``more`` requested."""
+        requested = dict(self.requested)
+        for name, amount in more.items():
+            requested[name] = requested.get(name, 0) + amount
+        return NodeResources(self.allocatable, requested)
 
 
 def show(resource: str, value: int) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from gputopo.cluster.gang_reservation import GangReservation
-from gputopo.cluster.node_resources import NodeResources, Requests
+from gputopo.cluster.node_resources import Requests
 from gputopo.placement.solver import GroupedNodes
 from gputopo.placement.types import NodeState
 
@@ -75,10 +75,6 @@ def with_pending(nodes: Sequence[NodeState], pending: Mapping[str, Mapping[str, 
         n = lookup(name)
         if n is None or not more or n.resources is None:
             continue
-        requested = dict(n.resources.requested)
-        for resource, amount in more.items():
-            requested[resource] = requested.get(resource, 0) + amount
-        grown = NodeResources(n.resources.allocatable, requested)
-        if grown.fits(demand, most)[0] < most:
-            changed.append(replace(n, resources=grown))
+        if n.resources.fits(demand, most, beside=more)[0] < most:
+            changed.append(replace(n, resources=n.resources.grown(more)))
     return changed
