@@ -66,8 +66,12 @@ def worker(count: int, nodes: int, gap_s: float) -> int:
 def _start(tree: Path, args: argparse.Namespace) -> tuple[subprocess.Popen[str], list[str]]:
     # one string-hash seed for both: a patch's operation order follows set iteration order
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
+    # each tree's own bench scripts build its admitter (they follow its modules as they
+    # move); the workload they send is the same (bench/admission_cluster.py)
+    own = tree / "bench" / "admission_ab.py"
     proc = subprocess.Popen(
-        [sys.executable, str(BENCH / "admission_ab.py"), "--worker", "--count",
+        [sys.executable, str(own if own.is_file() else BENCH / "admission_ab.py"), "--worker",
+         "--count",
          str(args.count), "--nodes", str(args.nodes), "--gap-ms", str(args.gap_ms)],
         cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None

@@ -24,7 +24,7 @@ import base64
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import orjson
 
@@ -46,15 +46,13 @@ class BadReview(InputError):
         super().__init__(reason, obj=None if path and path in reason else path)
 
 
-@dataclass(frozen=True)
-class GroupVersionKind:
+class GroupVersionKind(NamedTuple):
     group: str
     version: str
     kind: str
 
 
-@dataclass(frozen=True)
-class GroupVersionResource:
+class GroupVersionResource(NamedTuple):
     group: str
     version: str
     resource: str

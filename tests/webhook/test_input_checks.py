@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import fields
 from typing import Any
 
 import pytest
@@ -176,8 +175,8 @@ def outcome(parse: Any, doc: Any) -> tuple[Any, ...]:
     assert type(req) is AdmissionRequest
     assert type(req.uid) is str and req.uid
     assert type(req.kind) is GroupVersionKind and type(req.resource) is GroupVersionResource
-    assert all(type(getattr(req.kind, f.name)) is str for f in fields(GroupVersionKind))
-    assert all(type(getattr(req.resource, f.name)) is str for f in fields(GroupVersionResource))
+    assert all(type(getattr(req.kind, f)) is str for f in GroupVersionKind._fields)
+    assert all(type(getattr(req.resource, f)) is str for f in GroupVersionResource._fields)
     for name in ("sub_resource", "operation", "namespace", "name"):
         assert type(getattr(req, name)) is str, name
     assert type(req.dry_run) is bool and (req.object is None or type(req.object) is dict)
