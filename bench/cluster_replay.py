@@ -67,6 +67,7 @@ from gputopo.placement.solver import solve  # noqa: E402
 from gputopo.placement.types import GangRequest, NodeState  # noqa: E402
 from gputopo.placement.waiting import (  # noqa: E402
     WaitingRule,
+    kind_gpus,
     node_kinds,
     reference_bandwidth,
     reference_nodes,
@@ -127,11 +128,13 @@ class Ideal:
 
     def __init__(self, cluster: Sequence[NodeState]) -> None:
         self.cluster = list(cluster)
+        self.gpus = kind_gpus(self.cluster)
         self._bw: dict[tuple[GangRequest, frozenset[Any]], float] = {}
 
-    def bandwidth(self, gang: GangRequest, *, reference: bool = False) -> float:
+    def bandwidth(self, gang: GangRequest, *, reference: bool = False,
+                  typical: bool = True) -> float:
         """The gang's best on the empty cluster; with ``reference``, the rule's reference
-        (the same for every placement)."""
+        (the same for every placement): the typical kind's, or the slowest kind's."""
 
         def best_on(kinds: frozenset[Any]) -> float:
             if (gang, kinds) not in self._bw:
@@ -141,7 +144,8 @@ class Ideal:
 
         if not reference:
             return best_on(frozenset())
-        return reference_bandwidth(node_kinds(self.cluster), best_on)
+        return reference_bandwidth(node_kinds(self.cluster), best_on,
+                                   self.gpus if typical else None)
 
     def efficiency(self, job: Job) -> float:
         return efficiency(job.gang, job.model, self.bandwidth(job.gang))
@@ -177,7 +181,8 @@ class Ran:
     start: float
     end: float
     efficiency: float
-    share: float  # placement bandwidth / the gang's best
+    share: float  # placement bandwidth / the rule's typical reference (minShare's)
+    floor_share: float  # placement bandwidth / the slowest kind's reference (the floor's)
     how: str
 
 
@@ -199,10 +204,12 @@ def replay(policy: str, cluster: list[NodeState], jobs: Sequence[Job], ideal: Id
         job = by_key[s.key]
         bw = s.reservation.bus_bandwidth_gbps
         eff = efficiency(job.gang, job.model, bw)
-        best = ideal.bandwidth(job.gang, reference=True)
-        share = 1.0 if job.gang.total_gpus == 1 or best <= 0 else min(1.0, bw / best)
+        def of(best: float) -> float:
+            return 1.0 if job.gang.total_gpus == 1 or best <= 0 else min(1.0, bw / best)
+
         end = s.at + job.work_s / eff
-        ran[job.id] = Ran(s.at, end, eff, share, s.how)
+        ran[job.id] = Ran(s.at, end, eff, of(ideal.bandwidth(job.gang, reference=True)),
+                          of(ideal.bandwidth(job.gang, reference=True, typical=False)), s.how)
         heapq.heappush(events, (end, 0, job.id))
 
     while events:
@@ -260,7 +267,7 @@ def summary(policy: str, jobs: Sequence[Job], ran: dict[int, Ran], stranded: flo
         "waitP50Min": percentile(waits, 0.50) / 60, "waitP95Min": percentile(waits, 0.95) / 60,
         "t99H": t99 / 3600, "stranded": stranded,
         "belowMin": sum(r.share < RULE.min_share - 1e-9 for r in multi),
-        "belowFloor": sum(r.share < RULE.floor - 1e-9 for r in multi),
+        "belowFloor": sum(r.floor_share < RULE.floor - 1e-9 for r in multi),
         "minShare": min((r.share for r in multi), default=1.0),
         "placedBy": {h: sum(r.how == h for r in ran.values())
                      for h in sorted({r.how for r in ran.values()})},

@@ -32,7 +32,7 @@ from typing import Any
 from gputopo.cluster.node_fit import NodeFacts
 from gputopo.cluster.reservations import GangKey, GangReservation, InMemoryReservationStore
 from gputopo.placement.types import GangRequest, NodeState, Placement
-from gputopo.placement.waiting import WaitingRule
+from gputopo.placement.waiting import WaitingRule, against_typical
 from webhook.placement.reserve import GangReserver, Unplaced
 from webhook.queue.gangs import (
     DEFAULT_STARVATION_SECONDS,
@@ -134,7 +134,7 @@ class GangQueue:
     # --- the events ----------------------------------------------------------------------
     def arrive(self, key: GangKey, gang: GangRequest, now: float) -> Started | None:
         """A gang's first GPU pod is admitted: placed now, or it waits (None)."""
-        made = self._reserve(key, gang, self.rule.start_share(overdue=False))
+        made = self._reserve(key, gang, self.rule.start_share(overdue=False), typical=True)
         if isinstance(made, GangReservation):
             return Started(key, now, made, "admission")
         self.waiting.append(WaitingGang(key, gang, now, self.max_wait_seconds,
@@ -150,7 +150,8 @@ class GangQueue:
         out: list[Started] = []
 
         def place(g: WaitingGang, need: float) -> str | None:
-            made = self._reserve(g.key, g.request, need)
+            made = self._reserve(g.key, g.request, need,
+                                 typical=against_typical(g.rule, need))
             if isinstance(made, Unplaced):
                 return made.reason
             out.append(Started(g.key, now, made,
@@ -171,10 +172,11 @@ class GangQueue:
         return out
 
     # --- helpers -------------------------------------------------------------------------
-    def _reserve(self, key: GangKey, gang: GangRequest, need: float
+    def _reserve(self, key: GangKey, gang: GangRequest, need: float, *, typical: bool
                  ) -> GangReservation | Unplaced:
         self.reader.never, self.reader.blocked = (
             self.unfit(key) if self.unfit is not None else (frozenset(), frozenset()))
         made = self.reserver.reserve(cluster=self.reader, pod={}, key=key, gang=gang,
-                                     good_share=need if self.wait_for_good else None)
+                                     good_share=need if self.wait_for_good else None,
+                                     typical=typical)
         return made if isinstance(made, Unplaced) else made[0]

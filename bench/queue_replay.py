@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.baselines import default_scheduler
 from gputopo.cluster.reservations import GangKey, InMemoryReservationStore
 from gputopo.placement.types import GangRequest, NodeState, Placement
-from gputopo.placement.waiting import AFTER_MAX_WAIT, WaitingRule
+from gputopo.placement.waiting import AFTER_MAX_WAIT, WaitingRule, against_typical
 from webhook.placement.reserve import GOOD_SHARE, GangReserver, Unplaced
 from webhook.queue.gangs import DEFAULT_STARVATION_SECONDS, WaitingGang, serve_pass
 
@@ -150,7 +150,8 @@ def replay(policy: str, jobs: Sequence[Job], nodes: list[NodeState], *, max_wait
 
     def try_reserve(job: Job, now: float, good: float | None, how: str) -> str | None:
         made = sim.reserver.reserve(cluster=sim.cluster, pod={}, key=key_of(job),
-                                    gang=job.gang, good_share=good)
+                                    gang=job.gang, good_share=good,
+                                    typical=good is None or against_typical(rule, good))
         if isinstance(made, Unplaced):
             return made.reason
         started(job, made[0].bus_bandwidth_gbps, now, how)

@@ -37,6 +37,15 @@ on that node. Its :class:`Score` is compared lexicographically, larger is better
    the largest free block there is (up to 72 GPUs on one NVLink fabric), so it counts
    before the blocks inside nodes, as an 8-GPU block counts before 4-GPU ones. Nodes
    without a domain open none.
+   ``solo_fit``: for a one-GPU gang only (0 for any other), minus the free GPUs its node
+   keeps: a job with no all-reduce goes to the most allocated node that fits, as
+   best-fit packs; the blocks term then picks its GPU on that node (the loose one, not
+   one of an intact NVLink pair). Why before the blocks and not after: the blocks term
+   counts every well-connected block alike, a PCIe PIX pair as much as an NVLink quad, so
+   ahead of packing it sent one-GPU pods to a loose GPU on an emptier node rather than
+   break a 2-GPU pair on a nearly full one; on the Alibaba 2023 trace (98 % one-GPU pods)
+   that left more nodes partly used than best-fit (docs/benchmarks.md, the Alibaba table).
+   A gang that all-reduces keeps the blocks term first: it is what keeps its set whole.
 4. ``blocks``: cluster health after the placement. For every block size k in
    :data:`BLOCK_SIZES` (largest first), the change on the touched nodes of the number of
    disjoint free *well-connected* k-GPU blocks, compared lexicographically. A k-block is
@@ -44,13 +53,14 @@ on that node. Its :class:`Score` is compared lexicographically, larger is better
    any k GPUs of that node can have, e.g. a DGX-1 NVLink quad, an A100-PCIe NVLink pair,
    any k GPUs of an NVSwitch node. This is koordinator's "keep the large free blocks"
    score made exact: losing an 8-block outweighs any number of 4-blocks, and so on. It is
-   what keeps a one-GPU job off an intact NVLink pair when a loose GPU exists.
+   what keeps a one-GPU job off an intact NVLink pair when a loose GPU exists on the node
+   ``solo_fit`` chose.
 5. ``packing``: minus the number of touched nodes that had no GPU in use before: fill
    nodes already partly used before opening empty ones.
 6. ``fit``: minus the free GPUs the touched nodes keep after the placement: best-fit, the
-   most allocated nodes that fit first. A one-GPU job given nodes with 7 and 1 free GPUs
-   (the blocks term tied: its GPU breaks no well-connected block on either) takes the 1,
-   keeping the 7 whole for a larger job, instead of the first node by name.
+   most allocated nodes that fit first (for a one-GPU job ``solo_fit`` already decided
+   it). A gang given nodes where every term before ties takes the fullest, keeping the
+   emptier ones whole for a larger job, instead of the first node by name.
 
 Ties after that are broken by the sorted list of (node name, GPU indices) of the shares,
 smallest first, so the answer is deterministic (not part of :class:`Score`).
@@ -100,6 +110,7 @@ class Score:
     locality: int
     domains: int
     domains_opened: int
+    solo_fit: int
     blocks: tuple[int, ...]
     packing: int
     fit: int
@@ -112,6 +123,7 @@ class Score:
             "span": SPANS[-self.locality],
             "nvlinkDomains": -self.domains,
             "freeNvlinkDomainsOpened": -self.domains_opened,
+            "soloFreeGpusLeft": -self.solo_fit,
             "blocksDelta": dict(zip(_BLOCK_KEYS, self.blocks, strict=True)),
             "emptyNodesOpened": -self.packing,
             "freeGpusLeft": -self.fit,
@@ -380,6 +392,7 @@ def score_by_name(
         opened += not n.used
         left += free_mask.bit_count() - len(shares[n.name])
     domains = {n.nvlink_domain for n in touched if n.nvlink_domain is not None}
+    solo = gang.total_gpus == 1  # no all-reduce: the solo_fit term
     if domains and free is None:
         free = free_domains(by_name.values())
     return Score(
@@ -389,6 +402,7 @@ def score_by_name(
         locality=-SPAN_RANK[span],
         domains=0 if len(touched) == 1 else -len(domains),
         domains_opened=-sum(d in free for d in domains) if free is not None else 0,
+        solo_fit=-left if solo else 0,
         blocks=tuple(blocks),
         packing=-opened,
         fit=-left,

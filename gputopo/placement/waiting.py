@@ -7,35 +7,52 @@ benchmark's cluster replay, which must queue exactly as the product does. All th
 these functions; none of them holds a threshold of its own.
 
 The measure is the gang's **share**: the predicted all-reduce bus bandwidth of the best
-placement among the free GPUs, divided by its **reference** — the gang placed well on the
-slowest kind of node it may use: for every kind among the nodes its pod's constraints admit
-(:func:`node_kind`: GPU wiring and network as the all-reduce sees it), the gang's best on the
-nodes of that kind alone with every GPU free, and of those the least
-(:func:`reference_bandwidth`; kinds too small to hold the gang alone are skipped, and when
-none can, the best on all of them together counts). A job's communication runs at that
-share; the whole step slows down at most as much (compute does not depend on the
-placement).
+placement among the free GPUs, divided by a **reference**, the gang placed well on one kind
+of node it may use (:func:`node_kind`: GPU wiring and network as the all-reduce sees it;
+for every kind among the nodes its pod's constraints admit, the gang's best on the nodes of
+that kind alone with every GPU free; kinds too small to hold it alone are skipped, and when
+none can, the best on all of them together counts, :func:`reference_bandwidth`). Two
+references, one per bar:
 
-Why the slowest kind, and one reference for the gang whatever placement is asked about:
-the rule guards against a *placement* that wastes GPUs — a gang split over links or nodes it
-need not cross, at a few per cent of its speed — not against older GPUs. Against the fastest
-kind anywhere, a 4-GPU gang on a free DGX-1 NVLink quad (all a DGX-1 can give it) scored
-0.34 of a DGX A100 and waited, below even the floor, for one of the few A100 nodes while the
-quad stayed idle. Against the best of the placement's own kinds, the rule was not monotone:
-a 2 x 8 gang turned down two DGX-1s in different racks (short of two in one rack) and later
-started on two PCIe servers over TCP at a seventh of that speed, "share 1" of theirs
-(docs/benchmarks.md, "Cluster replay"). With one reference a faster placement is never
-refused where a slower one would start, and a gang scattered over nodes (two DGX-1 pairs
-instead of a quad; eight GPUs over three PCIe servers on TCP) still falls below the gang
-placed well on the slowest hardware, and waits. Which hardware a job may run on is the
-owner's choice (nodeSelector, affinity); nodes it rules out are no part of the reference.
+- ``minShare`` is measured against the **typical** kind: those bests in rising order, the
+  one at which half of the kinds' GPUs is reached (the kind of the median GPU);
+- the floor of ``takeBest`` (after ``maxWaitSeconds``) against the **slowest** kind.
+
+A job's communication runs at that share; the whole step slows down at most as much
+(compute does not depend on the placement).
+
+Why the typical kind for ``minShare``: a gang started on hardware far below most of the
+cluster's holds its GPUs for a long time. Measured against the slowest kind alone, a 32-GPU
+gang spread over four PCIe servers on 25 GbE TCP was "share 1" (it is the best those
+servers give it) and started at 12-20 % of its speed while DGX-1 racks freed up within the
+hour (cluster replay, load 0.7, seed 5: two such gangs, at 12 and 20 %, held 657 of the
+1,914 GPU-hours held; docs/benchmarks.md). Half the cluster's GPUs being at least as good,
+such hardware frees up often, so the gang waits for it — at most ``maxWaitSeconds``.
+
+Why the slowest kind for the floor, and not the fastest anywhere: the rule guards against
+a *placement* that wastes GPUs, not against older GPUs. Against the fastest kind, a 4-GPU
+gang on a free DGX-1 NVLink quad (all a DGX-1 can give it) scored 0.34 of a DGX A100 and
+would wait, below even the floor, for one of a few A100 nodes however long; against the
+typical kind after ``maxWaitSeconds`` a gang would never start on the slower servers at
+all. So once it waited its time, a gang placed well on any hardware it may use starts, and
+one scattered (two DGX-1 pairs instead of a quad; eight GPUs over three PCIe servers on
+TCP) still falls below the gang placed well on the slowest hardware, and waits.
+
+Why one reference per bar for the gang, whatever placement is asked about: measured
+against the best of the placement's own kinds, the rule was not monotone: a 2 x 8 gang
+turned down two DGX-1s in different racks (short of two in one rack) and later started on
+two PCIe servers over TCP at a seventh of that speed, "share 1" of theirs. With one
+reference a faster placement is never refused where a slower one would start. Which
+hardware a job may run on is the owner's choice (nodeSelector, affinity); nodes it rules
+out are no part of either reference.
 
 - ``minShare`` (default 0.9): the gang starts now only at or above it;
 - ``afterMaxWait`` — what a gang that waited ``maxWaitSeconds`` does:
 
   ``takeBest`` (default)
-      starts on the best placement free if its share is at least ``floorShare`` (default
-      0.5), else keeps waiting: the default never starts a gang below half its best speed;
+      starts on the best placement free if its share (of the slowest kind's reference) is
+      at least ``floorShare`` (default 0.5), else keeps waiting: the default never starts a
+      gang below half its best speed on the slowest hardware it may use;
   ``keepWaiting``
       keeps waiting for ``minShare``: never starts below ``minShare``;
   ``deny``
@@ -47,7 +64,7 @@ a placement writes, so an unpinned release would run the job without its GPUs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -168,14 +185,42 @@ def reference_nodes(nodes: Sequence[NodeState], kinds: Collection[Hashable]
 
 
 def reference_bandwidth(kinds: Sequence[Hashable],
-                        best_on: Callable[[frozenset[Hashable]], float]) -> float:
+                        best_on: Callable[[frozenset[Hashable]], float],
+                        gpus: Mapping[Hashable, int] | None = None) -> float:
     """THE reference of a gang that may use nodes of ``kinds`` (every kind of the nodes its
-    pods may use): the least of its bests on each kind alone that can hold it; when none
-    can, its best on all of them together.
+    pods may use). Without ``gpus``, the **slowest** kind's: the least of its bests on each
+    kind alone that can hold it. With ``gpus`` (each kind's GPU count), the **typical**
+    kind's: those bests in rising order, the one at which the kinds' GPUs reach half of
+    their total (the kind of the median GPU; at exactly half, the slower). When no kind can hold
+    it alone, both are its best on all of them together.
     ``best_on(ks)``: the gang's best bus bandwidth on the nodes of kinds ``ks`` with every
     GPU free (0 when it does not fit there)."""
     if len(kinds) > 1:
-        alone = [b for b in (best_on(frozenset((k,))) for k in kinds) if b > 0]
-        if alone:
-            return min(alone)
+        alone = sorted((b, i) for i, b in enumerate(best_on(frozenset((k,))) for k in kinds)
+                       if b > 0)
+        if alone and gpus is None:
+            return alone[0][0]
+        if alone and gpus is not None:
+            total = sum(gpus.get(kinds[i], 0) for _, i in alone)
+            seen = 0
+            for b, i in alone:
+                seen += gpus.get(kinds[i], 0)
+                if 2 * seen >= total:
+                    return b
     return best_on(frozenset(kinds))
+
+
+def against_typical(rule: WaitingRule, need: float) -> bool:
+    """Whether a bar of ``need`` (:meth:`WaitingRule.start_share`) is measured against the
+    typical kind's reference (``minShare``) or the slowest kind's (the floor of
+    ``takeBest`` after ``maxWaitSeconds``, when it is below ``minShare``)."""
+    return need >= rule.min_share - TOLERANCE
+
+
+def kind_gpus(nodes: Iterable[NodeState]) -> dict[Hashable, int]:
+    """Each kind's GPU count among ``nodes``: what the typical reference weighs kinds by."""
+    out: dict[Hashable, int] = {}
+    for n in nodes:
+        k = node_kind(n)
+        out[k] = out.get(k, 0) + len(n.topology.gpus)
+    return out

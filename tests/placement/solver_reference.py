@@ -17,7 +17,8 @@ this copy still pins the one-pass rework's search against the search it replaced
 ADAPTED TWICE (issue 22, best-fit ties): the objective gained ``fit`` after packing (minus
 the GPUs left free on the touched nodes). The two places the search ranks by packing were
 changed here exactly as in the solver (marked "issue 22"): the one-node key and the
-knapsack's unit value.
+knapsack's unit value. Later (issue 22, the Alibaba trace's stranding) ``solo_fit`` came
+before blocks (a one-GPU gang's node by best-fit): the one-node key only, marked "again".
 
 The original module docstring follows.
 
@@ -408,8 +409,9 @@ class _Search:
                 continue
             opt = _options(cls.topology, cls.free_mask, self.n)[0]
             k1 = 0.0 if self.n == 1 else round(opt.bw, ROUND)
-            key = (k1, opt.pair, opt.health, -int(cls.opened),
-                   self.n - cls.free_mask.bit_count())  # issue 22: fit
+            fit = self.n - cls.free_mask.bit_count()  # issue 22: fit
+            key = (k1, opt.pair, fit if self.n == 1 else 0,  # issue 22, again: solo_fit
+                   opt.health, -int(cls.opened), fit)
             tie = (cls.names[0], opt.gpus)
             if best is None or key > best[0] or (key == best[0] and tie < best[1]):
                 best = (key, tie, cls.names[0], opt)

@@ -1,4 +1,5 @@
-"""The waiting rule's reference: the gang placed well on the slowest kind of node it may use.
+"""The waiting rule's references: the gang placed well on the typical kind of node it may use
+(minShare's: the kind of the median GPU) and on the slowest (the floor's after maxWait).
 
 A heterogeneous cluster on the API test double: the demo's two DGX-1 nodes (NVLink quads
 0-3 and 4-7) and a DGX A100 (NVSwitch) beside them, all on the same network. A 4 x 1-GPU
@@ -6,7 +7,8 @@ MPIJob on a free DGX-1 quad gets all a DGX-1 can give it, so it starts at once (
 or as soon as the quad frees up (the queue) while the A100 is busy — measured against the
 A100 (about three times the quad's bus bandwidth) it waited below even the floor. A gang
 whose only free placement is scattered (two GPUs on each DGX-1; or an A100 pair and a
-DGX-1 pair) still waits: scatter is what the rule is for.
+DGX-1 pair) still waits: scatter is what the rule is for. (With two DGX-1s and one A100
+the typical kind is the DGX-1, the slowest too.)
 """
 
 from __future__ import annotations
@@ -150,6 +152,23 @@ def test_a_node_s_kind_is_its_wiring_and_network_not_its_place():
     assert names_of(["gone"]) == [n.name for n in nodes]  # nothing to narrow by
 
 
+def test_the_typical_kind_is_the_kind_of_the_median_gpu_by_the_gang_s_speed():
+    """Kinds in rising order of the gang's best on each, weighed by their GPUs: the one at
+    which half of the GPUs is reached (at exactly half, the slower); kinds that cannot
+    hold the gang count for nothing; none: the best on all of them together."""
+    bests = {frozenset({"a100"}): 200.0, frozenset({"dgx1"}): 80.0,
+             frozenset({"pcie"}): 10.0, frozenset({"a100", "dgx1", "pcie"}): 200.0}
+    kinds = ["a100", "dgx1", "pcie"]
+    ref = reference_bandwidth
+    assert ref(kinds, bests.__getitem__, {"a100": 64, "dgx1": 96, "pcie": 96}) == 80.0
+    assert ref(kinds, bests.__getitem__, {"a100": 64, "dgx1": 16, "pcie": 96}) == 10.0
+    assert ref(kinds, bests.__getitem__, {"a100": 64, "dgx1": 32, "pcie": 32}) == 80.0
+    assert ref(kinds, bests.__getitem__, {"a100": 200, "dgx1": 8, "pcie": 8}) == 200.0
+    assert ref(kinds, bests.__getitem__, None) == 10.0  # the slowest kind's
+    bests[frozenset({"pcie"})] = 0.0  # too small for the gang: its GPUs do not count
+    assert ref(kinds, bests.__getitem__, {"a100": 64, "dgx1": 32, "pcie": 900}) == 200.0
+
+
 def test_a_placement_over_two_kinds_is_measured_against_its_slower_kind():
     """The least of the bests on each kind alone that holds the gang; the best on all of
     them together only when none does."""
@@ -223,10 +242,80 @@ def test_the_reference_does_not_depend_on_the_placement_so_a_faster_one_is_never
     reserver = GangReserver(InMemoryReservationStore())
     dgx_best = solve([n for n in nodes if n.name.startswith("dgx")], gang).bus_bandwidth_gbps
     pcie_best = solve([n for n in nodes if n.name.startswith("pcie")], gang).bus_bandwidth_gbps
-    assert reserver.ideal_bandwidth(nodes, gang, reference=True) == min(dgx_best, pcie_best)
-    # two DGX-1s across racks: short of the DGX-1s' own best (against it they would wait),
-    # faster than the PCIe pair, so they start wherever the PCIe pair would
+    # the floor's reference: the slowest kind (the PCIe servers)
+    assert reserver.ideal_bandwidth(nodes, gang, reference=True,
+                                    typical=False) == pcie_best
+    # minShare's: the typical kind (24 of the 40 GPUs are DGX-1s)
+    assert reserver.ideal_bandwidth(nodes, gang, reference=True) == dgx_best
+    # two DGX-1s across racks: short of the DGX-1s' own best, faster than the PCIe pair,
+    # so they start wherever the PCIe pair would: both wait for minShare of the typical
+    # kind, both start at the floor of the slowest
     across = solve([nodes[0], nodes[1]], gang).bus_bandwidth_gbps
     assert pcie_best < across < 0.9 * dgx_best
-    assert reserver.not_good(solve(nodes[3:], gang), nodes, gang, 0.9) is None
-    assert reserver.not_good(solve([nodes[0], nodes[1]], gang), nodes, gang, 0.9) is None
+    for placement in (solve(nodes[3:], gang), solve([nodes[0], nodes[1]], gang)):
+        assert reserver.not_good(placement, nodes, gang, 0.9) is not None
+        assert reserver.not_good(placement, nodes, gang, 0.5, typical=False) is None
+    assert reserver.not_good(solve(nodes[:3], gang), nodes, gang, 0.9) is None  # one rack
+
+
+class _Nodes:
+    """The ClusterReader a reserver reads: fixed nodes (what they hold is in ``used``)."""
+
+    def __init__(self, nodes: list[NodeState]) -> None:
+        self.nodes = nodes
+
+    def node_states(self) -> list[NodeState]:
+        return self.nodes
+
+    def object(self, **_: Any) -> None:
+        return None
+
+    def namespace(self, name: str) -> None:
+        return None
+
+
+def test_a_gang_waits_for_the_typical_kind_then_takes_the_slowest_kind_at_its_floor():
+    """Two DGX-1s (16 of the 24 GPUs: the typical kind) both busy, a PCIe server free: a 1 x
+    4-GPU gang on the PCIe socket gets all a PCIe server can give it ("share 1" of the
+    slowest kind) but an eighth of a DGX-1 quad, so it waits for a quad — a gang that
+    starts on hardware far below most of the cluster's holds its GPUs for long. After
+    ``maxWaitSeconds`` ``takeBest`` starts it there: its floor is measured against the
+    slowest kind, so no gang starts below half of its best on any hardware it may use."""
+    from gputopo.cluster.reservations import GangKey, InMemoryReservationStore
+    from gputopo.placement.waiting import WaitingRule, against_typical
+    from webhook.placement.reserve import GangReserver, Unplaced
+    from webhook.queue.gangs import WaitingGang, serve_pass
+
+    dgx1 = parse_nvidia_smi((FIXTURES / "dgx1-v100.txt").read_text(encoding="utf-8"))
+    pcie = parse_nvidia_smi((FIXTURES / "pcie-2socket-phb.txt").read_text(encoding="utf-8"))
+    busy = frozenset(range(8))
+    nodes = _Nodes([NodeState(name="dgx-a", topology=dgx1, used=busy, network_gbps=100),
+                    NodeState(name="dgx-b", topology=dgx1, used=busy, network_gbps=100),
+                    NodeState(name="pcie-1", topology=pcie, network_gbps=100)])
+    gang, rule = GangRequest(1, 4), WaitingRule()
+    reserver = GangReserver(InMemoryReservationStore())
+    key = GangKey("default", "PyTorchJob", "four", "uid-four")
+    # admission: minShare against the typical kind
+    made = reserver.reserve(cluster=nodes, pod={}, key=key, gang=gang,
+                            good_share=rule.start_share(overdue=False))
+    assert isinstance(made, Unplaced)
+    quad = solve([NodeState(name="idle", topology=dgx1)], gang).bus_bandwidth_gbps
+    assert f"a good placement gives {quad:.1f} GB/s" in made.reason
+
+    placed: list[list[str]] = []
+
+    def place(g: WaitingGang, need: float) -> str | None:
+        got = reserver.reserve(cluster=nodes, pod={}, key=g.key, gang=g.request,
+                               good_share=need, typical=against_typical(g.rule, need))
+        if isinstance(got, Unplaced):
+            return got.reason
+        placed.append(sorted({s.node for s in got[0].slots}))
+        return None
+
+    waiting = [WaitingGang(key, gang, since=0.0, max_wait_seconds=3600.0, rule=rule)]
+    early = serve_pass(waiting, now=600.0, starvation_seconds=1e9, place=place,
+                       give_up=lambda g, why: False)
+    assert early.placed == [] and early.fallen_back == [] and placed == []
+    late = serve_pass(waiting, now=3600.0, starvation_seconds=1e9, place=place,
+                      give_up=lambda g, why: False)
+    assert late.fallen_back == [str(key)] and placed == [["pcie-1"]]

@@ -51,6 +51,7 @@ from gputopo.placement.types import (
 )
 from gputopo.placement.waiting import (
     DEFAULT_MIN_SHARE,
+    kind_gpus,
     node_kind,
     reference_bandwidth,
     starts,
@@ -63,8 +64,8 @@ log = logging.getLogger(__name__)
 Solver = Callable[[Sequence[NodeState], GangRequest], Placement]
 HeldMemo = dict[str, tuple[NodeState, frozenset[int], NodeState]]
 #: GangReserver.ideal_bandwidth's memo per node set: the nodes, the bandwidth per (gang,
-#: non-GPU requests, node kinds), each node's kind by name
-_Ideal = tuple[list[NodeState], dict[Any, float], dict[str, Hashable]]
+#: non-GPU requests, node kinds), each node's kind by name, each kind's GPU count
+_Ideal = tuple[list[NodeState], dict[Any, float], dict[str, Hashable], dict[Hashable, int]]
 
 #: Re-solves after a ReservationConflict before the gang is declared unplaceable. Each
 #: conflict means another admission won a GPU we wanted; a handful of rounds settles any
@@ -443,14 +444,15 @@ class GangReserver:
 
     def ideal_bandwidth(self, nodes: Sequence[NodeState], gang: GangRequest,
                         demand: Mapping[str, int] | None = None, *,
-                        reference: bool = False) -> float:
+                        reference: bool = False, typical: bool = True) -> float:
         """The bus bandwidth the gang would get on ``nodes`` with every GPU free (cached per
         gang shape and node set: the same for every gang of that shape) and no other pod
         there: ``demand``, one pod's non-GPU requests, still limits how many of the gang a
         node holds (two pods of 60 CPUs never share a node of 94, however empty).
         ``reference``: the waiting rule's reference instead (gputopo.placement.waiting
         ``reference_bandwidth`` over every kind of ``nodes``: one figure for the gang,
-        whatever the placement; cached per kind).
+        whatever the placement; cached per kind): the typical kind's, or with ``typical``
+        False the slowest kind's (the floor of ``takeBest``: ``waiting.against_typical``).
 
         The node set is everything the solver reads of a node but its used GPUs (name,
         topology, zone, rack, effective network: line rate, transport, the node's and the
@@ -466,9 +468,9 @@ class GangReserver:
                 if len(self._ideal) >= FIT_MEMO_SIZE:
                     self._ideal.clear()
                 # the entry holds the nodes: their topologies' ids cannot be reused
-                found = self._ideal[sig] = (list(nodes), {}, {})
-            last = self._ideal_last = (list(nodes), found[1], found[2])
-        per_gang, kinds = last[1], last[2]
+                found = self._ideal[sig] = (list(nodes), {}, {}, {})
+            last = self._ideal_last = (list(nodes), found[1], found[2], found[3])
+        per_gang, kinds, gpus = last[1], last[2], last[3]
         asks = tuple(sorted(demand.items())) if demand else ()
 
         def best_on(on: frozenset[Hashable]) -> float:
@@ -494,15 +496,18 @@ class GangReserver:
             return best_on(frozenset())
         if not kinds:
             kinds.update((n.name, node_kind(n)) for n in nodes)
-        return reference_bandwidth(list(dict.fromkeys(kinds.values())), best_on)
+            gpus.update(kind_gpus(nodes))
+        return reference_bandwidth(list(dict.fromkeys(kinds.values())), best_on,
+                                   gpus if typical else None)
 
     def not_good(self, placement: Placement, nodes: Sequence[NodeState], gang: GangRequest,
-                 good_share: float, demand: Mapping[str, int] | None = None
-                 ) -> Unplaced | None:
+                 good_share: float, demand: Mapping[str, int] | None = None, *,
+                 typical: bool = True) -> Unplaced | None:
         """Why a feasible ``placement`` is not good enough to take now (below ``good_share``
-        of the waiting rule's reference for the gang: :func:`starts`), or None."""
+        of the waiting rule's reference for the gang, the typical kind's or not:
+        :func:`starts`), or None."""
         spread = sorted({s.node for s in placement.slots})
-        ideal = self.ideal_bandwidth(nodes, gang, demand, reference=True)
+        ideal = self.ideal_bandwidth(nodes, gang, demand, reference=True, typical=typical)
         if starts(placement.bus_bandwidth_gbps, ideal, good_share):
             return None
         return Unplaced(
@@ -514,6 +519,7 @@ class GangReserver:
         self, *, cluster: ClusterReader, pod: Mapping[str, Any], key: GangKey,
         gang: GangRequest, good_share: float | None = None,
         net: network.GangNetwork | None = None, shares: TransportShares | None = None,
+        typical: bool = True,
     ) -> tuple[GangReservation, bool] | Unplaced:
         """Solve the whole gang and reserve it; re-solve on conflict, a bounded number of
         times. Returns the reservation and whether THIS call made it (False: a concurrent
@@ -530,7 +536,9 @@ class GangReserver:
 
         ``good_share``: the gang may wait, so a feasible placement below that share of the
         gang's ideal bandwidth (:meth:`not_good`) is not taken (None: take the best there is);
-        callers take it from the gang's waiting rule (``WaitingRule.start_share``).
+        callers take it from the gang's waiting rule (``WaitingRule.start_share``), and
+        ``typical`` from ``waiting.against_typical`` (False: the floor of ``takeBest``,
+        measured against the slowest kind).
 
         ``net``: the gang's network plan: nodes holding a host port the gang cannot move are
         left out, the plan is decided from the solver's slots (ports derived from GPUs) and
@@ -573,7 +581,8 @@ class GangReserver:
             if good_share is not None:
                 # "good" is judged against the nodes the pods' volumes can reach
                 reach = [n for n in bound if n.name not in refused] if refused else bound
-                poor = self.not_good(placement, reach, gang, good_share, demand)
+                poor = self.not_good(placement, reach, gang, good_share, demand,
+                                     typical=typical)
                 if poor is not None:
                     existing = self.store.get(key)
                     return (existing, False) if existing is not None else poor

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 
 from gputopo.cluster.node_resources import capped_by_resources, pod_demand, solve_fitting
 from gputopo.cluster.source import ClusterReader
+from gputopo.placement.waiting import against_typical
 from webhook.placement.reserve import GangReserver, nodes_for, ruled_out
 from webhook.queue.gangs import WaitingGang
 
@@ -40,7 +41,8 @@ def why_not_now(gang: WaitingGang, cluster: ClusterReader, reserver: GangReserve
     placement = solve_fitting(reserver.solver, free, gang.request, demand)
     if placement.feasible:
         fit, _ = nodes_for(cluster, pod, gang.transport_share)
-        poor = reserver.not_good(placement, fit, gang.request, need, demand)
+        poor = reserver.not_good(placement, fit, gang.request, need, demand,
+                                 typical=against_typical(gang.rule, need))
         return poor.reason if poor is not None else "fits now (placed at the next pass)"
     if capped_by_resources(free, demand, gang.request)[1]:  # the reason names them
         return ruled_out(placement.reason, free, excluded)

@@ -43,7 +43,7 @@ class _Kind:
 
     def __post_init__(self) -> None:
         #: per gang size n: (one-node key, best n-GPU share), see :meth:`one_node`
-        self.rated: dict[int, tuple[tuple[float, float, int, int, int, int], _Option]] = {}
+        self.rated: dict[int, tuple[tuple[float, float, int, int, int, int, int], _Option]] = {}
         self._head: tuple[str, tuple[int, ...]] | None = None
         self._bounds: dict[tuple[int, int], tuple[float, int]] = {}
         #: per (gang size, share, node network): a one-node placement's (score, bus
@@ -62,17 +62,19 @@ class _Kind:
                                              max(o.health for o in opts))
         return got
 
-    def one_node(self, n: int) -> tuple[tuple[float, float, int, int, int, int], _Option]:
+    def one_node(self, n: int) -> tuple[tuple[float, float, int, int, int, int, int], _Option]:
         """The best ``n``-GPU share of the free GPUs (the first Pareto option) and its key
         for the one-node search: (ring bandwidth, slowest pair, free NVLink domains opened
         (0 here: it is the node's domain's, not its kind's; :func:`_best_single` sets it),
-        blocks kept, packing, fit: minus the GPUs left free)."""
+        solo_fit (fit for one GPU, else 0), blocks kept, packing, fit: minus the GPUs left
+        free)."""
         got = self.rated.get(n)
         if got is None:
             opt = _options(self.topology, self.free_mask, n)[0]
             k1 = 0.0 if n == 1 else round(opt.bw, ROUND)
-            got = self.rated[n] = ((k1, opt.pair, 0, opt.health, -int(self.opened),
-                                    n - self.free), opt)
+            fit = n - self.free  # minus the GPUs left free; first for one GPU (solo_fit)
+            got = self.rated[n] = ((k1, opt.pair, 0, fit if n == 1 else 0, opt.health,
+                                    -int(self.opened), fit), opt)
         return got
 
     def head(self) -> tuple[str, tuple[int, ...]]:
