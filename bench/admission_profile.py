@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import io
 import pstats
 import sys
@@ -65,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
 
     admitter, workload = warmed_admitter(args.nodes, args.count, "prof",
                                          can_wait=args.can_wait)
+    gc.collect()
+    gc.freeze()  # as the server does once it is built (webhook/server.py)
     if args.parts:
         return parts(admitter, workload.bodies)
     if args.opcodes:

@@ -50,7 +50,7 @@ class ClusterSnapshot:
         #: touches costs on its own cold (``namespace()`` and its key: ~10 us, against
         #: ~3 for this and no Namespace object read; docs/benchmarks.md).
         self.namespace_opted_in = self._opted_in.get
-        self._states: list[NodeState] | None = None  # node_states() until the next add()
+        self._states: tuple[NodeState, ...] | None = None  # node_states() until the next add()
         for obj in self.objects:
             self.add(obj)
 
@@ -115,13 +115,14 @@ class ClusterSnapshot:
         """All objects of one kind, in file order."""
         return [o for o in self.objects if o.get("kind") == kind]
 
-    def node_states(self) -> list[NodeState]:
+    def node_states(self) -> tuple[NodeState, ...]:
         """Activated nodes with usable topology; others are left out with a warning.
 
         Computed once per change (``add``): it is read once per gang solved, and at 1,000
-        nodes rebuilding it costs ~45 ms, more than the solve itself."""
+        nodes rebuilding it costs ~45 ms, more than the solve itself. The same tuple until
+        the next change (see ClusterView.node_states)."""
         if self._states is not None:
-            return list(self._states)
+            return self._states
         used: dict[str, set[int]] = {}
         ports: dict[str, set[tuple[str, int]]] = {}
         requested: dict[str, list[Mapping[str, int]]] = {}
@@ -155,9 +156,9 @@ class ClusterSnapshot:
                 continue
             self.warnings.extend(f"node {name}: {problem}"
                                  for problem in ob.network_annotation_problems(node))
-        self._states = states
+        self._states = tuple(states)
         self._by_name = {n.name: n for n in states}
-        return list(states)
+        return self._states
 
     def node_state(self, name: str) -> NodeState | None:
         """One node of :meth:`node_states` by name (a dict lookup: see ClusterView)."""

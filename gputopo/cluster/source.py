@@ -7,6 +7,7 @@ implement :class:`ClusterReader`; the pipeline never knows which.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from gputopo import names
@@ -32,8 +33,9 @@ class ClusterReader(Protocol):
         """Any stored object by apiVersion/kind/namespace/name (training jobs, batch Jobs)."""
         ...
 
-    def node_states(self) -> list[NodeState]:
-        """Activated nodes with their topology and GPUs in use, for the solver."""
+    def node_states(self) -> Sequence[NodeState]:
+        """Activated nodes with their topology and GPUs in use, for the solver (read it,
+        never modify it: a reader may hand out the same sequence until a node changes)."""
         ...
 
 

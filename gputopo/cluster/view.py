@@ -130,7 +130,7 @@ class ClusterView:
         self._asked: dict[str, Requests] = {}
         self._base: dict[str, NodeState | None] = {}  # node → state without usage (None: bad)
         self._final: dict[str, NodeState] = {}  # node → state with its used GPUs
-        self._states: list[NodeState] | None = None
+        self._states: tuple[NodeState, ...] | None = None
         #: Namespace name -> opted in, for every Namespace the watch holds (kept by
         #: _changed; filled in place, never replaced: the memory-only reader hands out its
         #: ``get``). Why: see :attr:`MemoryOnlyReader.namespace_opted_in`.
@@ -503,16 +503,18 @@ class ClusterView:
         self._on_demand[key] = (now, obj)
         return obj
 
-    def node_states(self) -> list[NodeState]:
+    def node_states(self) -> tuple[NodeState, ...]:
         """Activated nodes with usable topology, GPUs of bound pods marked used.
 
         Cached: a node's topology is parsed once per change of the node (or its report),
-        its used GPUs recomputed once per change of its pods, and the list rebuilt only
-        after some change — it is read once per gang, at 1,000 nodes.
+        its used GPUs recomputed once per change of its pods, and the tuple rebuilt only
+        after some change — it is read once per gang, at 1,000 nodes. The same tuple until
+        then, so a caller that remembers an answer per node list knows by identity that no
+        node changed (webhook/placement/reserve.py ``same_nodes``).
         """
         with self._lock:
             if self._states is not None:
-                return list(self._states)
+                return self._states
             reports = self._informers["node-reports"].store
             out: list[NodeState] = []
             for (_, name), node in sorted(self._informers["nodes"].store.items()):
@@ -542,9 +544,9 @@ class ClusterView:
                             base.resources.allocatable, sum_requests([asked])))
                     self._final[name] = final
                 out.append(final)
-            self._states = out
+            self._states = tuple(out)
             self._by_name = {n.name: n for n in out}
-            return list(out)
+            return self._states
 
     def node_state(self, name: str) -> NodeState | None:
         """One node of :meth:`node_states` by name (a dict lookup, not a pass over every
