@@ -147,11 +147,10 @@ def components(admitter: Any, bodies: list[bytes], kinds: list[str], gap_s: floa
     if hasattr(reserver, "_in_flight_blocks"):
         reserver._in_flight_blocks = timed("_in_flight_blocks", reserver._in_flight_blocks)
     # node fit (issue 23): absent from older trees, so each looked up first
-    if hasattr(reserver, "with_reserved_requests"):
-        reserver.with_reserved_requests = timed("reserver.with_reserved_requests",
-                                                reserver.with_reserved_requests)
+    if hasattr(reserver, "reserved_limits"):
+        reserver.reserved_limits = timed("reserver.reserved_limits", reserver.reserved_limits)
     if hasattr(reserver, "caps"):
-        reserver.caps.caps = timed("ResourceCaps.caps", reserver.caps.caps)
+        reserver.caps.limits = timed("ResourceCaps.limits", reserver.caps.limits)
     for mod in (reserve, step):
         for name in ("solve_fitting", "pod_volumes", "pod_demand"):
             if hasattr(mod, name):

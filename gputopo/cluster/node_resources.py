@@ -194,13 +194,6 @@ class NodeResources:
                 why = f"{name} {show(name, taken + want * (n + 1))} of {show(name, have)}"
         return count, why
 
-    def grown(self, more: Mapping[str, int]) -> NodeResources:
-        """These resources with ``more`` requested."""
-        requested = dict(self.requested)
-        for name, amount in more.items():
-            requested[name] = requested.get(name, 0) + amount
-        return NodeResources(self.allocatable, requested)
-
 
 def show(resource: str, value: int) -> str:
     """An amount as a person reads it: CPUs as cores ("60", "0.5"), sizes with binary
@@ -232,77 +225,106 @@ def node_resources(node: Mapping[str, Any], requested: Iterable[Mapping[str, int
 NAMED_NODES = 4
 
 
-def capped_by_resources(nodes: Sequence[NodeState], demand: Mapping[str, int],
-                        gang: GangRequest) -> tuple[list[NodeState], dict[str, str]]:
+#: node name -> (how many of a gang's pods the node's resources hold, what rules the next
+#: one out: "cpu 120 of 94"), for the nodes that hold fewer than the gang may put there
+Limits = dict[str, tuple[int, str]]
+
+
+def resource_limits(nodes: Iterable[NodeState], demand: Mapping[str, int],
+                    gang: GangRequest) -> Limits:
     """The nodes of ``nodes`` whose resources hold fewer than ``gang.per_node`` pods asking
-    for ``demand`` each, as copies whose ``gpu_cap`` lets the solver put no more of the
-    gang there (0: none at all), and per such node what rules the next pod out ("cpu 120
-    of 94"). Nodes without resource data, and nodes with room for the most the gang may
-    put there, are left as they are (the common case: nothing to copy)."""
+    for ``demand`` each. Nodes without resource data, and nodes with room for the most the
+    gang may put there, are not named (the common case: an empty answer)."""
     most = gang.per_node
-    changed: list[NodeState] = []
-    why: dict[str, str] = {}
+    out: Limits = {}
     for n in nodes:
         res = n.resources
         if res is None:
             continue
         count, reason = res.fits(demand, most)
         if count < most:
-            cap = count * gang.gpus_per_replica
-            if cap < n.gpu_cap:
-                changed.append(replace(n, gpu_cap=cap))
-            why[n.name] = reason
+            out[n.name] = (count, reason)
+    return out
+
+
+def capped(nodes: Sequence[NodeState], limits: Mapping[str, tuple[int, str]],
+           gang: GangRequest) -> tuple[list[NodeState], dict[str, str]]:
+    """Copies of the nodes of ``nodes`` that ``limits`` names, whose ``gpu_cap`` lets the
+    solver put no more of the gang there (0: none at all; a node capped tighter already is
+    left as it is), and per named node what rules the next pod out. The nodes are found by
+    name (a :class:`GroupedNodes` keeps the index)."""
+    if not limits:
+        return [], {}
+    lookup = nodes.get if isinstance(nodes, GroupedNodes) else {n.name: n for n in nodes}.get
+    changed: list[NodeState] = []
+    why: dict[str, str] = {}
+    for name, (count, reason) in limits.items():
+        n = lookup(name)
+        if n is None:
+            continue
+        cap = count * gang.gpus_per_replica
+        if cap < n.gpu_cap:
+            changed.append(replace(n, gpu_cap=cap))
+        why[name] = reason
     return changed, why
 
 
-@dataclass
-class _Caps:
-    """One demand's :func:`capped_by_resources` answer for one list of node objects."""
+def capped_by_resources(nodes: Sequence[NodeState], demand: Mapping[str, int],
+                        gang: GangRequest) -> tuple[list[NodeState], dict[str, str]]:
+    """:func:`capped` by the :func:`resource_limits` of ``nodes``."""
+    return capped(nodes, resource_limits(nodes, demand, gang), gang)
 
-    nodes: list[NodeState]
-    changed: dict[str, NodeState]
-    why: dict[str, str]
+
+@dataclass
+class _Limits:
+    """One demand's :func:`resource_limits` for one sequence of node objects."""
+
+    nodes: Sequence[NodeState]
+    limits: Limits
 
 
 class ResourceCaps:
-    """:func:`capped_by_resources`, remembered per (demand, gang shape) for the node
-    objects it was worked out on.
+    """:func:`resource_limits`, remembered per (demand, gang shape) for the node objects
+    it was worked out on.
 
     Why: it is a pass over every node of the cluster for each new gang, ~6 ms at 1,000
-    nodes for a pod asking for CPU and memory. Between two gangs a live view replaces the
-    objects of the few nodes where pods came or went, and keeps the others, so a pointer
-    walk (at C speed) finds the nodes to look at again."""
+    nodes for a pod asking for CPU and memory. The placement step asks it of the fitting
+    nodes as a reader gave them (``source``, before held GPUs are marked: marks change no
+    resources), which stay the same object while no node changes; when some did (a live
+    view replaces the objects of the nodes where pods came or went, and keeps the others),
+    a pointer walk at C speed finds the nodes to look at again."""
 
     #: demands remembered (a cluster runs few pod shapes)
     SIZE = 64
 
     def __init__(self) -> None:
-        self._memo: dict[tuple[Any, ...], _Caps] = {}
+        self._memo: dict[tuple[Any, ...], _Limits] = {}
 
-    def caps(self, nodes: Sequence[NodeState], demand: Mapping[str, int],
-             gang: GangRequest) -> tuple[list[NodeState], dict[str, str]]:
-        """What :func:`capped_by_resources` answers (read the dict, never modify it)."""
+    def limits(self, nodes: Sequence[NodeState], demand: Mapping[str, int],
+               gang: GangRequest) -> Limits:
+        """What :func:`resource_limits` answers (read it, never modify it). ``nodes`` is
+        remembered, not copied: read it, never modify it, while it may be asked again."""
         key = (tuple(sorted(demand.items())), gang.per_node, gang.gpus_per_replica)
         last = self._memo.get(key)
+        if last is not None and last.nodes is nodes:
+            return last.limits
         if last is not None and len(last.nodes) == len(nodes):
             at = list(compress(range(len(nodes)), map(is_not, last.nodes, nodes)))
             if len(at) <= len(nodes) // 4 and all(
                     last.nodes[i].name == nodes[i].name for i in at):
+                limits = last.limits
                 if at:
-                    changed, why = dict(last.changed), dict(last.why)
+                    limits = dict(limits)
                     for i in at:
-                        changed.pop(nodes[i].name, None)
-                        why.pop(nodes[i].name, None)
-                    more, reasons = capped_by_resources([nodes[i] for i in at], demand, gang)
-                    changed.update((n.name, n) for n in more)
-                    why.update(reasons)
-                    last = self._memo[key] = _Caps(list(nodes), changed, why)
-                return list(last.changed.values()), last.why
-        more, why = capped_by_resources(nodes, demand, gang)
+                        limits.pop(nodes[i].name, None)
+                    limits.update(resource_limits([nodes[i] for i in at], demand, gang))
+                self._memo[key] = _Limits(nodes, limits)
+                return limits
+        limits = resource_limits(nodes, demand, gang)
         if len(self._memo) >= self.SIZE:
             self._memo.clear()
-        self._memo[key] = _Caps(list(nodes), {n.name: n for n in more}, why)
-        return more, why
+        self._memo[key] = _Limits(nodes, limits)
+        return limits
 
 
 def empty_caps(nodes: Sequence[NodeState], empty: list[NodeState],
@@ -342,20 +364,30 @@ def resource_note(why: Mapping[str, str]) -> str:
 def solve_fitting(solver: Callable[[Sequence[NodeState], GangRequest], Placement],
                   nodes: Sequence[NodeState], gang: GangRequest,
                   demand: Mapping[str, int], caps: ResourceCaps | None = None, *,
+                  source: Sequence[NodeState] | None = None,
+                  pending: Mapping[str, tuple[int, str]] | None = None,
                   refused: Mapping[str, str] | None = None,
                   notes: Sequence[str] = ()) -> Placement:
     """``solver`` on ``nodes`` where no node gets more of the gang than its CPU, memory and
     other resources hold beside what is there (``demand``: one pod's requests), the nodes
-    they limit named in the reason; ``caps`` remembers the caps between gangs.
-    ``refused``: nodes the pods cannot run on at all, and why (their volumes: node_volumes);
-    ``notes``: what could not be judged, added to the reason."""
-    capped, why = (caps.caps(nodes, demand, gang) if caps is not None
-                   else capped_by_resources(nodes, demand, gang))
+    they limit named in the reason. ``caps`` remembers the limits between gangs, worked out
+    on ``source`` (the node objects ``nodes`` were marked from, with the same resources;
+    ``nodes`` when not given). ``pending``: the limits of nodes where reserved slots whose
+    pods are not there yet hold requests too (gputopo.cluster.reserved_requests), tighter
+    than their own. ``refused``: nodes the pods cannot run on at all, and why (their
+    volumes: node_volumes); ``notes``: what could not be judged, added to the reason."""
+    if caps is not None:
+        limits = caps.limits(nodes if source is None else source, demand, gang)
+    else:
+        limits = resource_limits(nodes, demand, gang)
+    if pending:
+        limits = {**limits, **pending}
+    capped_nodes, why = capped(nodes, limits, gang)
     if refused:
-        capped = [n for n in capped if n.name not in refused]
-        capped += [replace(n, gpu_cap=0) for n in nodes if n.name in refused]
+        capped_nodes = [n for n in capped_nodes if n.name not in refused]
+        capped_nodes += [replace(n, gpu_cap=0) for n in nodes if n.name in refused]
         why = {**why, **refused}
-    placement = solver(with_caps(nodes, capped), gang)
+    placement = solver(with_caps(nodes, capped_nodes), gang)
     if why and not placement.feasible and solver(nodes, gang).feasible:
         # the GPUs are there; the pods' other requests are what does not fit
         placement = replace(placement, reason=f"the GPUs are free, but too few nodes can "

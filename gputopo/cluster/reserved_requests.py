@@ -20,10 +20,9 @@ requests were kept hold none, and count nothing, as before.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
 
 from gputopo.cluster.gang_reservation import GangReservation
-from gputopo.cluster.node_resources import Requests
+from gputopo.cluster.node_resources import Limits, Requests
 from gputopo.placement.solver import GroupedNodes
 from gputopo.placement.types import NodeState
 
@@ -54,27 +53,29 @@ def summed(per_gang: Iterable[Mapping[str, Mapping[str, int]]]) -> dict[str, Req
     return out
 
 
-def with_pending(nodes: Sequence[NodeState], pending: Mapping[str, Mapping[str, int]],
-                 demand: Mapping[str, int], most: int) -> list[NodeState]:
-    """Copies of the nodes of ``nodes`` that ``pending`` names, their requested sums grown
-    by it (what :func:`~gputopo.cluster.node_resources.with_caps` puts in place of the
-    originals) — only those where, so grown, fewer than ``most`` pods asking for ``demand``
-    fit: elsewhere the pending requests change no cap and no reason, so the node stays the
-    object it was. Why: a few gangs' pods are still arriving at nearly every new gang, and
-    copying their nodes every time made the solver regroup and re-rate them twice per gang
-    (about a third of a new gang's admission CPU, bench/admission_profile.py --components).
-    The nodes are found by name (a :class:`GroupedNodes` keeps the index): a walk over
-    every node of the cluster for the few that ``pending`` names was, with 1,000 nodes,
-    about a fifth of the Python a review runs (``--opcodes``). Nodes without resource data
-    are left out: nothing is known of them."""
+def pending_limits(nodes: Sequence[NodeState], pending: Mapping[str, Mapping[str, int]],
+                   demand: Mapping[str, int], most: int) -> Limits:
+    """The nodes of ``nodes`` that ``pending`` names where, beside the requests ``pending``
+    holds there, fewer than ``most`` pods asking for ``demand`` fit: how many, and what
+    rules the next out (:data:`~gputopo.cluster.node_resources.Limits`, which
+    :func:`~gputopo.cluster.node_resources.solve_fitting` takes as ``pending``). Elsewhere
+    the pending requests change no cap and no reason. Why no copies of the nodes: a few
+    gangs' pods are still arriving at nearly every new gang, and copying their nodes every
+    time made the solver regroup and re-rate them twice per gang (about a third of a new
+    gang's admission CPU, bench/admission_profile.py --components). The nodes are found by
+    name (a :class:`GroupedNodes` keeps the index): a walk over every node of the cluster
+    for the few that ``pending`` names was, with 1,000 nodes, about a fifth of the Python a
+    review runs (``--opcodes``). Nodes without resource data are left out: nothing is known
+    of them."""
     if not pending:
-        return []
+        return {}
     lookup = nodes.get if isinstance(nodes, GroupedNodes) else {n.name: n for n in nodes}.get
-    changed = []
+    out: Limits = {}
     for name, more in pending.items():
         n = lookup(name)
         if n is None or not more or n.resources is None:
             continue
-        if n.resources.fits(demand, most, beside=more)[0] < most:
-            changed.append(replace(n, resources=n.resources.grown(more)))
-    return changed
+        count, why = n.resources.fits(demand, most, beside=more)
+        if count < most:
+            out[name] = (count, why)
+    return out

@@ -98,11 +98,17 @@ def test_what_a_node_object_leaves_out_of_allocatable() -> None:
 
 
 def test_remembered_caps_follow_changed_nodes() -> None:
-    """ResourceCaps answers as capped_by_resources does after any few nodes change."""
+    """ResourceCaps answers as resource_limits does after any few nodes change, and for
+    the very same sequence asked again; capped() of its answer is capped_by_resources."""
     import random
     from dataclasses import replace
 
-    from gputopo.cluster.node_resources import ResourceCaps, capped_by_resources
+    from gputopo.cluster.node_resources import (
+        ResourceCaps,
+        capped,
+        capped_by_resources,
+        resource_limits,
+    )
     from gputopo.placement.types import GangRequest, NodeState
     from gputopo.topology.model import Topology
 
@@ -116,11 +122,18 @@ def test_remembered_caps_follow_changed_nodes() -> None:
 
     nodes = [NodeState(name=f"n{i}", topology=topo, resources=res()) for i in range(40)]
     caps, gang, demand = ResourceCaps(), GangRequest(3, 1), {"cpu": 30000, "pods": 1}
-    for _ in range(30):
-        nodes = list(nodes)
-        for i in rng.sample(range(len(nodes)), rng.choice([0, 1, 3, 20])):
-            nodes[i] = replace(nodes[i], resources=res())
-        got, why = caps.caps(nodes, demand, gang)
+    same = 0
+    for _ in range(40):
+        if rng.random() < 0.7:  # a new sequence, some nodes changed
+            nodes = list(nodes)
+            for i in rng.sample(range(len(nodes)), rng.choice([0, 1, 3, 20])):
+                nodes[i] = replace(nodes[i], resources=res())
+        else:  # the very sequence asked about last time, untouched
+            same += 1
+        limits = caps.limits(nodes, demand, gang)
+        assert limits == resource_limits(nodes, demand, gang)
+        got, why = capped(nodes, limits, gang)
         want, want_why = capped_by_resources(nodes, demand, gang)
         assert {n.name: (n.gpu_cap, n) for n in got} == {n.name: (n.gpu_cap, n) for n in want}
         assert why == want_why
+    assert same > 5

@@ -25,11 +25,11 @@ from typing import Any
 
 from gputopo.cluster.node_fit import NodeFacts, PodConstraints
 from gputopo.cluster.node_resources import (
+    Limits,
     ResourceCaps,
     empty_caps,
     pod_demand,
     solve_fitting,
-    with_caps,
 )
 from gputopo.cluster.node_volumes import pod_volumes
 from gputopo.cluster.reservations import (
@@ -39,7 +39,7 @@ from gputopo.cluster.reservations import (
     ReservationStore,
     ReservationUnavailable,
 )
-from gputopo.cluster.reserved_requests import with_pending
+from gputopo.cluster.reserved_requests import pending_limits
 from gputopo.cluster.source import ClusterReader
 from gputopo.placement.solver import GroupedNodes, solve
 from gputopo.placement.types import (
@@ -439,15 +439,14 @@ class GangReserver:
         if self._fits.get(key) is entry:  # only for a remembered fit
             self._frees[key] = _Free(fit=entry.fit, revision=revision, free=free)
 
-    def with_reserved_requests(self, nodes: Sequence[NodeState], demand: Mapping[str, int],
-                               gang: GangRequest) -> Sequence[NodeState]:
-        """``nodes`` (position for position) with the requests of reserved slots whose
-        pods do not exist yet added to their nodes' requested sums where that limits how
-        many of ``gang``'s pods (each asking for ``demand``) a node holds
-        (:mod:`gputopo.cluster.reserved_requests`): another gang's pods still coming hold
-        their CPU and memory as their GPUs are held."""
-        return with_caps(nodes, with_pending(nodes, self.store.pending_requests(), demand,
-                                             gang.per_node))
+    def reserved_limits(self, nodes: Sequence[NodeState], demand: Mapping[str, int],
+                        gang: GangRequest) -> Limits:
+        """The nodes of ``nodes`` where the requests of reserved slots whose pods do not
+        exist yet limit how many of ``gang``'s pods (each asking for ``demand``) a node
+        holds (:mod:`gputopo.cluster.reserved_requests`; ``pending`` of
+        :func:`solve_fitting`): another gang's pods still coming hold their CPU and memory
+        as their GPUs are held."""
+        return pending_limits(nodes, self.store.pending_requests(), demand, gang.per_node)
 
     def ideal_bandwidth(self, nodes: Sequence[NodeState], gang: GangRequest,
                         demand: Mapping[str, int] | None = None, *,
@@ -567,9 +566,10 @@ class GangReserver:
         for attempt in range(1, self.max_attempts + 1):
             entry, free, excluded, held = self._fit_and_free(cluster, pod, shares)
             bound, free = usable_pair(entry.fit, free, net, no_ports)
-            free = self.with_reserved_requests(free, demand, gang)
             refused = volumes.refusals(free)
             placement = solve_fitting(self.solver, free, gang, demand, self.caps,
+                                      source=bound,
+                                      pending=self.reserved_limits(free, demand, gang),
                                       refused=refused, notes=volumes.notes)
             if not placement.feasible:
                 # After a conflict, or when GPUs claimed by a reservation still being written
@@ -649,7 +649,8 @@ class GangReserver:
         settled = {n: frozenset(held[n]) & committed.get(n, none) for n in flight}
         nodes = [exclude_held([b], settled)[0] if b.name in flight else f
                  for b, f in zip(bound, free, strict=True)]
-        return solve_fitting(self.solver, nodes, gang, demand or {}).feasible
+        return solve_fitting(self.solver, nodes, gang, demand or {},
+                             pending=self.reserved_limits(free, demand or {}, gang)).feasible
 
     def _await_reservation(self, key: GangKey, *, backoff: int = 0) -> GangReservation | None:
         """The gang's reservation if another admission writes it within a short wait.

@@ -380,10 +380,12 @@ class PlacementStep:
                     ctx.cluster, ctx.pod, placement_settings(ctx.policy).transport_share)
                 fit, nodes = usable_pair(fit, nodes, net)
                 demand = pod_demand(ctx.pod)
-                nodes = self.reserver.with_reserved_requests(nodes, demand, gang)
                 volumes = pod_volumes(ctx.cluster, ctx.pod)
                 placement = solve_fitting(self.solver, nodes, gang, demand,
-                                          self.reserver.caps, refused=volumes.refusals(nodes),
+                                          self.reserver.caps, source=fit,
+                                          pending=self.reserver.reserved_limits(nodes, demand,
+                                                                               gang),
+                                          refused=volumes.refusals(nodes),
                                           notes=volumes.notes)
                 if not placement.feasible:
                     return Unplaced(_ruled_out(placement.reason or "no feasible placement",
