@@ -31,7 +31,7 @@ def matches(policy: Policy, *, namespace_labels: Mapping[str, str], job: JobInfo
         return False
     if not _subset(m.namespace_labels, namespace_labels):
         return False
-    if not any((o.api_version, o.kind) == (job.api_version, job.kind) for o in m.owners):
+    if (job.api_version, job.kind) not in m.owners:
         return False
     if m.roles and job.role not in m.roles:
         return False

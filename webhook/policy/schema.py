@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fractions import Fraction
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from gputopo import names
 from gputopo.placement.waiting import WaitingRule
@@ -47,8 +47,10 @@ DEFAULT_PRIORITY = 100
 DEFAULT_RENAME = {names.SOURCE_GPU_RESOURCE: names.TOPOLOGY_GPU_RESOURCE}
 
 
-@dataclass(frozen=True)
-class OwnerKind:
+class OwnerKind(NamedTuple):
+    """An owner kind a policy matches: compares equal to the ``(apiVersion, kind)`` pair
+    of a job, so matching is a membership test (``in``) over the policy's owners."""
+
     api_version: str
     kind: str
 
