@@ -108,20 +108,29 @@ def _get(obj: Mapping[str, Any], key: str, kind: type, path: str, *,
     return value
 
 
-def _gvk(raw: Mapping[str, Any], path: str) -> GroupVersionKind:
-    return GroupVersionKind(
-        group=_get(raw, "group", str, f"{path}.group", required=False) or "",
-        version=_get(raw, "version", str, f"{path}.version"),
-        kind=_get(raw, "kind", str, f"{path}.kind"),
-    )
+#: (key, type, required) of the fields of ``request`` the pipeline reads, and of its
+#: ``kind`` and ``resource``: checked by one loop each (:func:`_checked`)
+_REQUEST_FIELDS = (("uid", str, True), ("kind", dict, True), ("resource", dict, True),
+                   ("subResource", str, False), ("operation", str, True),
+                   ("namespace", str, False), ("name", str, False), ("dryRun", bool, False),
+                   ("object", dict, False))
+_KIND_FIELDS = (("group", str, False), ("version", str, True), ("kind", str, True))
+_RESOURCE_FIELDS = (("group", str, False), ("version", str, True), ("resource", str, True))
 
 
-def _gvr(raw: Mapping[str, Any], path: str) -> GroupVersionResource:
-    return GroupVersionResource(
-        group=_get(raw, "group", str, f"{path}.group", required=False) or "",
-        version=_get(raw, "version", str, f"{path}.version"),
-        resource=_get(raw, "resource", str, f"{path}.resource"),
-    )
+def _checked(obj: Mapping[str, Any], fields: tuple[tuple[str, type, bool], ...],
+             path: str) -> Mapping[str, Any]:
+    """``obj``, once each of ``fields`` is :func:`_get`'s answer for it (a value of its
+    type, or absent when not required). Why a table: every review passes here, and one
+    loop costs a fraction of a call per field."""
+    for key, kind, required in fields:
+        value = obj.get(key)
+        if value is None:
+            if required:
+                raise BadReview(f"missing {path}.{key}", path=f"{path}.{key}")
+        elif (kind is not bool and isinstance(value, bool)) or not isinstance(value, kind):
+            _get(obj, key, kind, f"{path}.{key}")  # raises, worded as for any field
+    return obj
 
 
 def _no_constants(name: str) -> Any:
@@ -169,18 +178,20 @@ def checked_request(doc: Any) -> AdmissionRequest:
                         path="apiVersion")
     if doc.get("kind") != KIND:
         raise BadReview(f"kind must be {KIND!r}, got {doc.get('kind')!r}", path="kind")
-    req = _get(doc, "request", dict, "request")
-    uid = _get(req, "uid", str, "request.uid")
+    req = _checked(_get(doc, "request", dict, "request"), _REQUEST_FIELDS, "request")
+    uid, obj = req["uid"], req.get("object")
     if not uid:
         raise BadReview("request.uid is empty", path="request.uid")
-    kind = _gvk(_get(req, "kind", dict, "request.kind"), "request.kind")
-    resource = _gvr(_get(req, "resource", dict, "request.resource"), "request.resource")
-    sub_resource = _get(req, "subResource", str, "request.subResource", required=False) or ""
-    operation = _get(req, "operation", str, "request.operation")
-    namespace = _get(req, "namespace", str, "request.namespace", required=False) or ""
-    name = _get(req, "name", str, "request.name", required=False) or ""
-    dry_run = _get(req, "dryRun", bool, "request.dryRun", required=False) or False
-    obj = _get(req, "object", dict, "request.object", required=False)
+    raw_kind = _checked(req["kind"], _KIND_FIELDS, "request.kind")
+    kind = GroupVersionKind(raw_kind.get("group") or "", raw_kind["version"], raw_kind["kind"])
+    raw_res = _checked(req["resource"], _RESOURCE_FIELDS, "request.resource")
+    resource = GroupVersionResource(raw_res.get("group") or "", raw_res["version"],
+                                    raw_res["resource"])
+    sub_resource = req.get("subResource") or ""
+    operation = req["operation"]
+    namespace = req.get("namespace") or ""
+    name = req.get("name") or ""
+    dry_run = req.get("dryRun") or False
     request = AdmissionRequest(
         uid=uid, kind=kind, resource=resource, sub_resource=sub_resource,
         operation=operation, namespace=namespace, name=name, object=obj, dry_run=dry_run,
