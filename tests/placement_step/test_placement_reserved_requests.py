@@ -19,10 +19,13 @@ import copy
 import json
 from typing import Any
 
+from apiserver_rules import assert_resources_fit
 from placement_checks import admit, pinned_node, record
 from placement_jobs import pytorch_pods, pytorchjob
 
 from gputopo import names
+from gputopo.cluster.demo import demo_cluster_path
+from gputopo.yamlio import load_documents
 
 FIRST, SECOND = "cn-shanghai.192.168.16.172", "cn-shanghai.192.168.16.173"
 
@@ -38,6 +41,19 @@ def jobs(b_cpu: str = "60") -> tuple[dict[str, Any], dict[str, Any]]:
     a = with_cpu(pytorchjob("gang-a", workers=1), "60")
     b = with_cpu(pytorchjob("gang-b", workers=0), b_cpu)
     return a, b
+
+
+def assert_pinned_pods_fit(pods: dict[str, dict[str, Any]]) -> None:
+    """The pods gputopo pinned, as the API server stores them, pass NodeResourcesFit's
+    CPU and memory check on the demo nodes (fit.go; apiserver_rules)."""
+    allocatable = {d["metadata"]["name"]: d["status"]["allocatable"]
+                   for d in load_documents(demo_cluster_path()) if d.get("kind") == "Node"}
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for pod in pods.values():
+        if record(pod)["placed"]:
+            by_node.setdefault(pinned_node(pod), []).append(pod)
+    assert by_node
+    assert_resources_fit(by_node, allocatable, ("cpu", "memory"))
 
 
 def test_a_slot_whose_pod_is_not_created_yet_holds_its_cpus(mutate):
@@ -56,6 +72,7 @@ def test_a_slot_whose_pod_is_not_created_yet_holds_its_cpus(mutate):
     assert worker["placed"] is True
     assert {pinned_node(pods["gang-a-master-0"]), pinned_node(pods["gang-a-worker-0"])} \
         == {FIRST, SECOND}
+    assert_pinned_pods_fit(pods)
 
 
 def test_a_gang_that_fits_beside_the_slots_still_goes_there(mutate):
@@ -66,6 +83,7 @@ def test_a_gang_that_fits_beside_the_slots_still_goes_there(mutate):
     result = mutate([a, b, a_master, b_master, a_worker])
     assert record(result.pods["gang-b-master-0"])["placed"] is True
     assert record(result.pods["gang-a-worker-0"])["placed"] is True
+    assert_pinned_pods_fit(result.pods)
 
 
 def test_live_view_and_configmap_store_hold_the_slots_cpus(kube):
