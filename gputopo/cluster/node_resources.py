@@ -101,7 +101,8 @@ def _container_requests(container: object, skip: frozenset[str]) -> Requests:
     return out
 
 
-def _add(into: Requests, more: Mapping[str, int]) -> None:
+def add_requests(into: Requests, more: Mapping[str, int]) -> None:
+    """``more`` added into ``into`` (in place)."""
     for k, v in more.items():
         into[k] = into.get(k, 0) + v
 
@@ -120,19 +121,19 @@ def pod_requests(spec: Mapping[str, Any], *, skip: Iterable[str] = ()) -> Reques
     reqs: Requests = {}
     containers = spec.get("containers")
     for c in containers if isinstance(containers, list) else ():
-        _add(reqs, _container_requests(c, gone))
+        add_requests(reqs, _container_requests(c, gone))
     sidecars: Requests = {}
     init_max: Requests = {}
     inits = spec.get("initContainers")
     for c in inits if isinstance(inits, list) else ():
         own = _container_requests(c, gone)
         if isinstance(c, Mapping) and c.get("restartPolicy") == "Always":
-            _add(reqs, own)  # a sidecar runs beside the containers
-            _add(sidecars, own)
+            add_requests(reqs, own)  # a sidecar runs beside the containers
+            add_requests(sidecars, own)
             _max(init_max, sidecars)
         else:
             running = dict(own)
-            _add(running, sidecars)  # the sidecars started before it run meanwhile
+            add_requests(running, sidecars)  # the sidecars started before it run meanwhile
             _max(init_max, running)
     _max(reqs, init_max)
     overhead = _mapping(spec, "overhead")
@@ -207,7 +208,7 @@ def sum_requests(items: Iterable[Mapping[str, int]]) -> Requests:
     """The requests of several pods added up."""
     out: Requests = {}
     for r in items:
-        _add(out, r)
+        add_requests(out, r)
     return out
 
 
@@ -247,6 +248,12 @@ def resource_limits(nodes: Iterable[NodeState], demand: Mapping[str, int],
     return out
 
 
+def node_lookup(nodes: Sequence[NodeState]) -> Callable[[str], NodeState | None]:
+    """Name -> node of ``nodes`` (None when not there): a :class:`GroupedNodes`' own index,
+    else one built here. For callers that need a few nodes by name, not a walk over all."""
+    return nodes.get if isinstance(nodes, GroupedNodes) else {n.name: n for n in nodes}.get
+
+
 def capped(nodes: Sequence[NodeState], limits: Mapping[str, tuple[int, str]],
            gang: GangRequest) -> tuple[list[NodeState], dict[str, str]]:
     """Copies of the nodes of ``nodes`` that ``limits`` names, whose ``gpu_cap`` lets the
@@ -255,7 +262,7 @@ def capped(nodes: Sequence[NodeState], limits: Mapping[str, tuple[int, str]],
     name (a :class:`GroupedNodes` keeps the index)."""
     if not limits:
         return [], {}
-    lookup = nodes.get if isinstance(nodes, GroupedNodes) else {n.name: n for n in nodes}.get
+    lookup = node_lookup(nodes)
     changed: list[NodeState] = []
     why: dict[str, str] = {}
     for name, (count, reason) in limits.items():

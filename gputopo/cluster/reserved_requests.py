@@ -22,8 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from gputopo.cluster.gang_reservation import GangReservation
-from gputopo.cluster.node_resources import Limits, Requests
-from gputopo.placement.solver import GroupedNodes
+from gputopo.cluster.node_resources import Limits, Requests, add_requests, node_lookup
 from gputopo.placement.types import NodeState
 
 
@@ -34,9 +33,7 @@ def pending_requests(reservations: Iterable[GangReservation]) -> dict[str, Reque
         if not res.requests:
             continue
         for slot in res.unassigned:
-            total = out.setdefault(slot.node, {})
-            for name, amount in res.requests.items():
-                total[name] = total.get(name, 0) + amount
+            add_requests(out.setdefault(slot.node, {}), res.requests)
     return out
 
 
@@ -47,9 +44,7 @@ def summed(per_gang: Iterable[Mapping[str, Mapping[str, int]]]) -> dict[str, Req
     out: dict[str, Requests] = {}
     for per_node in per_gang:
         for node, asks in per_node.items():
-            total = out.setdefault(node, {})
-            for name, amount in asks.items():
-                total[name] = total.get(name, 0) + amount
+            add_requests(out.setdefault(node, {}), asks)
     return out
 
 
@@ -63,13 +58,13 @@ def pending_limits(nodes: Sequence[NodeState], pending: Mapping[str, Mapping[str
     gangs' pods are still arriving at nearly every new gang, and copying their nodes every
     time made the solver regroup and re-rate them twice per gang (about a third of a new
     gang's admission CPU, bench/admission_profile.py --components). The nodes are found by
-    name (a :class:`GroupedNodes` keeps the index): a walk over every node of the cluster
-    for the few that ``pending`` names was, with 1,000 nodes, about a fifth of the Python a
-    review runs (``--opcodes``). Nodes without resource data are left out: nothing is known
-    of them."""
+    name (:func:`~gputopo.cluster.node_resources.node_lookup`): a walk over every node of
+    the cluster for the few that ``pending`` names was, with 1,000 nodes, about a fifth of
+    the Python a review runs (``--opcodes``). Nodes without resource data are left out:
+    nothing is known of them."""
     if not pending:
         return {}
-    lookup = nodes.get if isinstance(nodes, GroupedNodes) else {n.name: n for n in nodes}.get
+    lookup = node_lookup(nodes)
     out: Limits = {}
     for name, more in pending.items():
         n = lookup(name)
