@@ -31,6 +31,7 @@ from queue_kit import (
 )
 from test_placement_live import demo_docs, live_admitter
 
+from bench.queue_replay import Cluster
 from gputopo import names
 from gputopo.cluster.demo import demo_snapshot
 from gputopo.placement.solver import solve
@@ -258,22 +259,6 @@ def test_the_reference_does_not_depend_on_the_placement_so_a_faster_one_is_never
     assert reserver.not_good(solve(nodes[:3], gang), nodes, gang, 0.9) is None  # one rack
 
 
-class _Nodes:
-    """The ClusterReader a reserver reads: fixed nodes (what they hold is in ``used``)."""
-
-    def __init__(self, nodes: list[NodeState]) -> None:
-        self.nodes = nodes
-
-    def node_states(self) -> list[NodeState]:
-        return self.nodes
-
-    def object(self, **_: Any) -> None:
-        return None
-
-    def namespace(self, name: str) -> None:
-        return None
-
-
 def test_a_gang_waits_for_the_typical_kind_then_takes_the_slowest_kind_at_its_floor():
     """Two DGX-1s (16 of the 24 GPUs: the typical kind) both busy, a PCIe server free: a 1 x
     4-GPU gang on the PCIe socket gets all a PCIe server can give it ("share 1" of the
@@ -289,7 +274,7 @@ def test_a_gang_waits_for_the_typical_kind_then_takes_the_slowest_kind_at_its_fl
     dgx1 = parse_nvidia_smi((FIXTURES / "dgx1-v100.txt").read_text(encoding="utf-8"))
     pcie = parse_nvidia_smi((FIXTURES / "pcie-2socket-phb.txt").read_text(encoding="utf-8"))
     busy = frozenset(range(8))
-    nodes = _Nodes([NodeState(name="dgx-a", topology=dgx1, used=busy, network_gbps=100),
+    nodes = Cluster([NodeState(name="dgx-a", topology=dgx1, used=busy, network_gbps=100),
                     NodeState(name="dgx-b", topology=dgx1, used=busy, network_gbps=100),
                     NodeState(name="pcie-1", topology=pcie, network_gbps=100)])
     gang, rule = GangRequest(1, 4), WaitingRule()
