@@ -10,6 +10,7 @@ from gputopo import names
 from tests.webhook.conftest import (
     admit,
     body,
+    decoded_patch,
     namespace,
     operator_pod,
     pytorch_job,
@@ -286,3 +287,30 @@ def test_host_namespaces_are_not_set_in_a_user_namespace_pod(make_admitter):
     assert out["metadata"]["labels"][names.GANG_LABEL] == job["metadata"]["name"]
     again, resp = admit(admitter, out)
     assert again == out and "patch" not in resp["response"]
+
+
+def test_managed_fields_are_kept_as_sent_and_never_in_the_patch(make_admitter, tmp_path):
+    """The API server sends the pod with ``metadata.managedFields`` (create.go updates it
+    before admission). The pipeline works without it (webhook.patch.working_copy): the
+    patch must never name it, and the pod the API server stores keeps it as sent — even
+    when a policy adds labels and annotations right beside it."""
+    write_policy(tmp_path, "p")
+    job = pytorch_job(ns="team")
+    admitter = make_admitter([namespace("team"), job], tmp_path)
+    pod = operator_pod(job, "worker", 0)
+    managed = [{"manager": "training-operator", "operation": "Update", "apiVersion": "v1",
+                "time": "2026-11-26T10:00:00Z", "fieldsType": "FieldsV1",
+                "fieldsV1": {"f:metadata": {"f:labels": {".": {}}}, "f:spec": {
+                    "f:containers": {'k:{"name":"pytorch"}': {".": {}, "f:image": {}}}}}}]
+    pod["metadata"]["managedFields"] = copy.deepcopy(managed)
+    out, resp = admit(admitter, pod)
+    patch = decoded_patch(resp)
+    assert patch, "the policy mutates the pod"
+    assert not [op for op in patch if "managedFields" in op["path"]
+                or "managedFields" in op.get("from", "")]
+    assert out["metadata"]["managedFields"] == managed
+    assert out["metadata"]["labels"][names.GANG_REPLICA_LABEL]  # the label beside it landed
+    assert out["spec"]["hostNetwork"] is True
+    # the same admission of the same pod without managedFields: the same patch
+    bare = operator_pod(job, "worker", 0)
+    assert decoded_patch(admit(admitter, bare)[1]) == patch
