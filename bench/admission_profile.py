@@ -167,7 +167,7 @@ def components(admitter: Any, bodies: list[bytes], kinds: list[str], gap_s: floa
     placement.apply = timed("placement step (all)", placement.apply)
     pipeline.make_patch = timed("patch", pipeline.make_patch)
     pipeline.parse_review = timed("parse_review", pipeline.parse_review)
-    pipeline.copy_document = timed("copy of the pod", pipeline.copy_document)
+    pipeline.working_copy = timed("copy of the pod", pipeline.working_copy)
     pipeline.apply_policy = timed("policy mutations", pipeline.apply_policy)
     pipeline.build_response = timed("build_response", pipeline.build_response)
     pipeline.resolve_job = timed("resolve_job", pipeline.resolve_job)
