@@ -58,7 +58,7 @@ def old_decode(raw: bytes | str) -> Any:
 def run_old(monkeypatch: pytest.MonkeyPatch, call: Any, *args: Any) -> Any:
     with monkeypatch.context() as m:
         m.setattr(webhook.pipeline, "make_patch", old_make_patch)
-        m.setattr(webhook.pipeline, "copy_document", copy.deepcopy)
+        m.setattr(webhook.pipeline, "working_copy", lambda pod: (pod, copy.deepcopy(pod)))
         m.setattr(webhook.review, "encode_patch_json", old_encode)
         m.setattr(webhook.review, "decode_json", old_decode)
         return call(*args)
