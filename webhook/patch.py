@@ -259,7 +259,9 @@ class _Walk:
                 self.dicts(where, src, dst)
             else:
                 self.lists(where, src, dst)
-        elif json.dumps(src) != json.dumps(dst):  # as jsonpatch tells 1 from 1.0 and true
+        elif (kind is type(dst) and kind in _EXACT_SCALARS) or json.dumps(src) != json.dumps(dst):
+            # two unequal strings (ints, bools) differ in JSON too; else as jsonpatch tells 1
+            # from 1.0 and true: by their json.dumps
             self.slots.append({"op": "replace", "path": _join(path, key), "value": dst})
 
     def dicts(self, path: str, src: dict[str, Any], dst: dict[str, Any]) -> None:
