@@ -18,7 +18,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import compress
 from operator import is_, is_not
 from typing import Any
@@ -41,6 +41,7 @@ from gputopo.cluster.reservations import (
 )
 from gputopo.cluster.reserved_requests import pending_limits
 from gputopo.cluster.source import ClusterReader
+from gputopo.placement.objective import ROUND
 from gputopo.placement.solver import GroupedNodes, solve
 from gputopo.placement.types import (
     GangRequest,
@@ -521,11 +522,23 @@ class GangReserver:
             f"({len(spread)} node(s)); a good placement gives {ideal:.1f} GB/s (waits for "
             f"at least {good_share:.0%} of it)")
 
+    def good_bar(self, nodes: Sequence[NodeState], gang: GangRequest, share: float,
+                 demand: Mapping[str, int] | None = None) -> GangRequest:
+        """``gang`` with its bar for a good one-node placement (``GangRequest.good_gbps``,
+        the objective's ``good`` terms): ``share`` (the policy's ``minShare``) of the
+        waiting rule's typical reference on ``nodes``. A one-GPU gang has none (no
+        all-reduce): it comes back as it is."""
+        if gang.total_gpus == 1:
+            return gang
+        base = replace(gang, good_gbps=None) if gang.good_gbps is not None else gang
+        ideal = self.ideal_bandwidth(nodes, base, demand, reference=True)
+        return replace(base, good_gbps=round(share * ideal, ROUND))
+
     def reserve(
         self, *, cluster: ClusterReader, pod: Mapping[str, Any], key: GangKey,
         gang: GangRequest, good_share: float | None = None,
         net: network.GangNetwork | None = None, shares: TransportShares | None = None,
-        typical: bool = True,
+        typical: bool = True, pack_share: float | None = None,
     ) -> tuple[GangReservation, bool] | Unplaced:
         """Solve the whole gang and reserve it; re-solve on conflict, a bounded number of
         times. Returns the reservation and whether THIS call made it (False: a concurrent
@@ -554,6 +567,10 @@ class GangReserver:
         ``shares``: the admitting policy's transport shares (``placement.transportShare``):
         the solve, the predicted bandwidth and the "good" bar all see the nodes' networks
         as that policy rates them.
+
+        ``pack_share``: the policy's ``minShare``: the gang is solved with that share of its
+        typical reference as its bar for a good one-node placement (:meth:`good_bar`;
+        among good ones packing decides); None: bandwidth first.
         """
         last = ""
         try:  # abandoned gangs free their GPUs before we look for free ones
@@ -567,7 +584,11 @@ class GangReserver:
             entry, free, excluded, held = self._fit_and_free(cluster, pod, shares)
             bound, free = usable_pair(entry.fit, free, net, no_ports)
             refused = volumes.refusals(free)
-            placement = solve_fitting(self.solver, free, gang, demand, self.caps,
+            # "good" is judged against the nodes the pods' volumes can reach
+            reach = [n for n in bound if n.name not in refused] if refused else bound
+            solved = (gang if pack_share is None else
+                      self.good_bar(reach, gang, pack_share, demand))
+            placement = solve_fitting(self.solver, free, solved, demand, self.caps,
                                       source=bound,
                                       pending=self.reserved_limits(free, demand, gang),
                                       refused=refused, notes=volumes.notes)
@@ -586,8 +607,6 @@ class GangReserver:
                     reason += "; " + "; ".join(sorted(no_ports.values()))
                 return Unplaced(ruled_out(reason, bound, excluded))
             if good_share is not None:
-                # "good" is judged against the nodes the pods' volumes can reach
-                reach = [n for n in bound if n.name not in refused] if refused else bound
                 poor = self.not_good(placement, reach, gang, good_share, demand,
                                      typical=typical)
                 if poor is not None:
