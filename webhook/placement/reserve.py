@@ -7,7 +7,7 @@ held by reservations subtracted, the same solver) and both must claim them throu
 compare-and-swap :class:`~gputopo.cluster.reservations.ReservationStore`, so that the
 webhook replicas and the queue never hand out one GPU twice. :class:`GangReserver` is that
 shared piece; callers pass the cluster reader, the pod whose constraints decide for the gang
-(the gang's first GPU pod), the gang key and the :class:`GangRequest`. About 650 lines: the
+(the gang's first GPU pod), the gang key and the :class:`GangRequest`. About 700 lines: the
 node fit and held-GPU memos and the waiting rule's reference stay beside the one
 solve-and-claim path they feed.
 """
