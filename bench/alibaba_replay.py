@@ -181,7 +181,7 @@ class Cluster:
                                tuple[int, frozenset[str]]] = {}
         self._never: dict[tuple[int, int, frozenset[str]], frozenset[str]] = {}
         self.queue = GangQueue(trace.nodes, POLICIES[policy], wait_for_good=wait_for_good,
-                               unfit=self._unfit)
+                               unfit=self._unfit, packs=POLICIES[policy] is solve)
 
     def _unfit(self, key: GangKey) -> tuple[frozenset[str], frozenset[str]]:
         """Nodes the pod can never use (less CPU or memory than it asks in all, or a GPU

@@ -191,7 +191,7 @@ def replay(policy: str, cluster: list[NodeState], jobs: Sequence[Job], ideal: Id
     """Arrivals and ends in time order, one queue pass after each; every job's run, and the
     stranded share of free GPUs averaged over the arrival window."""
     queue = GangQueue(cluster, POLICIES[policy], wait_for_good=policy in WAITS,
-                      max_wait_seconds=max_wait)
+                      max_wait_seconds=max_wait, packs=POLICIES[policy] is solve)
     by_key = {j.key: j for j in jobs}
     ran: dict[int, Ran] = {}
     events: list[tuple[float, int, int]] = [(j.arrival, 1, j.id) for j in jobs]

@@ -110,7 +110,10 @@ class GangQueue:
     ``wait_for_good``: gangs follow the waiting rule ``rule`` (gputopo's ``whenFull:
     wait``); False: any feasible placement is taken (a baseline).
     ``unfit``: per gang, the names of nodes it can never use and of those it cannot use
-    now (None: it may use all).
+    now (None: it may use all). ``packs``: gangs are solved with the rule's bar for a good
+    one-node placement (``minShare`` of the typical reference; the product's admission and
+    queue pass it for every gang, ``whenFull: admit`` too); False for a baseline, whose
+    placement has no such term.
     """
 
     nodes: list[NodeState]
@@ -120,6 +123,7 @@ class GangQueue:
     max_wait_seconds: float = DEFAULT_MAX_WAIT_SECONDS
     starvation_seconds: float = DEFAULT_STARVATION_SECONDS
     unfit: Callable[[GangKey], tuple[frozenset[str], frozenset[str]]] | None = None
+    packs: bool = True
     waiting: list[WaitingGang] = field(default_factory=list)
     denied: list[GangKey] = field(default_factory=list)
 
@@ -178,5 +182,6 @@ class GangQueue:
             self.unfit(key) if self.unfit is not None else (frozenset(), frozenset()))
         made = self.reserver.reserve(cluster=self.reader, pod={}, key=key, gang=gang,
                                      good_share=need if self.wait_for_good else None,
-                                     typical=typical)
+                                     typical=typical,
+                                     pack_share=self.rule.min_share if self.packs else None)
         return made if isinstance(made, Unplaced) else made[0]

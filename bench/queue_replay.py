@@ -151,7 +151,8 @@ def replay(policy: str, jobs: Sequence[Job], nodes: list[NodeState], *, max_wait
     def try_reserve(job: Job, now: float, good: float | None, how: str) -> str | None:
         made = sim.reserver.reserve(cluster=sim.cluster, pod={}, key=key_of(job),
                                     gang=job.gang, good_share=good,
-                                    typical=good is None or against_typical(rule, good))
+                                    typical=good is None or against_typical(rule, good),
+                                    pack_share=rule.min_share)
         if isinstance(made, Unplaced):
             return made.reason
         started(job, made[0].bus_bandwidth_gbps, now, how)

@@ -18,13 +18,28 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from gputopo.errors import InputError
 from gputopo.operators import expand, is_training_job, with_identity
 from gputopo.operators.trainjob import is_runtime
+from gputopo.placement.objective import ROUND
 from gputopo.placement.solver import solve
-from gputopo.placement.types import GangRequest, Placement, with_transport_shares
+from gputopo.placement.types import (
+    GangRequest,
+    NodeState,
+    Placement,
+    with_transport_shares,
+)
+from gputopo.placement.waiting import (
+    DEFAULT_MIN_SHARE,
+    kind_gpus,
+    node_kind,
+    node_kinds,
+    reference_bandwidth,
+)
 from gputopo.topology.transport import (
     TRANSPORT_EFFICIENCY,
     TRANSPORT_ORDER,
@@ -176,7 +191,7 @@ def _place(args: argparse.Namespace) -> int:
         # a job's pods ask for CPU, memory and more besides GPUs: a node holds only as
         # many of them as its allocatable resources leave room for (what the webhook checks)
         demand = pod_demand(pod) if pod else {}
-        placement = solve_fitting(solve, nodes, gang, demand)
+        placement = solve_fitting(solve, nodes, with_bar(nodes, gang, demand), demand)
     except InputError as exc:
         raise InputError(exc.reason, file=snapshot.source) from exc
     if args.output == "json":
@@ -184,6 +199,33 @@ def _place(args: argparse.Namespace) -> int:
     else:
         print(render(placement, len(nodes)))
     return 0 if placement.feasible else 1
+
+
+def with_bar(nodes: Sequence[NodeState], gang: GangRequest, demand: Mapping[str, int]
+             ) -> GangRequest:
+    """``gang`` with the bar the webhook solves it with (``GangReserver.good_bar``): the
+    default ``minShare`` of the waiting rule's typical reference on ``nodes`` (its best on
+    the empty nodes of each kind alone, the pods' other requests limiting how many share
+    a node), so that ``place`` answers what admission would choose (docs/placement.md,
+    "Good enough on one node"). A one-GPU gang has no bar."""
+    if gang.total_gpus == 1:
+        return gang
+    from gputopo.cluster.node_resources import empty_caps
+
+    kinds = {n.name: node_kind(n) for n in nodes}
+
+    def best_on(on: frozenset[Hashable]) -> float:
+        ref = [n for n in nodes if kinds[n.name] in on] if on else list(nodes)
+        empty = [NodeState(name=n.name, topology=n.topology, zone=n.zone, rack=n.rack,
+                           network_gbps=n.network_gbps, network_transport=n.network_transport,
+                           network_efficiency=n.network_efficiency,
+                           transport_share=n.transport_share, nvlink_domain=n.nvlink_domain)
+                 for n in ref]
+        best = solve(empty_caps(ref, empty, demand, gang) if demand else empty, gang)
+        return best.bus_bandwidth_gbps if best.feasible else 0.0
+
+    reference = reference_bandwidth(node_kinds(nodes), best_on, kind_gpus(nodes))
+    return replace(gang, good_gbps=round(DEFAULT_MIN_SHARE * reference, ROUND))
 
 
 def render(placement: Placement, node_count: int) -> str:

@@ -8,6 +8,30 @@ search is proved against it (tests/placement/test_solver_oracle.py).
 A placement gives each touched node a *share*: the union of the GPUs of the gang's replicas
 on that node. Its :class:`Score` is compared lexicographically, larger is better:
 
+0. ``good``: 1 when the placement is *good enough* — the whole gang on one node, on a GPU
+   set as good as any of that size on that node (its ring bus bandwidth and slowest pair
+   are :func:`best_quality`'s) and with a bus bandwidth at or above the gang's
+   ``good_gbps`` (:class:`GangRequest`: the caller's bar, the waiting rule's ``minShare``
+   of the gang's typical reference, webhook/placement/reserve.py) — else 0 (always 0
+   without a bar, for one GPU and over several nodes). Among good placements, before
+   the bandwidth: ``good_spare``, minus the bus bandwidth (the slowest good-enough set
+   first), then ``good_packing`` (minus the empty nodes opened) and ``good_fit`` (minus
+   the free GPUs the node keeps); all three are 0 when ``good`` is. This is best-fit in
+   both dimensions: the job takes the least bandwidth that is good enough for it, on the
+   fullest node that gives it, and leaves the faster sets to the gangs whose bar only
+   they meet and the empty nodes to the jobs that need whole ones. On the Alibaba 2023
+   trace a 2- or 4-GPU pod then takes a partly used PCIe server's PIX pair, not an NVLink
+   pair that opens an empty DGX-1; in the cluster replay 2-8-GPU jobs take DGX-1 sets and
+   leave the DGX A100s to the 16-32-GPU gangs (docs/benchmarks.md). Below the bar, and
+   for gangs over several nodes, the bandwidth comes first as before: a gang gets the
+   fastest set whenever nothing good enough is free.
+   Why a bar and not "slowest or fullest first" for every one-node gang: the waiting rule
+   starts a gang at ``minShare`` of its typical reference, so a slower placement would
+   make it wait while a good one was free; with the bar at that share, the placement
+   chosen starts exactly when the fastest would (docs/placement.md). Why "its node's
+   best set": packing must never give a job a worse set on its node than that node could
+   (two DGX-1 GPUs linked by PCIe only, say). The bar speaks of bandwidth only: the
+   objective does not know a GPU model's compute speed (docs/placement.md, limits).
 1. ``bus_bandwidth``: the predicted all-reduce bus bandwidth of the whole gang,
    :func:`gputopo.topology.cost.gang_bus_bandwidth` over the shares with the gang's span
    (NCCL-like channels inside a node, the slower of the worst share and the effective
@@ -104,6 +128,10 @@ _BLOCK_KEYS = tuple(str(k) for k in BLOCK_SIZES)
 class Score:
     """The objective of one placement, compared field by field (larger is better)."""
 
+    good: int
+    good_spare: float
+    good_packing: int
+    good_fit: int
     bus_bandwidth: float
     nodes: int
     bottleneck_pair: float
@@ -117,6 +145,7 @@ class Score:
 
     def to_json(self) -> dict[str, object]:
         return {
+            "goodEnough": bool(self.good),
             "busBandwidthGBps": self.bus_bandwidth,
             "nodes": -self.nodes,
             "bottleneckPairGBps": None if self.bottleneck_pair == NO_PAIR else self.bottleneck_pair,
@@ -395,7 +424,13 @@ def score_by_name(
     solo = gang.total_gpus == 1  # no all-reduce: the solo_fit term
     if domains and free is None:
         free = free_domains(by_name.values())
+    good = len(touched) == 1 and good_enough(touched[0].topology, shares[touched[0].name],
+                                             bus, gang.good_gbps)
     return Score(
+        good=int(good),
+        good_spare=-bus if good else 0.0,
+        good_packing=-opened if good else 0,
+        good_fit=-left if good else 0,
         bus_bandwidth=bus,
         nodes=-len(touched),
         bottleneck_pair=pair,
@@ -407,6 +442,16 @@ def score_by_name(
         packing=-opened,
         fit=-left,
     )
+
+
+def good_enough(topology: Topology, gpus: Sequence[int], bus: float,
+                bar: float | None) -> bool:
+    """The ``good`` term for a gang placed wholly on one node as ``gpus`` with bus bandwidth
+    ``bus`` (rounded): at or above the ``bar`` (``GangRequest.good_gbps``; None: no bar)
+    and as good a set as any of its size on the node. One GPU never is (no all-reduce)."""
+    if bar is None or len(gpus) < 2 or bus < bar:
+        return False
+    return set_quality(topology, gpus) == best_quality(topology, len(gpus))
 
 
 def tie_break(shares: Mapping[str, Sequence[int]]) -> tuple[tuple[str, tuple[int, ...]], ...]:

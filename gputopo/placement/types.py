@@ -131,11 +131,18 @@ class GangRequest:
     ``max_replicas_per_node`` caps how many replicas may share a node (None: no cap). Why:
     replicas that claim the same host port (host-network pods of a TFJob all listen on
     2222) can never run on one node; the scheduler would keep such a gang pending forever.
+
+    ``good_gbps``: the bus bandwidth (GB/s) at which a one-node placement on its node's
+    best GPU set is good enough, so that packing decides among such placements (the
+    objective's ``good`` terms, gputopo.placement.objective); None: bandwidth first, as
+    for every placement. Worked out once per solve by the caller: the waiting rule's
+    ``minShare`` of the gang's typical reference (webhook/placement/reserve.py).
     """
 
     replicas: int
     gpus_per_replica: int
     max_replicas_per_node: int | None = None
+    good_gbps: float | None = None
 
     @property
     def total_gpus(self) -> int:

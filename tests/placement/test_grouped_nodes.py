@@ -25,7 +25,11 @@ from gputopo.topology.model import Topology
 
 TOPOLOGY_NAMES = sorted(FIXTURE_FILES)
 GANGS = [GangRequest(1, 1), GangRequest(1, 4), GangRequest(2, 2), GangRequest(3, 1),
-         GangRequest(4, 2), GangRequest(2, 4, max_replicas_per_node=1), GangRequest(1, 8)]
+         GangRequest(4, 2), GangRequest(2, 4, max_replicas_per_node=1), GangRequest(1, 8),
+         # with a bar for a good one-node placement (GangRequest.good_gbps): the best
+         # one-node key is kept per (size, bar); PCIe pairs make ~12 GB/s, NVLink 40-234
+         GangRequest(1, 2, good_gbps=10.0), GangRequest(2, 2, good_gbps=30.0),
+         GangRequest(1, 4, good_gbps=0.0)]
 
 
 def twin(topology: Topology) -> Topology:
@@ -131,7 +135,8 @@ def test_duplicate_and_unknown_names_are_refused() -> None:
 
 
 @pytest.mark.parametrize(("gang", "steps"), [(GangRequest(1, 8), 60), (GangRequest(1, 2), 80),
-                                            (GangRequest(2, 4), 40)])
+                                            (GangRequest(2, 4), 40),
+                                            (GangRequest(1, 2, good_gbps=0.0), 80)])
 def test_gangs_taken_one_after_another_solve_as_the_plain_list(gang: GangRequest,
                                                                 steps: int) -> None:
     """As the webhook does: solve, mark the answer's GPUs used, replace those nodes, solve

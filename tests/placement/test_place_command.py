@@ -8,17 +8,21 @@ from pathlib import Path
 
 import pytest
 import yaml
-from solver_helpers import dgx1_v100
+from solver_helpers import dgx1_v100, pcie_2socket
 
 from gputopo import names
 from gputopo.cli import main
+from gputopo.topology.model import Topology
 from gputopo.topology.transport import effective_network_gbps
 
 
-def write_cluster(path: Path, *, bound: dict[str, str] | None = None) -> Path:
-    """Two activated DGX-1 V100 nodes in one rack; ``bound`` = {node: "gpu,list"} pods."""
+def write_cluster(path: Path, *, bound: dict[str, str] | None = None,
+                  nodes: dict[str, Topology] | None = None) -> Path:
+    """Two activated DGX-1 V100 nodes in one rack (or ``nodes``: name -> wiring);
+    ``bound`` = {node: "gpu,list"} pods."""
     docs = []
-    for name in ("dgx1-a", "dgx1-b"):
+    wiring = nodes or {"dgx1-a": dgx1_v100(), "dgx1-b": dgx1_v100()}
+    for name, topology in wiring.items():
         docs.append(
             {
                 "apiVersion": "v1",
@@ -31,11 +35,12 @@ def write_cluster(path: Path, *, bound: dict[str, str] | None = None) -> Path:
                         names.RACK_LABEL: "rack-1",
                     },
                     "annotations": {
-                        names.TOPOLOGY_ANNOTATION: dgx1_v100().to_json(),
+                        names.TOPOLOGY_ANNOTATION: topology.to_json(),
                         names.NETWORK_GBPS_ANNOTATION: "25",
                     },
                 },
-                "status": {"allocatable": {names.TOPOLOGY_GPU_RESOURCE: "8"}},
+                "status": {"allocatable": {
+                    names.TOPOLOGY_GPU_RESOURCE: str(len(topology.gpus))}},
             }
         )
     for k, (node_name, gpus) in enumerate((bound or {}).items()):
@@ -83,6 +88,19 @@ def test_place_respects_gpus_held_by_bound_pods(tmp_path, capsys):
                    "--gpus-per-replica", "2")
     placed = {(p["node"], g) for p in doc["placements"] for g in p["gpus"]}
     assert placed == {("dgx1-a", 4), ("dgx1-a", 5), ("dgx1-a", 6), ("dgx1-a", 7)}
+
+
+def test_place_answers_with_the_webhooks_good_enough_bar(tmp_path, capsys):
+    """Three PCIe servers (24 of the 32 GPUs: the typical kind) and a DGX-1: a PIX pair is
+    good enough for a 2-GPU gang, so place answers what admission chooses, the busy PCIe
+    server's free PIX pair, not the empty DGX-1's NVLink pair (docs/placement.md)."""
+    cluster = write_cluster(tmp_path / "cluster.yaml", bound={"pcie-busy": "0,2"}, nodes={
+        "dgx1": dgx1_v100(), "pcie-busy": pcie_2socket(), "pcie-1": pcie_2socket(),
+        "pcie-2": pcie_2socket()})
+    doc = run_json(capsys, "--cluster", str(cluster), "--replicas", "1",
+                   "--gpus-per-replica", "2")
+    (placed,) = doc["placements"]
+    assert placed["node"] == "pcie-busy" and placed["gpus"] in ([4, 5], [6, 7])
 
 
 def test_place_infeasible_is_an_answer_not_an_error(tmp_path, capsys):

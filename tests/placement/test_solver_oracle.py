@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from solver_helpers import FIXTURE_FILES, fixture_topology, gb200_tray
 
-from gputopo.placement.objective import Score, score
+from gputopo.placement.objective import ROUND, Score, best_quality, score
 from gputopo.placement.solver import solve
 from gputopo.placement.types import UNCAPPED, GangRequest, NodeState
 from gputopo.topology.bandwidth import infer_generation
@@ -86,7 +86,33 @@ def clusters(draw: st.DrawFn, *, spread: bool = False,
     # (NodeState.gpu_cap, in GPUs of the gang): none, one, two or no limit
     nodes = [replace(n, gpu_cap=draw(st.sampled_from([UNCAPPED, UNCAPPED, 0, g, 2 * g])))
              for n in nodes]
-    return nodes, GangRequest(replicas=r, gpus_per_replica=g, max_replicas_per_node=cap)
+    # the gang's bar for a good one-node placement (GangRequest.good_gbps): none, or the
+    # best set of one node's topology at its size (reached exactly there), scaled
+    bar = None
+    if draw(st.booleans()):
+        best = best_quality(draw(st.sampled_from(nodes)).topology, r * g)
+        if best is not None:
+            bar = round(best[0] * draw(st.sampled_from([0.0, 0.5, 0.9, 1.0, 1.5])), ROUND)
+    return nodes, GangRequest(replicas=r, gpus_per_replica=g, max_replicas_per_node=cap,
+                              good_gbps=bar)
+
+
+@st.composite
+def bar_cases(draw: st.DrawFn) -> tuple[list[NodeState], GangRequest]:
+    """2-3 nodes, half of them empty, and a gang of 2-4 GPUs with a bar (``good_gbps``)
+    at a node's best set: where the good terms (packing before bandwidth) choose."""
+    nodes = []
+    for i in range(draw(st.integers(2, 3))):
+        topo = draw(topologies(6))
+        used = draw(st.sets(st.sampled_from(topo.indices))) if draw(st.booleans()) else set()
+        nodes.append(NodeState(f"n{i}", topo, frozenset(used),
+                               network_gbps=draw(st.sampled_from([25.0, 800.0]))))
+    g = draw(st.integers(1, 2))
+    r = draw(st.integers(max(1, 2 // g), 4 // g))
+    best = best_quality(draw(st.sampled_from(nodes)).topology, r * g)
+    bar = None if best is None else round(best[0] * draw(st.sampled_from([0.5, 0.9, 1.0])),
+                                          ROUND)
+    return nodes, GangRequest(replicas=r, gpus_per_replica=g, good_gbps=bar)
 
 
 def all_placements(nodes: list[NodeState], gang: GangRequest) -> Iterator[dict[str, tuple]]:
@@ -136,6 +162,13 @@ def test_solver_matches_brute_force(case):
 def test_solver_matches_brute_force_with_nvlink_domains(case):
     """Nodes in NVLink domains (GB200 trays among the topologies): the domain scope, the
     fabric's bandwidth across nodes and the fewest-domains term are exact too."""
+    check_against_oracle(*case)
+
+
+@(settings(max_examples=int(_EXAMPLES)) if _EXAMPLES else (lambda f: f))
+@given(bar_cases())
+def test_solver_matches_brute_force_with_a_bar(case):
+    """A gang with a bar: good one-node placements (packing, then fit) before the rest."""
     check_against_oracle(*case)
 
 

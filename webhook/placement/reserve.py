@@ -7,7 +7,7 @@ held by reservations subtracted, the same solver) and both must claim them throu
 compare-and-swap :class:`~gputopo.cluster.reservations.ReservationStore`, so that the
 webhook replicas and the queue never hand out one GPU twice. :class:`GangReserver` is that
 shared piece; callers pass the cluster reader, the pod whose constraints decide for the gang
-(the gang's first GPU pod), the gang key and the :class:`GangRequest`. About 650 lines: the
+(the gang's first GPU pod), the gang key and the :class:`GangRequest`. About 700 lines: the
 node fit and held-GPU memos and the waiting rule's reference stay beside the one
 solve-and-claim path they feed.
 """
@@ -18,7 +18,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import compress
 from operator import is_, is_not
 from typing import Any
@@ -41,6 +41,7 @@ from gputopo.cluster.reservations import (
 )
 from gputopo.cluster.reserved_requests import pending_limits
 from gputopo.cluster.source import ClusterReader
+from gputopo.placement.objective import ROUND
 from gputopo.placement.solver import GroupedNodes, solve
 from gputopo.placement.types import (
     GangRequest,
@@ -64,7 +65,8 @@ log = logging.getLogger(__name__)
 Solver = Callable[[Sequence[NodeState], GangRequest], Placement]
 HeldMemo = dict[str, tuple[NodeState, frozenset[int], NodeState]]
 #: GangReserver.ideal_bandwidth's memo per node set: the nodes, the bandwidth per (gang,
-#: non-GPU requests, node kinds), each node's kind by name, each kind's GPU count
+#: non-GPU requests, node kinds) and the reference per (gang, requests, "typical" or
+#: "slowest"), each node's kind by name, each kind's GPU count
 _Ideal = tuple[list[NodeState], dict[Any, float], dict[str, Hashable], dict[Hashable, int]]
 
 #: Re-solves after a ReservationConflict before the gang is declared unplaceable. Each
@@ -500,11 +502,18 @@ class GangReserver:
 
         if not reference:
             return best_on(frozenset())
-        if not kinds:
-            kinds.update((n.name, node_kind(n)) for n in nodes)
-            gpus.update(kind_gpus(nodes))
-        return reference_bandwidth(list(dict.fromkeys(kinds.values())), best_on,
-                                   gpus if typical else None)
+        # the reference itself, per gang and bar, beside the bests it is made of: the kinds
+        # of 1,000 nodes deduplicated again was ~100 us, twice per new gang since the solve
+        # takes its bar from it (good_bar) and not_good judges by it
+        which = (gang, asks, "typical" if typical else "slowest")
+        hit = per_gang.get(which)
+        if hit is None:
+            if not kinds:
+                kinds.update((n.name, node_kind(n)) for n in nodes)
+                gpus.update(kind_gpus(nodes))
+            hit = per_gang[which] = reference_bandwidth(
+                list(dict.fromkeys(kinds.values())), best_on, gpus if typical else None)
+        return hit
 
     def not_good(self, placement: Placement, nodes: Sequence[NodeState], gang: GangRequest,
                  good_share: float, demand: Mapping[str, int] | None = None, *,
@@ -521,11 +530,23 @@ class GangReserver:
             f"({len(spread)} node(s)); a good placement gives {ideal:.1f} GB/s (waits for "
             f"at least {good_share:.0%} of it)")
 
+    def good_bar(self, nodes: Sequence[NodeState], gang: GangRequest, share: float,
+                 demand: Mapping[str, int] | None = None) -> GangRequest:
+        """``gang`` with its bar for a good one-node placement (``GangRequest.good_gbps``,
+        the objective's ``good`` terms): ``share`` (the policy's ``minShare``) of the
+        waiting rule's typical reference on ``nodes``. A one-GPU gang has none (no
+        all-reduce): it comes back as it is."""
+        if gang.total_gpus == 1:
+            return gang
+        base = replace(gang, good_gbps=None) if gang.good_gbps is not None else gang
+        ideal = self.ideal_bandwidth(nodes, base, demand, reference=True)
+        return replace(base, good_gbps=round(share * ideal, ROUND))
+
     def reserve(
         self, *, cluster: ClusterReader, pod: Mapping[str, Any], key: GangKey,
         gang: GangRequest, good_share: float | None = None,
         net: network.GangNetwork | None = None, shares: TransportShares | None = None,
-        typical: bool = True,
+        typical: bool = True, pack_share: float | None = None,
     ) -> tuple[GangReservation, bool] | Unplaced:
         """Solve the whole gang and reserve it; re-solve on conflict, a bounded number of
         times. Returns the reservation and whether THIS call made it (False: a concurrent
@@ -554,6 +575,10 @@ class GangReserver:
         ``shares``: the admitting policy's transport shares (``placement.transportShare``):
         the solve, the predicted bandwidth and the "good" bar all see the nodes' networks
         as that policy rates them.
+
+        ``pack_share``: the policy's ``minShare``: the gang is solved with that share of its
+        typical reference as its bar for a good one-node placement (:meth:`good_bar`;
+        among good ones packing decides); None: bandwidth first.
         """
         last = ""
         try:  # abandoned gangs free their GPUs before we look for free ones
@@ -567,7 +592,11 @@ class GangReserver:
             entry, free, excluded, held = self._fit_and_free(cluster, pod, shares)
             bound, free = usable_pair(entry.fit, free, net, no_ports)
             refused = volumes.refusals(free)
-            placement = solve_fitting(self.solver, free, gang, demand, self.caps,
+            # "good" is judged against the nodes the pods' volumes can reach
+            reach = [n for n in bound if n.name not in refused] if refused else bound
+            solved = (gang if pack_share is None else
+                      self.good_bar(reach, gang, pack_share, demand))
+            placement = solve_fitting(self.solver, free, solved, demand, self.caps,
                                       source=bound,
                                       pending=self.reserved_limits(free, demand, gang),
                                       refused=refused, notes=volumes.notes)
@@ -586,8 +615,6 @@ class GangReserver:
                     reason += "; " + "; ".join(sorted(no_ports.values()))
                 return Unplaced(ruled_out(reason, bound, excluded))
             if good_share is not None:
-                # "good" is judged against the nodes the pods' volumes can reach
-                reach = [n for n in bound if n.name not in refused] if refused else bound
                 poor = self.not_good(placement, reach, gang, good_share, demand,
                                      typical=typical)
                 if poor is not None:

@@ -355,7 +355,8 @@ class PlacementStep:
         return self.reserver.reserve(cluster=ctx.cluster, pod=ctx.pod, key=key, gang=gang,
                                      good_share=self._min_share(ctx),
                                      net=net,
-                                     shares=placement_settings(ctx.policy).transport_share)
+                                     shares=placement_settings(ctx.policy).transport_share,
+                                     pack_share=placement_settings(ctx.policy).waiting.min_share)
 
     def _may_wait(self, ctx: AdmissionContext) -> bool:
         """The gang may wait for a good placement (``whenFull: wait`` and a queue runs)."""
@@ -381,7 +382,9 @@ class PlacementStep:
                 fit, nodes = usable_pair(fit, nodes, net)
                 demand = pod_demand(ctx.pod)
                 volumes = pod_volumes(ctx.cluster, ctx.pod)
-                placement = solve_fitting(self.solver, nodes, gang, demand,
+                bar = self.reserver.good_bar(  # as reserve() solves it
+                    fit, gang, placement_settings(ctx.policy).waiting.min_share, demand)
+                placement = solve_fitting(self.solver, nodes, bar, demand,
                                           self.reserver.caps, source=fit,
                                           pending=self.reserver.reserved_limits(nodes, demand,
                                                                                gang),

@@ -162,7 +162,8 @@ class PlacementQueue:
                 made = self.reserver.reserve(cluster=self.cluster, pod=gang.pods[0].pod,
                                              key=key, gang=gang.request, good_share=good_share,
                                              net=settled_network(gang.pods[0].record),
-                                             shares=gang.transport_share, typical=not fallback)
+                                             shares=gang.transport_share, typical=not fallback,
+                                             pack_share=gang.rule.min_share)
                 if isinstance(made, Unplaced):
                     return made.reason
                 res = made[0]

@@ -103,7 +103,7 @@ class GroupedNodes(Sequence[NodeState]):
         self._groups = {key: _group(key, list(members.values()), kinds_by_id)
                         for key, members in buckets.items()}
         self._tally = _Tally.of(self._groups.values())
-        self._single: dict[int, _Single] = {}
+        self._single: dict[tuple[int, float | None], _Single] = {}  # per (n, bar)
         self._list: list[_Group] | None = None
         # the topologies of the last twin check, by id (held, so no id is reused meanwhile)
         self._tops: dict[int, Topology] = {}
@@ -230,32 +230,36 @@ class GroupedNodes(Sequence[NodeState]):
             self._free = frozenset(d for d, (_, used) in self._domain_used.items() if not used)
         return self._free
 
-    def best_single(self, n: int) -> tuple[_Group, _Option] | None:
-        """The one-node winner for ``n`` GPUs: of the groups that reach the best one-node
-        key, the one holding the smallest node name (names are unique, so that alone
-        breaks the tie), with its best share; None when no node has ``n`` free GPUs."""
-        got = self._single.get(n)
+    def best_single(self, n: int, good: float | None = None
+                    ) -> tuple[_Group, _Option] | None:
+        """The one-node winner for ``n`` GPUs (and the gang's bar ``good``, its
+        ``good_gbps``): of the groups that reach the best one-node key, the one holding the
+        smallest node name (names are unique, so that alone breaks the tie), with its best
+        share; None when no node has ``n`` free GPUs."""
+        at = (n, good)
+        got = self._single.get(at)
         if got is not None and got[3]:
-            got = self._refreshed(n, *got)
+            got = self._refreshed(at, *got)
         if got is None:
-            best, tied = _best_single(self._groups.items(), n, self.free_domains())
+            best, tied = _best_single(self._groups.items(), n, self.free_domains(), good)
             got = (best, tied, None, frozenset())
         best, tied, order, _ = got
         if tied and order is None:
             order = sorted([(grp.first(), key) for key, (grp, _) in tied.items()])
             got = (best, tied, order, frozenset())
-        self._single[n] = got
+        self._single[at] = got
         return tied[order[0][1]] if tied and order else None
 
-    def _refreshed(self, n: int, best: tuple | None, tied: _Tied, order: _Order | None,
-                   stale: frozenset[_BucketKey]) -> _Single | None:
-        """The entry for ``n`` GPUs made for an earlier copy, brought up to date: the
-        groups of the ``stale`` keys (touched since) leave the ties and are rated again;
-        the others are the same groups as then. None when every group at the best changed
+    def _refreshed(self, at: tuple[int, float | None], best: tuple | None, tied: _Tied,
+                   order: _Order | None, stale: frozenset[_BucketKey]) -> _Single | None:
+        """The entry for ``at`` (gang size, bar) made for an earlier copy, brought up to
+        date: the groups of the ``stale`` keys (touched since) leave the ties and are rated
+        again; the others are the same groups as then. None when every group at the best changed
         and none reaches it now (worked out again over every group)."""
         gone = tied.keys() & stale  # at C speed: stale is a few keys, tied hundreds
         top, fresh = _best_single(((key, self._groups[key]) for key in stale
-                                   if key in self._groups), n, self.free_domains())
+                                   if key in self._groups), at[0], self.free_domains(),
+                                  at[1])
         if top is not None and (best is None or top > best):
             return top, fresh, None, frozenset()
         if top is None or top != best:

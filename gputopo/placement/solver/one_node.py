@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Container, Iterable
 from typing import TYPE_CHECKING
 
-from gputopo.placement.objective import score_by_name, tie_break
+from gputopo.placement.objective import best_quality, score_by_name, tie_break
 from gputopo.placement.solver.candidate import _bus, _Candidate
 from gputopo.placement.solver.grouping import _Group, _Kind
 from gputopo.placement.solver.options import _Option
@@ -26,10 +26,14 @@ _Order = list[tuple[str, object]]
 
 
 def _best_single(items: Iterable[tuple[object, _Group]], n: int,
-                 free: Container[str]) -> tuple[tuple | None, _Tied]:
+                 free: Container[str], good: float | None = None
+                 ) -> tuple[tuple | None, _Tied]:
     """The best one-node key for ``n`` GPUs over the groups (by any keys) and the groups
     that reach it, each with its best share; a group in an NVLink domain of ``free`` (no
-    GPU in use) opens it (the key's third term)."""
+    GPU in use) opens it (the key's third term). With a bar ``good`` (the gang's
+    ``good_gbps``) the key starts with the objective's ``good`` terms: (1, minus the
+    bandwidth, packing, fit) for a node whose best share is its best set and reaches the
+    bar, else (0, 0, 0, 0)."""
     best_key: tuple | None = None
     tied: _Tied = {}
     for at, grp in items:
@@ -39,6 +43,11 @@ def _best_single(items: Iterable[tuple[object, _Group]], n: int,
         key, opt = kind.rated.get(n) or kind.one_node(n)
         if grp.domain is not None and grp.domain in free:
             key = (key[0], key[1], -1, *key[3:])
+        if good is not None:
+            # the share is the node's best set iff its (ring, pair) is best_quality's: the
+            # first option has the most of both the free GPUs allow
+            ok = n > 1 and key[0] >= good and key[:2] == best_quality(kind.topology, n)
+            key = (1, -key[0], key[5], key[6], *key) if ok else (0, 0.0, 0, 0, *key)
         if best_key is None or key > best_key:
             best_key, tied = key, {at: (grp, opt)}
         elif key == best_key:
@@ -61,9 +70,9 @@ def single_node(groups: list[_Group], grouped: GroupedNodes | None, gang: GangRe
     if gang.per_node < gang.replicas:
         return None  # the gang may not share one node
     if grouped is not None:
-        won = grouped.best_single(n)
+        won = grouped.best_single(n, gang.good_gbps)
     else:
-        tied = _best_single(enumerate(groups), n, free)[1]
+        tied = _best_single(enumerate(groups), n, free, gang.good_gbps)[1]
         # Names are unique, so the smallest name alone breaks the tie (name, GPUs).
         won = min(tied.values(), key=_first_name, default=None)
     if won is None:
@@ -85,7 +94,8 @@ def one_node(kind: _Kind, node: NodeState, opt: _Option, gang: GangRequest,
     shares = {node.name: opt.gpus}
     nodes = {node.name: node}
     key = (gang.total_gpus, opt.gpus, node.network_gbps, node.network_transport,
-           node.network_efficiency, node.transport_share, node.nvlink_domain in free)
+           node.network_efficiency, node.transport_share, node.nvlink_domain in free,
+           gang.good_gbps)
     got = kind.scored.get(key)
     if got is None:
         score = score_by_name(nodes, gang, shares, free=free)

@@ -108,6 +108,8 @@ class _Search:
     # --- several nodes --------------------------------------------------------------
     def multi_node(self, best: _Candidate | None) -> _Candidate | None:
         """Best placement over several nodes if it beats ``best``; else ``best``."""
+        if best is not None and best.score.good:
+            return best  # good enough on one node: nothing over several nodes is (term 0)
         if best is not None:
             # Cheapest bound first: the whole cluster at rack speed, no intra-node cost.
             jmax = min(self.per_node, max(self.tally.frees) // self.g)
