@@ -75,8 +75,7 @@ def checked_pod_gpus(spec: Mapping[str, Any], gpu_resources: Iterable[str]
             gpus = 0
             for name in wanted:
                 if name in limits or name in requests:
-                    count, problem = _gpu_count(f"{key[:-1]} {c.get('name')!r}", name,
-                                                limits, requests)
+                    count, problem = _gpu_count(key, c, name, limits, requests)
                     if problem is not None:
                         problems.append(problem)
                     gpus += count
@@ -87,34 +86,39 @@ def checked_pod_gpus(spec: Mapping[str, Any], gpu_resources: Iterable[str]
     return max(total, largest_init), problems
 
 
-def _gpu_count(where: str, name: str, limits: Mapping[str, Any],
+def _gpu_count(key: str, container: Mapping[str, Any], name: str, limits: Mapping[str, Any],
                requests: Mapping[str, Any]) -> tuple[int, str | None]:
-    """The count of GPU resource ``name`` in one container (``where``) and the problem with
-    it, if any: the first field the user wrote that is not a whole, non-negative number;
-    else a request without a limit, or one that differs from its limit."""
+    """The count of GPU resource ``name`` in one container (of ``key``: ``containers`` or
+    ``initContainers``) and the problem with it, if any: the first field the user wrote
+    that is not a whole, non-negative number; else a request without a limit, or one that
+    differs from its limit. Messages are worded only for a problem: every GPU value of
+    every job pod and replica template passes here."""
     values = {}
     for part, written in (("limits", limits), ("requests", requests)):
         if name not in written:
             continue
         raw = written[name]
-        field = f"{where}: resources.{part}[{name}] is {raw!r}"
         try:
             value = parse_quantity(raw)
         except ValueError:
-            return 0, f"{field}, not a number"
-        if value < 0:
-            return 0, f"{field}, a negative GPU count"
-        if value.denominator != 1:
-            return 0, f"{field}, not a whole number of GPUs"
+            return 0, f"{_where(key, container)}: resources.{part}[{name}] is {raw!r}, not a number"
+        if value < 0 or value.denominator != 1:
+            what = "a negative GPU count" if value < 0 else "not a whole number of GPUs"
+            return 0, f"{_where(key, container)}: resources.{part}[{name}] is {raw!r}, {what}"
         values[part] = value
     if "limits" not in values:
-        return 0, (f"{where}: resources.requests[{name}] without a limit "
+        return 0, (f"{_where(key, container)}: resources.requests[{name}] without a limit "
                    f"(the API server requires limits for GPUs)")
     if "requests" in values and values["requests"] != values["limits"]:
-        return 0, (f"{where}: resources.requests[{name}] {requests[name]!r} differs from "
-                   f"resources.limits[{name}] {limits[name]!r} (the API server requires "
-                   f"them equal for GPUs)")
+        return 0, (f"{_where(key, container)}: resources.requests[{name}] {requests[name]!r} "
+                   f"differs from resources.limits[{name}] {limits[name]!r} (the API server "
+                   f"requires them equal for GPUs)")
     return int(values["limits"]), None
+
+
+def _where(key: str, container: Mapping[str, Any]) -> str:
+    """How a problem names its container: ``container 'pytorch'``, ``initContainer 'x'``."""
+    return f"{key[:-1]} {container.get('name')!r}"
 
 
 def controller_ref(obj: Mapping[str, Any]) -> OwnerRef | None:
