@@ -145,7 +145,7 @@ class Ideal:
         if not reference:
             return best_on(frozenset())
         return reference_bandwidth(node_kinds(self.cluster), best_on,
-                                   self.gpus if typical else None)
+                                   self.gpus if typical else None, gang)
 
     def efficiency(self, job: Job) -> float:
         return efficiency(job.gang, job.model, self.bandwidth(job.gang))

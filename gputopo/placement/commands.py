@@ -204,7 +204,7 @@ def _place(args: argparse.Namespace) -> int:
 def with_bar(nodes: Sequence[NodeState], gang: GangRequest, demand: Mapping[str, int]
              ) -> GangRequest:
     """``gang`` with the bar the webhook solves it with (``GangReserver.good_bar``): the
-    default ``minShare`` of the waiting rule's typical reference on ``nodes`` (its best on
+    default ``minShare`` of the waiting rule's minShare reference on ``nodes`` (its best on
     the empty nodes of each kind alone, the pods' other requests limiting how many share
     a node), so that ``place`` answers what admission would choose (docs/placement.md,
     "Good enough on one node"). A one-GPU gang has no bar."""
@@ -224,7 +224,7 @@ def with_bar(nodes: Sequence[NodeState], gang: GangRequest, demand: Mapping[str,
         best = solve(empty_caps(ref, empty, demand, gang) if demand else empty, gang)
         return best.bus_bandwidth_gbps if best.feasible else 0.0
 
-    reference = reference_bandwidth(node_kinds(nodes), best_on, kind_gpus(nodes))
+    reference = reference_bandwidth(node_kinds(nodes), best_on, kind_gpus(nodes), gang)
     return replace(gang, good_gbps=round(DEFAULT_MIN_SHARE * reference, ROUND))
 
 

@@ -12,7 +12,7 @@ on that node. Its :class:`Score` is compared lexicographically, larger is better
    set as good as any of that size on that node (its ring bus bandwidth and slowest pair
    are :func:`best_quality`'s) and with a bus bandwidth at or above the gang's
    ``good_gbps`` (:class:`GangRequest`: the caller's bar, the waiting rule's ``minShare``
-   of the gang's typical reference, webhook/placement/reserve.py) — else 0 (always 0
+   of the gang's minShare reference, webhook/placement/reserve.py) — else 0 (always 0
    without a bar, for one GPU and over several nodes). Among good placements, before
    the bandwidth: ``good_spare``, minus the bus bandwidth (the slowest good-enough set
    first), then ``good_packing`` (minus the empty nodes opened) and ``good_fit`` (minus
@@ -21,12 +21,14 @@ on that node. Its :class:`Score` is compared lexicographically, larger is better
    fullest node that gives it, and leaves the faster sets to the gangs whose bar only
    they meet and the empty nodes to the jobs that need whole ones. On the Alibaba 2023
    trace a 2- or 4-GPU pod then takes a partly used PCIe server's PIX pair, not an NVLink
-   pair that opens an empty DGX-1; in the cluster replay 2-8-GPU jobs take DGX-1 sets and
-   leave the DGX A100s to the 16-32-GPU gangs (docs/benchmarks.md). Below the bar, and
+   pair that opens an empty DGX-1; in the cluster replay 2-8-GPU jobs (measured against
+   the slowest kind, one node of which holds them: gputopo.placement.waiting) take the
+   PCIe servers' sets first and leave the DGX-1 racks and the DGX A100s to the 16-32-GPU
+   gangs (docs/benchmarks.md). Below the bar, and
    for gangs over several nodes, the bandwidth comes first as before: a gang gets the
    fastest set whenever nothing good enough is free.
    Why a bar and not "slowest or fullest first" for every one-node gang: the waiting rule
-   starts a gang at ``minShare`` of its typical reference, so a slower placement would
+   starts a gang at ``minShare`` of its reference, so a slower placement would
    make it wait while a good one was free; with the bar at that share, the placement
    chosen starts exactly when the fastest would (docs/placement.md). Why "its node's
    best set": packing must never give a job a worse set on its node than that node could

@@ -136,7 +136,7 @@ class GangRequest:
     best GPU set is good enough, so that packing decides among such placements (the
     objective's ``good`` terms, gputopo.placement.objective); None: bandwidth first, as
     for every placement. Worked out once per solve by the caller: the waiting rule's
-    ``minShare`` of the gang's typical reference (webhook/placement/reserve.py).
+    ``minShare`` of the gang's minShare reference (webhook/placement/reserve.py).
     """
 
     replicas: int

@@ -15,7 +15,9 @@ none can, the best on all of them together counts, :func:`reference_bandwidth`).
 references, one per bar:
 
 - ``minShare`` is measured against the **typical** kind: those bests in rising order, the
-  one at which half of the kinds' GPUs is reached (the kind of the median GPU);
+  one at which half of the kinds' GPUs is reached (the kind of the median GPU) — except for
+  a gang that **one node of the slowest kind holds** (:func:`one_node_holds`), measured
+  against the slowest kind as well;
 - the floor of ``takeBest`` (after ``maxWaitSeconds``) against the **slowest** kind.
 
 A job's communication runs at that share; the whole step slows down at most as much
@@ -28,6 +30,23 @@ servers give it) and started at 12-20 % of its speed while DGX-1 racks freed up 
 hour (cluster replay, load 0.7, seed 5: two such gangs, at 12 and 20 %, held 657 of the
 1,914 GPU-hours held; docs/benchmarks.md). Half the cluster's GPUs being at least as good,
 such hardware frees up often, so the gang waits for it — at most ``maxWaitSeconds``.
+
+Why not for a gang one node of the slowest kind holds: its reference there is a set of
+GPUs inside one machine, wired as well as that machine allows; its all-reduce never
+crosses the slowest network, and that is where placement costs several-fold. In the cost
+model a 1 x 8 job on a two-socket PCIe server runs at 68-93 % of its speed on a DGX-1
+(BERT-large to ResNet-50), a 4 x 8 gang over four of them on 25 GbE TCP at 15-64 % of its
+speed on four DGX-1s on GPUDirect. Measured against the typical kind, the one-node jobs
+took the DGX-1s (the slowest good-enough sets there, objective term 0) and the 16-32-GPU
+gangs, finding no DGX-1 rack free, waited ``maxWaitSeconds`` and took the PCIe servers over
+TCP (cluster replay, load 0.9, seed 1: six 4 x 8 gangs at 12-20 %, 503 of the 1,604
+GPU-hours held). Measured against the slowest kind, one-node jobs fill the PCIe servers
+first and the NVLink servers on fast networks stay free for the gangs whose speed depends
+on them (goodput 0.90-0.91 at every load of the replay, docs/benchmarks.md). The price: a
+one-node job takes the slowest servers' best set while faster ones are free (8-GPU jobs'
+p95 completion time 3.45 -> 3.69 h at load 0.5). The rule speaks of bandwidth only: where
+the slowest-wired servers also have the slowest GPUs, keep jobs off them with a
+nodeSelector or affinity (nodes a job rules out are no part of either reference).
 
 Why the slowest kind for the floor, and not the fastest anywhere: the rule guards against
 a *placement* that wastes GPUs, not against older GPUs. Against the fastest kind, a 4-GPU
@@ -66,9 +85,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
-from gputopo.placement.types import NodeState
+from gputopo.placement.types import GangRequest, NodeState
+from gputopo.topology.model import Topology
 
 AfterMaxWait = Literal["takeBest", "keepWaiting", "deny"]
 TAKE_BEST: AfterMaxWait = "takeBest"
@@ -160,14 +180,31 @@ def after_max_wait_text(rule: WaitingRule, max_wait_seconds: float) -> str:
     return f"it starts at {rule.min_share:.0%} of its best predicted bus bandwidth, however long"
 
 
-def node_kind(node: NodeState) -> Hashable:
+class NodeKind(NamedTuple):
+    """A kind of node (:func:`node_kind`)."""
+
+    topology: Topology
+    effective_gbps: float
+    network_transport: str
+    in_nvlink_domain: bool
+
+
+def node_kind(node: NodeState) -> NodeKind:
     """What makes two nodes alike for the reference: the GPU wiring (the topology: GPU
     model, NVLink/NVSwitch, PCIe, sockets), the network as the all-reduce sees it (the
     effective rate and the transport) and whether it is part of a multi-node NVLink domain.
     Not its name, rack, zone or which domain: where a node is, is what a placement
     chooses."""
-    return (node.topology, node.effective_gbps, node.network_transport,
-            node.nvlink_domain is not None)
+    return NodeKind(node.topology, node.effective_gbps, node.network_transport,
+                    node.nvlink_domain is not None)
+
+
+def one_node_holds(kind: Hashable, gang: GangRequest) -> bool:
+    """Whether one node of ``kind`` (a :class:`NodeKind`) holds all of ``gang``: its GPUs
+    are enough and its replicas may share a node (``max_replicas_per_node``). The pods'
+    other requests (CPU, memory) are not looked at."""
+    return (isinstance(kind, NodeKind) and gang.per_node == gang.replicas
+            and gang.total_gpus <= len(kind.topology.gpus))
 
 
 def node_kinds(nodes: Iterable[NodeState]) -> list[Hashable]:
@@ -186,19 +223,23 @@ def reference_nodes(nodes: Sequence[NodeState], kinds: Collection[Hashable]
 
 def reference_bandwidth(kinds: Sequence[Hashable],
                         best_on: Callable[[frozenset[Hashable]], float],
-                        gpus: Mapping[Hashable, int] | None = None) -> float:
+                        gpus: Mapping[Hashable, int] | None = None,
+                        gang: GangRequest | None = None) -> float:
     """THE reference of a gang that may use nodes of ``kinds`` (every kind of the nodes its
     pods may use). Without ``gpus``, the **slowest** kind's: the least of its bests on each
     kind alone that can hold it. With ``gpus`` (each kind's GPU count), the **typical**
     kind's: those bests in rising order, the one at which the kinds' GPUs reach half of
-    their total (the kind of the median GPU; at exactly half, the slower). When no kind can hold
-    it alone, both are its best on all of them together.
+    their total (the kind of the median GPU; at exactly half, the slower) — except for a
+    ``gang`` that one node of the slowest kind holds (:func:`one_node_holds`): the slowest
+    kind's for it too (its all-reduce stays inside one node; module docstring). When no
+    kind can hold it alone, both are its best on all of them together.
     ``best_on(ks)``: the gang's best bus bandwidth on the nodes of kinds ``ks`` with every
     GPU free (0 when it does not fit there)."""
     if len(kinds) > 1:
         alone = sorted((b, i) for i, b in enumerate(best_on(frozenset((k,))) for k in kinds)
                        if b > 0)
-        if alone and gpus is None:
+        if alone and (gpus is None or (
+                gang is not None and one_node_holds(kinds[alone[0][1]], gang))):
             return alone[0][0]
         if alone and gpus is not None:
             total = sum(gpus.get(kinds[i], 0) for _, i in alone)

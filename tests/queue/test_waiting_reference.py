@@ -259,48 +259,110 @@ def test_the_reference_does_not_depend_on_the_placement_so_a_faster_one_is_never
     assert reserver.not_good(solve(nodes[:3], gang), nodes, gang, 0.9) is None  # one rack
 
 
-def test_a_gang_waits_for_the_typical_kind_then_takes_the_slowest_kind_at_its_floor():
-    """Two DGX-1s (16 of the 24 GPUs: the typical kind) both busy, a PCIe server free: a 1 x
-    4-GPU gang on the PCIe socket gets all a PCIe server can give it ("share 1" of the
-    slowest kind) but an eighth of a DGX-1 quad, so it waits for a quad — a gang that
-    starts on hardware far below most of the cluster's holds its GPUs for long. After
-    ``maxWaitSeconds`` ``takeBest`` starts it there: its floor is measured against the
-    slowest kind, so no gang starts below half of its best on any hardware it may use."""
+def _dgx1_busy_pcie_free() -> Cluster:
+    """Three DGX-1s on 100 Gbit/s GPUDirect (24 of the 40 GPUs: the typical kind), all
+    busy; two PCIe servers on 25 GbE TCP (the slowest kind), free."""
+    dgx1 = parse_nvidia_smi((FIXTURES / "dgx1-v100.txt").read_text(encoding="utf-8"))
+    pcie = parse_nvidia_smi((FIXTURES / "pcie-2socket-phb.txt").read_text(encoding="utf-8"))
+    busy = frozenset(range(8))
+    return Cluster([*(NodeState(name=f"dgx-{i}", topology=dgx1, used=busy, network_gbps=100,
+                                network_transport="gdr") for i in range(3)),
+                    *(NodeState(name=f"pcie-{i}", topology=pcie, network_gbps=25,
+                                network_transport="tcp") for i in range(2))])
+
+
+def _queue_until_placed(nodes: Cluster, gang: GangRequest) -> tuple[object, list[list[str]],
+                                                                   list[float]]:
+    """Admission (minShare), then queue passes at 600 s and at ``maxWaitSeconds`` (3600 s);
+    what admission answered, where the queue placed the gang, and at which passes."""
     from gputopo.cluster.reservations import GangKey, InMemoryReservationStore
     from gputopo.placement.waiting import WaitingRule, against_typical
     from webhook.placement.reserve import GangReserver, Unplaced
     from webhook.queue.gangs import WaitingGang, serve_pass
 
+    rule = WaitingRule()
+    reserver = GangReserver(InMemoryReservationStore())
+    key = GangKey("default", "PyTorchJob", "job", "uid-job")
+    made = reserver.reserve(cluster=nodes, pod={}, key=key, gang=gang,
+                            good_share=rule.start_share(overdue=False),
+                            pack_share=rule.min_share)
+    placed: list[list[str]] = []
+    when: list[float] = []
+    if not isinstance(made, Unplaced):
+        return made, placed, when
+    waiting = [WaitingGang(key, gang, since=0.0, max_wait_seconds=3600.0, rule=rule)]
+    for now in (600.0, 3600.0):
+        def place(g: WaitingGang, need: float) -> str | None:
+            got = reserver.reserve(cluster=nodes, pod={}, key=g.key, gang=g.request,
+                                   good_share=need, typical=against_typical(g.rule, need),
+                                   pack_share=g.rule.min_share)
+            if isinstance(got, Unplaced):
+                return got.reason
+            placed.append(sorted({s.node for s in got[0].slots}))
+            when.append(now)  # noqa: B023 - called within this pass only
+            return None
+
+        done = serve_pass(waiting, now=now, starvation_seconds=1e9, place=place,
+                          give_up=lambda g, why: False)
+        waiting = [g for g in waiting if str(g.key) not in {*done.placed, *done.fallen_back}]
+    return made, placed, when
+
+
+def test_a_gang_one_pcie_server_holds_starts_on_it_at_once():
+    """A 1 x 4-GPU gang on a PCIe server's socket gets all a PCIe server can give it and its
+    all-reduce never leaves the node: measured against the slowest kind (one node of it
+    holds the gang), it starts at admission, though an eighth of a DGX-1 quad. (Against
+    the typical kind, as before, it waited an hour for a DGX-1 quad.)"""
+    from webhook.placement.reserve import Unplaced
+
+    made, _, _ = _queue_until_placed(_dgx1_busy_pcie_free(), GangRequest(1, 4))
+    assert not isinstance(made, Unplaced), made.reason
+    assert {s.node for s in made[0].slots} <= {"pcie-0", "pcie-1"}
+
+
+def test_a_gang_over_pcie_servers_waits_for_the_typical_kind_then_takes_them_at_its_floor():
+    """A 2 x 8-GPU gang no PCIe server holds alone would cross their 25 GbE TCP: share 1 of
+    the slowest kind, but a fraction of two DGX-1s on GPUDirect (the typical kind), so it
+    waits for them — a gang that starts on hardware far below most of the cluster's holds
+    its GPUs for long. After ``maxWaitSeconds`` ``takeBest`` starts it there: its floor is
+    measured against the slowest kind, so no gang starts below half of its best on any
+    hardware it may use."""
+    from webhook.placement.reserve import Unplaced
+
+    nodes = _dgx1_busy_pcie_free()
+    made, placed, when = _queue_until_placed(nodes, GangRequest(2, 8))
+    assert isinstance(made, Unplaced)
+    dgx1 = [NodeState(name=f"idle-{i}", topology=n.topology, network_gbps=100,
+                      network_transport="gdr") for i, n in enumerate(nodes.nodes[:2])]
+    pair = solve(dgx1, GangRequest(2, 8)).bus_bandwidth_gbps
+    assert f"a good placement gives {pair:.1f} GB/s" in made.reason
+    assert placed == [["pcie-0", "pcie-1"]] and when == [3600.0]
+
+
+def test_the_slowest_kind_is_minshare_s_reference_for_a_gang_one_node_of_it_holds():
+    """Pure cases of :func:`reference_bandwidth` with the gang: the slowest kind's best for
+    a gang one node of that kind holds (its GPUs are enough, its replicas may share a
+    node); the typical kind's for one that would span nodes of it."""
+    from gputopo.placement.waiting import NodeKind, one_node_holds
+    from gputopo.topology.model import Topology
+
     dgx1 = parse_nvidia_smi((FIXTURES / "dgx1-v100.txt").read_text(encoding="utf-8"))
     pcie = parse_nvidia_smi((FIXTURES / "pcie-2socket-phb.txt").read_text(encoding="utf-8"))
-    busy = frozenset(range(8))
-    nodes = Cluster([NodeState(name="dgx-a", topology=dgx1, used=busy, network_gbps=100),
-                    NodeState(name="dgx-b", topology=dgx1, used=busy, network_gbps=100),
-                    NodeState(name="pcie-1", topology=pcie, network_gbps=100)])
-    gang, rule = GangRequest(1, 4), WaitingRule()
-    reserver = GangReserver(InMemoryReservationStore())
-    key = GangKey("default", "PyTorchJob", "four", "uid-four")
-    # admission: minShare against the typical kind
-    made = reserver.reserve(cluster=nodes, pod={}, key=key, gang=gang,
-                            good_share=rule.start_share(overdue=False))
-    assert isinstance(made, Unplaced)
-    quad = solve([NodeState(name="idle", topology=dgx1)], gang).bus_bandwidth_gbps
-    assert f"a good placement gives {quad:.1f} GB/s" in made.reason
-
-    placed: list[list[str]] = []
-
-    def place(g: WaitingGang, need: float) -> str | None:
-        got = reserver.reserve(cluster=nodes, pod={}, key=g.key, gang=g.request,
-                               good_share=need, typical=against_typical(g.rule, need))
-        if isinstance(got, Unplaced):
-            return got.reason
-        placed.append(sorted({s.node for s in got[0].slots}))
-        return None
-
-    waiting = [WaitingGang(key, gang, since=0.0, max_wait_seconds=3600.0, rule=rule)]
-    early = serve_pass(waiting, now=600.0, starvation_seconds=1e9, place=place,
-                       give_up=lambda g, why: False)
-    assert early.placed == [] and early.fallen_back == [] and placed == []
-    late = serve_pass(waiting, now=3600.0, starvation_seconds=1e9, place=place,
-                      give_up=lambda g, why: False)
-    assert late.fallen_back == [str(key)] and placed == [["pcie-1"]]
+    four = Topology.from_annotation({
+        "version": 1, "gpus": [{"index": i, "numa": 0} for i in range(4)],
+        "links": [["X" if i == j else "PHB" for j in range(4)] for i in range(4)]})
+    slow, typical = NodeKind(pcie, 25.0, "tcp", False), NodeKind(dgx1, 100.0, "gdr", False)
+    small = NodeKind(four, 25.0, "tcp", False)
+    bests = {frozenset({slow}): 10.0, frozenset({small}): 10.0, frozenset({typical}): 80.0}
+    gpus = {slow: 16, small: 16, typical: 24}
+    ref = reference_bandwidth
+    assert ref([slow, typical], bests.__getitem__, gpus, GangRequest(1, 4)) == 10.0
+    assert ref([slow, typical], bests.__getitem__, gpus, GangRequest(8, 1)) == 10.0
+    assert ref([slow, typical], bests.__getitem__, gpus, GangRequest(2, 8)) == 80.0
+    capped = GangRequest(4, 1, max_replicas_per_node=2)  # never all on one node
+    assert ref([slow, typical], bests.__getitem__, gpus, capped) == 80.0
+    assert ref([small, typical], bests.__getitem__, gpus, GangRequest(8, 1)) == 80.0
+    assert ref([slow, typical], bests.__getitem__, gpus) == 80.0  # no gang: the typical
+    assert ref([slow, typical], bests.__getitem__, None, GangRequest(2, 8)) == 10.0  # floor
+    assert one_node_holds(slow, GangRequest(1, 8)) and not one_node_holds("pcie",
+                                                                          GangRequest(1, 2))

@@ -512,7 +512,7 @@ class GangReserver:
                 kinds.update((n.name, node_kind(n)) for n in nodes)
                 gpus.update(kind_gpus(nodes))
             hit = per_gang[which] = reference_bandwidth(
-                list(dict.fromkeys(kinds.values())), best_on, gpus if typical else None)
+                list(dict.fromkeys(kinds.values())), best_on, gpus if typical else None, gang)
         return hit
 
     def not_good(self, placement: Placement, nodes: Sequence[NodeState], gang: GangRequest,
