@@ -334,13 +334,20 @@ class ResourceCaps:
         return limits
 
 
-def empty_caps(nodes: Sequence[NodeState], empty: list[NodeState],
-               demand: Mapping[str, int], gang: GangRequest) -> list[NodeState]:
-    """``empty`` (``nodes`` with every GPU free, position for position) with the caps
-    ``demand`` sets when no other pod is on the nodes: their allocatable alone limits."""
+def empty_nodes(nodes: Sequence[NodeState], demand: Mapping[str, int],
+                gang: GangRequest) -> list[NodeState]:
+    """``nodes`` with every GPU free and no other pod on them (name, wiring, place and
+    network kept): what a gang's best "on an empty cluster" is solved on, by the waiting
+    rule's reference (webhook/placement/reserve.py) and ``gputopo place``. ``demand``, one
+    pod's non-GPU requests, still caps how many of ``gang`` a node holds: the node's
+    allocatable alone limits (two pods of 60 CPUs never share a node of 94, however empty)."""
     out = []
-    for n, e in zip(nodes, empty, strict=True):
-        if n.resources is not None:
+    for n in nodes:
+        e = NodeState(name=n.name, topology=n.topology, zone=n.zone, rack=n.rack,
+                      network_gbps=n.network_gbps, network_transport=n.network_transport,
+                      facts=n.facts, network_efficiency=n.network_efficiency,
+                      transport_share=n.transport_share, nvlink_domain=n.nvlink_domain)
+        if demand and n.resources is not None:
             count, _ = NodeResources(n.resources.allocatable, {}).fits(demand, gang.per_node)
             if count < gang.per_node:
                 e = replace(e, gpu_cap=count * gang.gpus_per_replica)

@@ -210,18 +210,13 @@ def with_bar(nodes: Sequence[NodeState], gang: GangRequest, demand: Mapping[str,
     "Good enough on one node"). A one-GPU gang has no bar."""
     if gang.total_gpus == 1:
         return gang
-    from gputopo.cluster.node_resources import empty_caps
+    from gputopo.cluster.node_resources import empty_nodes
 
     kinds = {n.name: node_kind(n) for n in nodes}
 
     def best_on(on: frozenset[Hashable]) -> float:
         ref = [n for n in nodes if kinds[n.name] in on] if on else list(nodes)
-        empty = [NodeState(name=n.name, topology=n.topology, zone=n.zone, rack=n.rack,
-                           network_gbps=n.network_gbps, network_transport=n.network_transport,
-                           network_efficiency=n.network_efficiency,
-                           transport_share=n.transport_share, nvlink_domain=n.nvlink_domain)
-                 for n in ref]
-        best = solve(empty_caps(ref, empty, demand, gang) if demand else empty, gang)
+        best = solve(empty_nodes(ref, demand, gang), gang)
         return best.bus_bandwidth_gbps if best.feasible else 0.0
 
     reference = reference_bandwidth(node_kinds(nodes), best_on, kind_gpus(nodes), gang)

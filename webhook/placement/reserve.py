@@ -27,7 +27,7 @@ from gputopo.cluster.node_fit import NodeFacts, PodConstraints
 from gputopo.cluster.node_resources import (
     Limits,
     ResourceCaps,
-    empty_caps,
+    empty_nodes,
     pod_demand,
     solve_fitting,
 )
@@ -486,16 +486,7 @@ class GangReserver:
             if hit is None:
                 # the nodes of kinds ``on`` (all of them when no kind is asked for)
                 ref = [n for n in nodes if kinds[n.name] in on] if on else nodes
-                empty = [NodeState(name=n.name, topology=n.topology, zone=n.zone,
-                                   rack=n.rack, network_gbps=n.network_gbps,
-                                   network_transport=n.network_transport, facts=n.facts,
-                                   network_efficiency=n.network_efficiency,
-                                   transport_share=n.transport_share,
-                                   nvlink_domain=n.nvlink_domain)
-                         for n in ref]
-                if demand:
-                    empty = empty_caps(ref, empty, demand, gang)
-                best = self.solver(empty, gang)
+                best = self.solver(empty_nodes(ref, demand or {}, gang), gang)
                 hit = per_gang[(gang, asks, on)] = (
                     best.bus_bandwidth_gbps if best.feasible else 0.0)
             return hit
