@@ -388,4 +388,3 @@ def working_copy(pod: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     if isinstance(meta, dict) and "managedFields" in meta:
         pod = {**pod, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
     return pod, copy_document(pod)
-

@@ -23,7 +23,7 @@ from typing import Any
 from gputopo.operators import jobset as js
 from gputopo.operators import trainjob as tj
 from webhook.jobs import pod_gpus
-from webhook.patch import copy_document, make_patch
+from webhook.patch import make_patch, working_copy
 from webhook.placement.mutations import apply_unplaced
 from webhook.policy.match import matches
 from webhook.policy.schema import Policy
@@ -75,7 +75,7 @@ def unplaced_jobset_pod(pod: dict[str, Any], namespace: str, reason: str, *,
               "jobUid": uid if isinstance(uid, str) else "", "replica": None,
               "node": None, "gpus": [],
               "reason": f"{reason}; gang size unknown, so the gang cannot be placed"}
-    working = copy_document(pod)
+    pod, working = working_copy(pod)
     warnings = apply_unplaced(working, record)
     warnings.append(f"gputopo: {reason}; gang size unknown, pod admitted unplaced "
                     f"(no gang labels, no pin)")
