@@ -24,9 +24,9 @@ on that node. Its :class:`Score` is compared lexicographically, larger is better
    pair that opens an empty DGX-1; in the cluster replay 2-8-GPU jobs (measured against
    the slowest kind, one node of which holds them: gputopo.placement.waiting) take the
    PCIe servers' sets first and leave the DGX-1 racks and the DGX A100s to the 16-32-GPU
-   gangs (docs/benchmarks.md). Below the bar, and
-   for gangs over several nodes, the bandwidth comes first as before: a gang gets the
-   fastest set whenever nothing good enough is free.
+   gangs (docs/benchmarks.md). Below the bar, and for gangs over several nodes, the
+   bandwidth comes first as before: a gang gets the fastest set whenever nothing good
+   enough is free.
    Why a bar and not "slowest or fullest first" for every one-node gang: the waiting rule
    starts a gang at ``minShare`` of its reference, so a slower placement would
    make it wait while a good one was free; with the bar at that share, the placement
