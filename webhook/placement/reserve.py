@@ -7,9 +7,10 @@ held by reservations subtracted, the same solver) and both must claim them throu
 compare-and-swap :class:`~gputopo.cluster.reservations.ReservationStore`, so that the
 webhook replicas and the queue never hand out one GPU twice. :class:`GangReserver` is that
 shared piece; callers pass the cluster reader, the pod whose constraints decide for the gang
-(the gang's first GPU pod), the gang key and the :class:`GangRequest`. About 700 lines: the
-node fit and held-GPU memos and the waiting rule's reference stay beside the one
-solve-and-claim path they feed.
+(the gang's first GPU pod), the gang key and the :class:`GangRequest`. About 720 lines: the
+node fit and held-GPU memos, the waiting rule's reference and :func:`gang_nodes` (the nodes
+a gang is judged against, which the admission step's preview takes too) stay beside the
+one solve-and-claim path they feed.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import compress
 from operator import is_, is_not
-from typing import Any
+from typing import Any, NamedTuple
 
 from gputopo.cluster.node_fit import NodeFacts, PodConstraints
 from gputopo.cluster.node_resources import (
@@ -31,7 +32,7 @@ from gputopo.cluster.node_resources import (
     pod_demand,
     solve_fitting,
 )
-from gputopo.cluster.node_volumes import pod_volumes
+from gputopo.cluster.node_volumes import Volumes, pod_volumes
 from gputopo.cluster.reservations import (
     GangKey,
     GangReservation,
@@ -254,6 +255,37 @@ def usable_pair(fit: list[NodeState], free: Sequence[NodeState],
         return fit, free
     kept = {n.name for n in keep if not no_ports or n.name not in no_ports}
     return [n for n in fit if n.name in kept], [f for f in free if f.name in kept]
+
+
+class GangNodes(NamedTuple):
+    """The nodes a gang is judged against (:func:`gang_nodes`)."""
+
+    bound: list[NodeState]  # the fitting nodes its network allows
+    free: Sequence[NodeState]  # ``bound`` with reserved GPUs marked used, position for position
+    refused: dict[str, str]  # node name -> why the pods' volumes cannot reach it
+    reach: list[NodeState]  # ``bound`` without ``refused``: what "good" is judged against
+
+
+def gang_nodes(fit: list[NodeState], free: Sequence[NodeState],
+               net: network.GangNetwork | None, volumes: Volumes,
+               no_ports: Mapping[str, str] | None = None) -> GangNodes:
+    """The nodes a gang is judged against, from its pod's fitting nodes ``fit`` and their
+    held-marked copy ``free``: those its network allows (:func:`usable_pair`), the ones its
+    pods' ``volumes`` cannot reach (``refused``: the solver leaves them out) and the rest
+    (``reach``).
+
+    Why one function: the gang's bar for a good one-node placement
+    (:meth:`GangReserver.good_bar`) and the waiting check (:meth:`GangReserver.not_good`)
+    are measured against the reference of the kinds of ``reach``, not of every fitting
+    node: servers a volume keeps the gang off must not set its bar (many unreachable NVLink
+    servers would make it wait for a speed it can never get here). The live path
+    (:meth:`GangReserver.reserve`) and the preview (audit mode, ``dryRun`` reviews:
+    ``PlacementStep._preview``) both take their nodes from here, so a dry run answers what
+    the live admission does."""
+    bound, free = usable_pair(fit, free, net, no_ports)
+    refused = volumes.refusals(free)
+    reach = [n for n in bound if n.name not in refused] if refused else bound
+    return GangNodes(bound=bound, free=free, refused=refused, reach=reach)
 
 
 def _slot_ports(placement: Placement, fit: _Fit) -> dict[str, frozenset[tuple[str, int]]]:
@@ -581,10 +613,7 @@ class GangReserver:
         volumes = pod_volumes(cluster, pod)
         for attempt in range(1, self.max_attempts + 1):
             entry, free, excluded, held = self._fit_and_free(cluster, pod, shares)
-            bound, free = usable_pair(entry.fit, free, net, no_ports)
-            refused = volumes.refusals(free)
-            # "good" is judged against the nodes the pods' volumes can reach
-            reach = [n for n in bound if n.name not in refused] if refused else bound
+            bound, free, refused, reach = gang_nodes(entry.fit, free, net, volumes, no_ports)
             solved = (gang if pack_share is None else
                       self.good_bar(reach, gang, pack_share, demand))
             placement = solve_fitting(self.solver, free, solved, demand, self.caps,

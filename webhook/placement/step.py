@@ -85,9 +85,9 @@ from webhook.placement.reserve import (
     Solver,
     Unplaced,
     exclude_held,
+    gang_nodes,
     nodes_for,
     ruled_out,
-    usable_pair,
 )
 from webhook.placement.slot_repair import repair_scopes, slot_node_problem
 from webhook.policy.schema import OWNER_KINDS, PlacementSettings, Policy
@@ -377,26 +377,26 @@ class PlacementStep:
         try:
             res = self.store.get(key)
             if res is None:
-                fit, nodes, excluded = self.reserver.fit_and_free(
+                fit, free, excluded = self.reserver.fit_and_free(
                     ctx.cluster, ctx.pod, placement_settings(ctx.policy).transport_share)
-                fit, nodes = usable_pair(fit, nodes, net)
                 demand = pod_demand(ctx.pod)
                 volumes = pod_volumes(ctx.cluster, ctx.pod)
+                # the nodes reserve() judges the gang against: its bar and the waiting
+                # check on those the pods' volumes reach, or the preview differs from live
+                fit, nodes, refused, reach = gang_nodes(fit, free, net, volumes)
                 bar = self.reserver.good_bar(  # as reserve() solves it
-                    fit, gang, placement_settings(ctx.policy).waiting.min_share, demand)
+                    reach, gang, placement_settings(ctx.policy).waiting.min_share, demand)
                 placement = solve_fitting(self.solver, nodes, bar, demand,
                                           self.reserver.caps, source=fit,
                                           pending=self.reserver.reserved_limits(nodes, demand,
                                                                                gang),
-                                          refused=volumes.refusals(nodes),
-                                          notes=volumes.notes)
+                                          refused=refused, notes=volumes.notes)
                 if not placement.feasible:
                     return Unplaced(_ruled_out(placement.reason or "no feasible placement",
                                                fit, excluded))
                 need = self._min_share(ctx)
                 if need is not None:
-                    poor = self.reserver.not_good(placement, fit, gang, need,
-                                                  pod_demand(ctx.pod))
+                    poor = self.reserver.not_good(placement, reach, gang, need, demand)
                     if poor is not None:
                         return poor
                 slot_nodes = {s.node for s in placement.slots}
