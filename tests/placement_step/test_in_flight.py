@@ -16,7 +16,8 @@ from test_placement_memo import key, node
 from gputopo.cluster.reservations import InMemoryReservationStore, ReservationConflict
 from gputopo.placement.solver import solve
 from gputopo.placement.types import GangRequest, NodeState, Placement, ReplicaSlot
-from webhook.placement.reserve import GangReserver, exclude_held
+from webhook.placement.fitting import exclude_held
+from webhook.placement.reserve import GangReserver
 
 
 class WithClaimsInFlight:

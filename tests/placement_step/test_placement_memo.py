@@ -25,7 +25,8 @@ from gputopo.placement.solver import solve
 from gputopo.placement.types import GangRequest, NodeState, Placement, ReplicaSlot
 from gputopo.topology.load import read_topology_file
 from gputopo.topology.transport import TransportShares
-from webhook.placement.reserve import GangReserver, Unplaced, exclude_held, nodes_for
+from webhook.placement.fitting import exclude_held, nodes_for
+from webhook.placement.reserve import GangReserver, Unplaced
 
 TOPOLOGIES = Path(__file__).resolve().parents[1] / "fixtures" / "topologies"
 DGX = read_topology_file(str(TOPOLOGIES / "dgx1-v100.txt"))

@@ -7,10 +7,10 @@ held by reservations subtracted, the same solver) and both must claim them throu
 compare-and-swap :class:`~gputopo.cluster.reservations.ReservationStore`, so that the
 webhook replicas and the queue never hand out one GPU twice. :class:`GangReserver` is that
 shared piece; callers pass the cluster reader, the pod whose constraints decide for the gang
-(the gang's first GPU pod), the gang key and the :class:`GangRequest`. About 720 lines: the
-node fit and held-GPU memos, the waiting rule's reference and :func:`gang_nodes` (the nodes
-a gang is judged against, which the admission step's preview takes too) stay beside the
-one solve-and-claim path they feed.
+(the gang's first GPU pod), the gang key and the :class:`GangRequest`. The nodes a pod fits
+and their free GPUs are worked out in :mod:`webhook.placement.fitting`; the reserver keeps
+those answers between gangs, the waiting rule's reference, and :func:`gang_nodes` (the
+nodes a gang is judged against, which the admission step's preview takes too).
 """
 
 from __future__ import annotations
@@ -21,10 +21,9 @@ import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import compress
-from operator import is_, is_not
+from operator import is_not
 from typing import Any, NamedTuple
 
-from gputopo.cluster.node_fit import NodeFacts, PodConstraints
 from gputopo.cluster.node_resources import (
     Limits,
     ResourceCaps,
@@ -60,11 +59,22 @@ from gputopo.placement.waiting import (
 )
 from gputopo.topology.transport import TransportShares
 from webhook.placement import network
+from webhook.placement.fitting import (
+    FIT_MEMO_SIZE,
+    Fit,
+    Free,
+    HeldMemo,
+    exclude_held,
+    fit_nodes,
+    kept_nodes,
+    pod_constraints,
+    refreshed_fit,
+    same_nodes,
+)
 
 log = logging.getLogger(__name__)
 
 Solver = Callable[[Sequence[NodeState], GangRequest], Placement]
-HeldMemo = dict[str, tuple[NodeState, frozenset[int], NodeState]]
 #: GangReserver.ideal_bandwidth's memo per node set: the nodes, the bandwidth per (gang,
 #: non-GPU requests, node kinds) and the reference per (gang, requests, "typical" or
 #: "slowest"), each node's kind by name, each kind's GPU count
@@ -92,154 +102,8 @@ class Unplaced:
     lasting: bool = False
 
 
-def exclude_held(nodes: Sequence[NodeState], held: Mapping[str, set[int]] | Mapping[
-                 str, frozenset[int]], memo: HeldMemo | None = None, *,
-                 keep_memo: bool = False) -> list[NodeState]:
-    """Nodes with reserved GPUs marked used, so the solver never offers them again.
-
-    ``memo`` (the reserver's, refilled on every call) keeps the NodeState made for a
-    node whose state and reserved GPUs did not change since the last gang: a third of a
-    1,000-node cluster holds reserved GPUs, and one frozen-dataclass copy each is ~0.5 ms
-    per new gang; with the memo only the few nodes that changed are copied.
-    ``keep_memo``: add to the memo without forgetting other nodes (``nodes`` is a few
-    nodes redone, not the whole cluster).
-    """
-    old = memo if memo is not None else {}
-    fresh: HeldMemo = {}
-    out = []
-    for n in nodes:
-        extra = held.get(n.name)
-        if not extra:
-            out.append(n)
-            continue
-        hit = old.get(n.name)
-        if hit is None or hit[0] is not n or (hit[1] is not extra and hit[1] != extra):
-            # built directly: dataclasses.replace re-runs field introspection per node,
-            # twice the cost of the whole loop at 1,000 nodes (bench/admission.py); every
-            # field is passed on (tests/placement_step/test_exclude_held.py checks that)
-            hit = (n, frozenset(extra), NodeState(
-                name=n.name, topology=n.topology, used=n.used | frozenset(extra), zone=n.zone,
-                rack=n.rack, network_gbps=n.network_gbps,
-                network_transport=n.network_transport, facts=n.facts,
-                host_ports=n.host_ports, network_efficiency=n.network_efficiency,
-                transport_share=n.transport_share, nvlink_domain=n.nvlink_domain,
-                resources=n.resources, gpu_cap=n.gpu_cap))
-        fresh[n.name] = hit
-        out.append(hit[2])
-    if memo is not None:
-        if not keep_memo:
-            memo.clear()
-        memo.update(fresh)
-    return out
-
-
 def default_solver() -> Solver:
     return solve
-
-
-def nodes_for(cluster: ClusterReader, pod: Mapping[str, Any],
-              shares: TransportShares | None = None) -> tuple[list[NodeState], int]:
-    """The topology nodes ``pod`` could be scheduled on at all (its nodeSelector, required
-    node affinity and tolerations), and how many were ruled out. A node whose object the
-    cluster view does not hold is kept: nothing is known against it. ``shares``: the
-    admitting policy's transport shares (``placement.transportShare``), applied to the
-    nodes returned.
-
-    Why the facts on each NodeState: this runs over every node of the cluster for each new
-    gang, inside its admission; looking each Node object up and re-reading its labels and
-    taints cost ~3 ms at 1,000 nodes, about as much as the solve itself.
-    """
-    nodes = cluster.node_states()
-    fit, _ = _fit(cluster, nodes, _constraints(pod))
-    return with_transport_shares(fit, shares), len(nodes) - len(fit)
-
-
-def _constraints(pod: Mapping[str, Any]) -> PodConstraints:
-    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
-    return PodConstraints.of(spec)
-
-
-def _fit(cluster: ClusterReader, nodes: Sequence[NodeState], constraints: PodConstraints
-         ) -> tuple[list[NodeState], bool]:
-    """The nodes ``constraints`` admit, and whether every answer came from the nodes'
-    own facts (so that the same node objects always give the same answer)."""
-    fit = []
-    own = True
-    for n in nodes:
-        facts = n.facts
-        if facts is None:  # a reader that builds bare NodeStates: read the object
-            own = False
-            node = cluster.object(api_version="v1", kind="Node", namespace=None, name=n.name)
-            facts = NodeFacts.of(node) if node is not None else None
-        if facts is None or constraints.admits(facts):
-            fit.append(n)
-    return fit, own
-
-
-def same_nodes(a: Sequence[NodeState], b: Sequence[NodeState]) -> bool:
-    """True when ``a`` and ``b`` hold the very same NodeState objects in the same order.
-
-    Identity, not equality: NodeState equality leaves out ``facts`` and ``host_ports``, and
-    a reader replaces a node's object whenever anything about it changes. The readers hand
-    out one tuple until a node changes, so the same sequence is the common answer; else a
-    pointer walk at C speed (~20 us at 1,000 nodes, ~60 cold)."""
-    return a is b or (len(a) == len(b) and all(map(is_, a, b)))
-
-
-def _kept(nodes: Sequence[NodeState]) -> Sequence[NodeState]:
-    """``nodes`` to remember: a reader's tuple as it is (the same object next time when no
-    node changed), anything else copied (the caller may change its list)."""
-    return nodes if isinstance(nodes, tuple) else list(nodes)
-
-
-@dataclass(frozen=True)
-class _Fit:
-    """One pod-constraints' answer of :func:`nodes_for` for one list of node objects."""
-
-    source: Sequence[NodeState]  # the reader's node objects it was computed from
-    fit: list[NodeState]
-    excluded: int
-    where: dict[str, int]  # node name -> position in ``fit``
-
-
-@dataclass(frozen=True)
-class _Free:
-    """:func:`exclude_held` of one ``_Fit.fit`` list at one revision of the held GPUs,
-    with the solver's grouping of it kept for the next gang's changes (GroupedNodes)."""
-
-    fit: list[NodeState]
-    revision: int
-    free: GroupedNodes
-
-
-def _refit(hit: _Fit, nodes: Sequence[NodeState], constraints: PodConstraints,
-           shares: TransportShares | None) -> _Fit | None:
-    """``hit`` brought up to date with ``nodes`` when only a few node objects changed (a
-    live view replaces a node's object whenever a pod binds there) and every one of them
-    still fits or still does not: the changed nodes are checked, the others kept. None when
-    that does not hold (other names, more than a quarter changed, a node without facts, a
-    node that now fits or no longer does): the caller refits every node."""
-    src = hit.source
-    if len(src) != len(nodes):
-        return None
-    at = list(compress(range(len(nodes)), map(is_not, src, nodes)))
-    if len(at) > len(nodes) // 4:
-        return None
-    fit = list(hit.fit)
-    for i in at:
-        old, new = src[i], nodes[i]
-        if old.name != new.name or new.facts is None:
-            return None
-        was = hit.where.get(new.name)
-        if (was is not None) != constraints.admits(new.facts):
-            return None
-        if was is not None:
-            fit[was] = with_transport_shares([new], shares)[0] if shares else new
-    return _Fit(source=_kept(nodes), fit=fit, excluded=hit.excluded, where=hit.where)
-
-
-#: Distinct pod constraints remembered (most pods have none: one entry serves them all).
-FIT_MEMO_SIZE = 64
 
 
 def usable_pair(fit: list[NodeState], free: Sequence[NodeState],
@@ -288,7 +152,7 @@ def gang_nodes(fit: list[NodeState], free: Sequence[NodeState],
     return GangNodes(bound=bound, free=free, refused=refused, reach=reach)
 
 
-def _slot_ports(placement: Placement, fit: _Fit) -> dict[str, frozenset[tuple[str, int]]]:
+def _slot_ports(placement: Placement, fit: Fit) -> dict[str, frozenset[tuple[str, int]]]:
     """Host ports held on the placement's nodes (all the network plan looks up), without a
     pass over every node of the cluster."""
     out = {}
@@ -330,8 +194,8 @@ class GangReserver:
         # Per pod constraints: the nodes they admit, and those nodes with reserved GPUs
         # marked used; both checked against the reader's node objects (identity) and the
         # store's held-GPU revision on every use, so a change anywhere is seen at once.
-        self._fits: dict[str, _Fit] = {}
-        self._frees: dict[str, _Free] = {}
+        self._fits: dict[str, Fit] = {}
+        self._frees: dict[str, Free] = {}
         # the last grouping handed to the solver per memo key (``_regroup``)
         self._grouped: dict[str, GroupedNodes] = {}
         # per policy share table: each node's copy under it, reused while the node stays
@@ -373,12 +237,12 @@ class GangReserver:
         return entry.fit, free, excluded
 
     def _fit_entry(self, cluster: ClusterReader, pod: Mapping[str, Any],
-                   shares: TransportShares | None = None) -> tuple[_Fit, int, str]:
+                   shares: TransportShares | None = None) -> tuple[Fit, int, str]:
         """The remembered fit of ``pod``'s constraints on the reader's nodes now, as a
         policy with transport ``shares`` sees them, its count of left-out nodes and the
         memo key (constraints and shares)."""
         nodes = cluster.node_states()
-        constraints = _constraints(pod)
+        constraints = pod_constraints(pod)
         # repr tells 1, 1.0 and True apart and every value of a parsed pod is JSON: equal
         # texts are equal constraints (a different key order merely misses the memo); the
         # shares are part of the key: the nodes' effective networks depend on them
@@ -388,11 +252,11 @@ class GangReserver:
         if hit is not None:
             if same_nodes(hit.source, nodes):
                 return hit, hit.excluded, key
-            refit = _refit(hit, nodes, constraints, shares)
+            refit = refreshed_fit(hit, nodes, constraints, shares)
             if refit is not None:
                 self._fits[key] = refit
                 return refit, refit.excluded, key
-        fit, own = _fit(cluster, nodes, constraints)
+        fit, own = fit_nodes(cluster, nodes, constraints)
         if shares:
             memo = self._shared.get(shares)
             if memo is None:
@@ -400,7 +264,7 @@ class GangReserver:
                     self._shared.clear()
                 memo = self._shared[shares] = {}
             fit = with_transport_shares(fit, shares, memo)
-        entry = _Fit(source=_kept(nodes), fit=fit, excluded=len(nodes) - len(fit),
+        entry = Fit(source=kept_nodes(nodes), fit=fit, excluded=len(nodes) - len(fit),
                      where={n.name: i for i, n in enumerate(fit)})
         if own:  # answers read from Node objects may change without the node states
             if len(self._fits) >= FIT_MEMO_SIZE:
@@ -411,7 +275,7 @@ class GangReserver:
 
     def _fit_and_free(self, cluster: ClusterReader, pod: Mapping[str, Any],
                       shares: TransportShares | None = None
-                      ) -> tuple[_Fit, Sequence[NodeState], int, Mapping[str, Any]]:
+                      ) -> tuple[Fit, Sequence[NodeState], int, Mapping[str, Any]]:
         """``pod``'s fitting nodes, the same with reserved GPUs marked used (position for
         position, never to be modified: they may be remembered), how many nodes its
         constraints left out, and the held GPUs (node → indices) marked.
@@ -468,10 +332,10 @@ class GangReserver:
         self._grouped[key] = grouped
         return grouped
 
-    def _remember_free(self, key: str, entry: _Fit, revision: int,
+    def _remember_free(self, key: str, entry: Fit, revision: int,
                        free: GroupedNodes) -> None:
         if self._fits.get(key) is entry:  # only for a remembered fit
-            self._frees[key] = _Free(fit=entry.fit, revision=revision, free=free)
+            self._frees[key] = Free(fit=entry.fit, revision=revision, free=free)
 
     def reserved_limits(self, nodes: Sequence[NodeState], demand: Mapping[str, int],
                         gang: GangRequest) -> Limits:

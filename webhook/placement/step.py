@@ -56,6 +56,7 @@ from gputopo.placement.waiting import after_max_wait_text
 from webhook import events, metrics
 from webhook.placement import network, network_writes, node_choice
 from webhook.placement.compute_domain import ComputeDomains
+from webhook.placement.fitting import HeldMemo, exclude_held, nodes_for
 from webhook.placement.mutations import (
     GPU_RESOURCES,
     apply_slot,
@@ -81,12 +82,9 @@ from webhook.placement.reserve import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_SETTLE_SECONDS,
     GangReserver,
-    HeldMemo,
     Solver,
     Unplaced,
-    exclude_held,
     gang_nodes,
-    nodes_for,
     ruled_out,
 )
 from webhook.placement.slot_repair import repair_scopes, slot_node_problem
@@ -114,7 +112,7 @@ def policy_name(policy: Policy | None) -> str:
 
 
 def nodes_for_pod(ctx: AdmissionContext) -> tuple[list[NodeState], int]:
-    """:func:`webhook.placement.reserve.nodes_for` for the admitted pod, as its policy
+    """:func:`webhook.placement.fitting.nodes_for` for the admitted pod, as its policy
     rates the nodes' networks."""
     return nodes_for(ctx.cluster, ctx.pod, placement_settings(ctx.policy).transport_share)
 

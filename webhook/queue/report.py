@@ -15,7 +15,8 @@ from datetime import UTC, datetime
 from gputopo.cluster.node_resources import capped_by_resources, pod_demand, solve_fitting
 from gputopo.cluster.source import ClusterReader
 from gputopo.placement.waiting import against_typical
-from webhook.placement.reserve import GangReserver, nodes_for, ruled_out
+from webhook.placement.fitting import nodes_for
+from webhook.placement.reserve import GangReserver, ruled_out
 from webhook.queue.gangs import WaitingGang
 
 
