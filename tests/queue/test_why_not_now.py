@@ -1,12 +1,13 @@
 """``gputopo queue``'s WHY NOT NOW says what the queue's next pass does, when the pods'
-volumes rule nodes out.
+volumes or host ports rule nodes out.
 
 Why these clusters: the pass (``PlacementQueue.run_once`` -> ``GangReserver.reserve``)
-solves a gang on the nodes its pods' volumes reach and measures "good" against the kinds of
-those nodes only. A report that solved on every node the pod's constraints admit said
-"fits now" for a gang whose only room is on a node its volume cannot reach, and for a pair
-that waits for a DGX-1's NV2 pair because PCIe servers it cannot use would have made an NV1
-pair good enough. Each worker mounts a claim bound to a local PersistentVolume
+solves a gang on the nodes its pods' volumes reach and its host ports allow, and measures
+"good" against the kinds of the nodes it can use only. A report that solved on every node
+the pod's constraints admit said "fits now" for a gang whose only room is on a node its
+volume cannot reach (or where another pod holds its host port), and for a pair that waits
+for a DGX-1's NV2 pair because PCIe servers it cannot use would have made an NV1 pair good
+enough. Each worker mounts a claim bound to a local PersistentVolume
 (VolumeBinding: gputopo/cluster/node_volumes.py). Everything runs on the API TEST DOUBLE,
 through the same view and reservation store the queue uses (and the command on a cluster
 file), and the real pass is run right after the report to show what it does.
@@ -138,3 +139,33 @@ def test_unreachable_slower_nodes_do_not_lower_the_bar_it_waits_for(kube):
                        "placement gives 40.2 GB/s (waits for at least 90% of it)")
     assert result.placed == [] and result.waiting == {str(key): row.why}
     assert all(gated(p) for p in pods_of(kube, "pair"))
+
+
+def test_room_only_where_its_host_port_is_held_is_no_fit(kube):
+    """A 1 x 4-GPU MPIJob whose worker declares host port 29400; node B frees all 8 GPUs,
+    but another pod holds that port there (NodePorts keeps the worker off it), and node A
+    has 2 GPUs free. The next pass leaves the gang waiting; WHY NOT NOW counts A's GPUs
+    only and says why B is left out."""
+    demo_docs(kube)
+    kube.apply(busy_pod("busy-a", NODE_A, "0,1,2,3,4,5"))
+    busy_b = kube.apply(busy_pod("busy-b", NODE_B, "0,1,2,3,4,5"))
+    porter = busy_pod("porter", NODE_B, "")
+    del porter["metadata"]["annotations"]
+    porter["spec"]["containers"][0]["ports"] = [{"containerPort": 29400, "hostPort": 29400}]
+    kube.apply(porter)
+    job = mpijob("ported", workers=1, gpus=4)
+    (worker,) = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    worker["ports"] = [{"containerPort": 29400, "hostPort": 29400}]
+    with live_admitter(kube, can_wait=True) as (admitter, view):
+        assert wait_for(lambda: used(view) == 12)
+        key = gated_gang(kube, admitter, kube.apply(job))
+        kube.remove(busy_b)
+        assert wait_for(lambda: used(view) == 6)
+        queue = PlacementQueue(view.api_client, view, view.reservations, identity="test")
+        (row,) = rows(queue.waiting(), view, queue.reserver)
+        result = queue.run_once()
+    assert row.why == ("needs 1 x 4 GPU(s); free now: 2 GPU(s), at most 2 on one node; 1 "
+                       "node(s) left out: another pod holds a host port the gang cannot "
+                       "move there (TCP 29400)")
+    assert result.placed == [] and str(key) in result.waiting
+    assert all(gated(p) for p in pods_of(kube, "ported"))

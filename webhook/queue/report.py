@@ -42,14 +42,14 @@ def why_not_now(gang: WaitingGang, cluster: ClusterReader, reserver: GangReserve
     the clock). The pass tries ``minShare`` first and, once overdue with ``takeBest``, the
     floor; a placement good enough for the first is good enough for the second, so the
     share at ``now`` decides alone."""
-    pod, record = gang.pods[0].pod, gang.pods[0].record
+    pod = gang.pods[0].pod
     need = gang.rule.start_share(overdue=gang.overdue(time.time() if now is None else now))
     demand = pod_demand(pod)
     volumes = pod_volumes(cluster, pod)
+    net = settled_network(gang.pods[0].record)
     fit, free, excluded = reserver.fit_and_free(cluster, pod, gang.transport_share)
-    judged = reserver.judge(fit, free, gang.request, demand, volumes,
-                            net=settled_network(record), good_share=need,
-                            typical=against_typical(gang.rule, need),
+    judged = reserver.judge(fit, free, gang.request, demand, volumes, net=net,
+                            good_share=need, typical=against_typical(gang.rule, need),
                             pack_share=gang.rule.min_share)
     placement, nodes = judged.placement, judged.nodes
     if placement.feasible:
@@ -60,12 +60,18 @@ def why_not_now(gang: WaitingGang, cluster: ClusterReader, reserver: GangReserve
     if (nodes.refused or volumes.notes or capped_by_resources(nodes.free, demand,
                                                               gang.request)[1]
             or reserver.reserved_limits(nodes.free, demand, gang.request)):
-        return ruled_out(placement.reason or "no feasible placement", nodes.bound, excluded)
-    per_node = sorted((len(n.free) for n in nodes.free), reverse=True)
-    best = per_node[0] if per_node else 0
-    return ruled_out(
-        f"needs {gang.request.replicas} x {gang.request.gpus_per_replica} GPU(s); free now: "
-        f"{sum(per_node)} GPU(s), at most {best} on one node", nodes.bound, excluded)
+        reason = placement.reason or "no feasible placement"
+    else:
+        per_node = sorted((len(n.free) for n in nodes.free), reverse=True)
+        reason = (f"needs {gang.request.replicas} x {gang.request.gpus_per_replica} GPU(s); "
+                  f"free now: {sum(per_node)} GPU(s), at most "
+                  f"{per_node[0] if per_node else 0} on one node")
+    left = len(fit) - len(nodes.bound)
+    if left and net is not None:  # the GPUs counted above are on the other nodes only
+        ports = ", ".join(f"{proto} {port}" for proto, port in sorted(net.need.fixed))
+        reason += (f"; {left} node(s) left out: another pod holds a host port the gang "
+                   f"cannot move there ({ports})")
+    return ruled_out(reason, nodes.bound, excluded)
 
 
 def rows(gangs: list[WaitingGang], cluster: ClusterReader, reserver: GangReserver, *,
