@@ -1,11 +1,12 @@
 """``gputopo queue``'s WHY NOT NOW says what the queue's next pass does, when the pods'
-volumes or host ports rule nodes out.
+volumes, host ports or the CPUs of another gang's pods still coming rule nodes out.
 
 Why these clusters: the pass (``PlacementQueue.run_once`` -> ``GangReserver.reserve``)
 solves a gang on the nodes its pods' volumes reach and its host ports allow, and measures
 "good" against the kinds of the nodes it can use only. A report that solved on every node
 the pod's constraints admit said "fits now" for a gang whose only room is on a node its
-volume cannot reach (or where another pod holds its host port), and for a pair that waits
+volume cannot reach (or where another pod holds its host port, or another gang's pod
+still coming holds the CPUs it needs), and for a pair that waits
 for a DGX-1's NV2 pair because PCIe servers it cannot use would have made an NV1 pair good
 enough. Each worker mounts a claim bound to a local PersistentVolume
 (VolumeBinding: gputopo/cluster/node_volumes.py). Everything runs on the API TEST DOUBLE,
@@ -19,6 +20,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from placement_checks import admit, pinned_node
 from placement_jobs import mpijob, worker_pod
 from queue_kit import NODE_A, NODE_B, admit_and_create, busy_pod, gated, pods_of, wait_for
 from test_placement_live import demo_docs, live_admitter
@@ -169,3 +171,38 @@ def test_room_only_where_its_host_port_is_held_is_no_fit(kube):
                        "move there (TCP 29400)")
     assert result.placed == [] and str(key) in result.waiting
     assert all(gated(p) for p in pods_of(kube, "ported"))
+
+
+def cpu_job(name: str, *, workers: int, gpus: int, cpu: str) -> dict[str, Any]:
+    """An MPIJob whose workers request ``cpu`` CPUs each besides their GPUs."""
+    job = mpijob(name, workers=workers, gpus=gpus)
+    (worker,) = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"]
+    worker["resources"]["requests"] = {"cpu": cpu}
+    return job
+
+
+def test_cpus_held_for_another_gangs_pods_still_coming_are_no_room(kube):
+    """A 1 x 4-GPU gang asking for 60 CPUs (of a node's 94) waits; node B frees up and a
+    2 x 2-GPU gang of 40 CPUs a pod is reserved there, only its first pod admitted so far.
+    B has 4 GPUs free, but its second pod's 40 CPUs are held for it: the next pass leaves
+    the gang waiting, and WHY NOT NOW gives the pass's reason."""
+    demo_docs(kube)
+    kube.apply(busy_pod("busy-a", NODE_A, "0,1,2,3,4,5,6,7"))
+    busy_b = kube.apply(busy_pod("busy-b", NODE_B, "0,1,2,3,4,5,6,7"))
+    with live_admitter(kube, can_wait=True) as (admitter, view):
+        assert wait_for(lambda: used(view) == 16)
+        key = gated_gang(kube, admitter, kube.apply(cpu_job("waiter", workers=1, gpus=4,
+                                                            cpu="60")))
+        kube.remove(busy_b)
+        assert wait_for(lambda: used(view) == 8)
+        other = kube.apply(cpu_job("other", workers=2, gpus=2, cpu="40"))
+        first = admit(admitter, worker_pod(other, 0), dry_run=False)  # its pods are coming
+        assert pinned_node(first) == NODE_B
+        queue = PlacementQueue(view.api_client, view, view.reservations, identity="test")
+        assert wait_for(lambda: view.reservations.pending_requests() != {})
+        (row,) = rows(queue.waiting(), view, queue.reserver)
+        result = queue.run_once()
+    assert row.why == ("the GPUs are free, but too few nodes can take the gang's pods: "
+                       f"{NODE_B}: cpu 100 of 94")
+    assert result.placed == [] and result.waiting == {str(key): row.why}
+    assert all(gated(p) for p in pods_of(kube, "waiter"))
