@@ -22,7 +22,17 @@ from typing import Any
 
 from placement_checks import admit, pinned_node
 from placement_jobs import mpijob, worker_pod
-from queue_kit import NODE_A, NODE_B, admit_and_create, busy_pod, gated, pods_of, wait_for
+from queue_kit import (
+    NODE_A,
+    NODE_B,
+    admit_and_create,
+    busy_cluster,
+    busy_pod,
+    gated,
+    pods_of,
+    wait_for,
+    waiting_gang,
+)
 from test_placement_live import demo_docs, live_admitter
 
 from gputopo import names
@@ -206,3 +216,43 @@ def test_cpus_held_for_another_gangs_pods_still_coming_are_no_room(kube):
                        f"{NODE_B}: cpu 100 of 94")
     assert result.placed == [] and result.waiting == {str(key): row.why}
     assert all(gated(p) for p in pods_of(kube, "waiter"))
+
+
+def test_a_gang_whose_gpus_a_later_pod_reserved_fits_now(kube):
+    """Three workers of a 4 x 1-GPU gang wait; the holder of node A's quad finishes and the
+    fourth worker's admission reserves the quad for the whole gang. The next pass places
+    the three on it, and WHY NOT NOW says so (it used to solve with the gang's own GPUs
+    held, and said it waits)."""
+    holder = busy_cluster(kube)
+    with live_admitter(kube, can_wait=True) as (admitter, view):
+        assert wait_for(lambda: used(view) == 12)
+        job = kube.apply(mpijob("waiter"))
+        assert all(gated(admit_and_create(admitter, kube, worker_pod(job, i))[0])
+                   for i in range(3))
+        kube.remove(holder)
+        assert wait_for(lambda: used(view) == 8)
+        last, _ = admit_and_create(admitter, kube, worker_pod(job, 3))
+        assert not gated(last) and pinned_node(last) == NODE_A
+        queue = PlacementQueue(view.api_client, view, view.reservations, identity="test")
+        (row,) = rows(queue.waiting(), view, queue.reserver)
+        result = queue.run_once()
+    assert row.why == "fits now: its GPUs are reserved (placed at the next pass)"
+    assert len(result.placed) == 1
+    assert {pinned_node(p) for p in pods_of(kube, "waiter")} == {NODE_A}
+
+
+def test_a_gang_whose_job_is_gone_is_not_said_to_fit(kube):
+    """The job of a waiting gang is deleted while its pods live on, and room frees up: the
+    next pass places nothing (its job is gone), and WHY NOT NOW says so."""
+    holder = busy_cluster(kube)
+    with live_admitter(kube, can_wait=True) as (admitter, view):
+        assert wait_for(lambda: used(view) == 12)
+        job, _ = waiting_gang(kube, admitter)
+        kube.remove(job)
+        kube.remove(holder)
+        assert wait_for(lambda: used(view) == 8)
+        queue = PlacementQueue(view.api_client, view, view.reservations, identity="test")
+        (row,) = rows(queue.waiting(), view, queue.reserver)
+        result = queue.run_once()
+    assert row.why == "its job MPIJob default/waiter is gone"
+    assert result.placed == [] and list(result.waiting.values()) == [row.why]

@@ -39,9 +39,17 @@ def why_not_now(gang: WaitingGang, cluster: ClusterReader, reserver: GangReserve
     """Why ``gang`` is not placed now, in a sentence (no side effects): what the queue's
     next pass would answer, as :meth:`webhook.queue.placer.PlacementQueue.run_once` calls
     :meth:`GangReserver.reserve`, at the share its waiting rule asks at ``now`` (default:
-    the clock). The pass tries ``minShare`` first and, once overdue with ``takeBest``, the
-    floor; a placement good enough for the first is good enough for the second, so the
-    share at ``now`` decides alone."""
+    the clock), after the pass's own first two questions: is the job still there, and has
+    the gang a reservation already (then the pass places it on those GPUs). The pass tries
+    ``minShare`` first and, once overdue with ``takeBest``, the floor; a placement good
+    enough for the first is good enough for the second, so the share at ``now`` decides
+    alone."""
+    key = gang.key
+    exists = getattr(cluster, "job_exists", None)  # a live view can tell; a file cannot
+    if exists is not None and exists(key) is False:  # the pass gives it nothing
+        return f"its job {key.kind} {key.namespace}/{key.name} is gone"
+    if reserver.store.get(key) is not None:  # a pod of it admitted since got its GPUs
+        return "fits now: its GPUs are reserved (placed at the next pass)"
     pod = gang.pods[0].pod
     need = gang.rule.start_share(overdue=gang.overdue(time.time() if now is None else now))
     demand = pod_demand(pod)
