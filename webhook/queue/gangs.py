@@ -4,7 +4,9 @@ Why from the pods alone: every gated pod carries its placement record (written a
 admission, :func:`webhook.placement.step.waiting_record`): the gang key, the gang's demand,
 when it started waiting, its policy's ``maxWaitSeconds`` and transport shares. So the queue
 needs neither the policies nor the job to rebuild its state: a new leader, or ``gputopo
-queue`` reading a cluster file, sees exactly what the last one saw.
+queue`` reading a cluster file, sees exactly what the last one saw. The network plan the
+records carry (:func:`settled_network`) is read here for the same reason: the pass and
+``gputopo queue`` (:mod:`webhook.queue.report`) both need it.
 
 Order: arrival (the earliest ``since`` of the gang's pods), then the gang key, so the order
 is total and the same in every process. :func:`serve_pass` says which gangs a pass may
