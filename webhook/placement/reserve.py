@@ -9,8 +9,10 @@ webhook replicas and the queue never hand out one GPU twice. :class:`GangReserve
 shared piece; callers pass the cluster reader, the pod whose constraints decide for the gang
 (the gang's first GPU pod), the gang key and the :class:`GangRequest`. The nodes a pod fits
 and their free GPUs are worked out in :mod:`webhook.placement.fitting`; the reserver keeps
-those answers between gangs, the waiting rule's reference, and :func:`gang_nodes` (the
-nodes a gang is judged against, which the admission step's preview takes too).
+those answers between gangs, the waiting rule's reference, :func:`gang_nodes` (the nodes a
+gang is judged against, which the admission step's preview takes too) and
+:meth:`GangReserver.judge` (the solve and its judgement without the claim, which ``gputopo
+queue`` reports from).
 """
 
 from __future__ import annotations
@@ -143,13 +145,22 @@ def gang_nodes(fit: list[NodeState], free: Sequence[NodeState],
     are measured against the reference of the kinds of ``reach``, not of every fitting
     node: servers a volume keeps the gang off must not set its bar (many unreachable NVLink
     servers would make it wait for a speed it can never get here). The live path
-    (:meth:`GangReserver.reserve`) and the preview (audit mode, ``dryRun`` reviews:
-    ``PlacementStep._preview``) both take their nodes from here, so a dry run answers what
-    the live admission does."""
+    (:meth:`GangReserver.reserve`, through :meth:`GangReserver.judge`, which ``gputopo
+    queue`` calls too) and the preview (audit mode, ``dryRun`` reviews:
+    ``PlacementStep._preview``) all take their nodes from here, so a dry run and the queue's
+    report answer what the live admission and the queue's pass do."""
     bound, free = usable_pair(fit, free, net, no_ports)
     refused = volumes.refusals(free)
     reach = [n for n in bound if n.name not in refused] if refused else bound
     return GangNodes(bound=bound, free=free, refused=refused, reach=reach)
+
+
+class Judged(NamedTuple):
+    """A gang solved on the nodes it is judged against, and judged (:meth:`GangReserver.judge`)."""
+
+    nodes: GangNodes
+    placement: Placement  # the solver's answer on ``nodes.free``
+    poor: Unplaced | None  # why a feasible ``placement`` is not good enough to take now
 
 
 def _slot_ports(placement: Placement, fit: Fit) -> dict[str, frozenset[tuple[str, int]]]:
@@ -429,6 +440,38 @@ class GangReserver:
         ideal = self.ideal_bandwidth(nodes, base, demand, reference=True)
         return replace(base, good_gbps=round(share * ideal, ROUND))
 
+    def judge(self, fit: list[NodeState], free: Sequence[NodeState], gang: GangRequest,
+              demand: Mapping[str, int], volumes: Volumes, *,
+              net: network.GangNetwork | None = None,
+              no_ports: Mapping[str, str] | None = None, good_share: float | None = None,
+              typical: bool = True, pack_share: float | None = None) -> Judged:
+        """``gang`` solved and judged as :meth:`reserve` solves and judges it, without side
+        effects: from the pod's fitting nodes ``fit`` and their held-marked copy ``free``
+        (:meth:`fit_and_free`), the nodes it is judged against (:func:`gang_nodes`), its bar
+        for a good one-node placement (``pack_share``: :meth:`good_bar` on ``reach``), the
+        solve with one pod's non-GPU requests ``demand``, the requests of other gangs' pods
+        still coming (:meth:`reserved_limits`) and the nodes its ``volumes`` refuse, and
+        whether a feasible placement is good enough to take now (``good_share``,
+        ``typical``: :meth:`not_good` on ``reach``). Parameters as :meth:`reserve`'s.
+
+        Why one method: :meth:`reserve` takes the placement it answers, and ``gputopo
+        queue``'s WHY NOT NOW (webhook/queue/report.py) says from it what the queue's next
+        pass would do. A report that solved its own way said "fits now" for gangs the pass
+        leaves waiting (their volumes or host ports keep them off the nodes with room) and
+        quoted a reference made of nodes they cannot use."""
+        nodes = gang_nodes(fit, free, net, volumes, no_ports)
+        solved = (gang if pack_share is None else
+                  self.good_bar(nodes.reach, gang, pack_share, demand))
+        placement = solve_fitting(self.solver, nodes.free, solved, demand, self.caps,
+                                  source=nodes.bound,
+                                  pending=self.reserved_limits(nodes.free, demand, gang),
+                                  refused=nodes.refused, notes=volumes.notes)
+        poor = None
+        if placement.feasible and good_share is not None:
+            poor = self.not_good(placement, nodes.reach, gang, good_share, demand,
+                                 typical=typical)
+        return Judged(nodes=nodes, placement=placement, poor=poor)
+
     def reserve(
         self, *, cluster: ClusterReader, pod: Mapping[str, Any], key: GangKey,
         gang: GangRequest, good_share: float | None = None,
@@ -477,13 +520,10 @@ class GangReserver:
         volumes = pod_volumes(cluster, pod)
         for attempt in range(1, self.max_attempts + 1):
             entry, free, excluded, held = self._fit_and_free(cluster, pod, shares)
-            bound, free, refused, reach = gang_nodes(entry.fit, free, net, volumes, no_ports)
-            solved = (gang if pack_share is None else
-                      self.good_bar(reach, gang, pack_share, demand))
-            placement = solve_fitting(self.solver, free, solved, demand, self.caps,
-                                      source=bound,
-                                      pending=self.reserved_limits(free, demand, gang),
-                                      refused=refused, notes=volumes.notes)
+            judged = self.judge(entry.fit, free, gang, demand, volumes, net=net,
+                                no_ports=no_ports, good_share=good_share, typical=typical,
+                                pack_share=pack_share)
+            bound, free, placement = judged.nodes.bound, judged.nodes.free, judged.placement
             if not placement.feasible:
                 # After a conflict, or when GPUs claimed by a reservation still being written
                 # stand in the way, they may be going to this very gang: give it a moment.
@@ -498,12 +538,9 @@ class GangReserver:
                 if no_ports:
                     reason += "; " + "; ".join(sorted(no_ports.values()))
                 return Unplaced(ruled_out(reason, bound, excluded))
-            if good_share is not None:
-                poor = self.not_good(placement, reach, gang, good_share, demand,
-                                     typical=typical)
-                if poor is not None:
-                    existing = self.store.get(key)
-                    return (existing, False) if existing is not None else poor
+            if judged.poor is not None:
+                existing = self.store.get(key)
+                return (existing, False) if existing is not None else judged.poor
             plan = (net.decide(placement.slots, _slot_ports(placement, entry))
                     if net is not None else None)
             if isinstance(plan, network.PortsUsedUp):

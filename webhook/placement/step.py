@@ -84,7 +84,6 @@ from webhook.placement.reserve import (
     GangReserver,
     Solver,
     Unplaced,
-    gang_nodes,
     ruled_out,
 )
 from webhook.placement.slot_repair import repair_scopes, slot_node_problem
@@ -375,28 +374,21 @@ class PlacementStep:
         try:
             res = self.store.get(key)
             if res is None:
-                fit, free, excluded = self.reserver.fit_and_free(
-                    ctx.cluster, ctx.pod, placement_settings(ctx.policy).transport_share)
-                demand = pod_demand(ctx.pod)
-                volumes = pod_volumes(ctx.cluster, ctx.pod)
-                # the nodes reserve() judges the gang against: its bar and the waiting
-                # check on those the pods' volumes reach, or the preview differs from live
-                fit, nodes, refused, reach = gang_nodes(fit, free, net, volumes)
-                bar = self.reserver.good_bar(  # as reserve() solves it
-                    reach, gang, placement_settings(ctx.policy).waiting.min_share, demand)
-                placement = solve_fitting(self.solver, nodes, bar, demand,
-                                          self.reserver.caps, source=fit,
-                                          pending=self.reserver.reserved_limits(nodes, demand,
-                                                                               gang),
-                                          refused=refused, notes=volumes.notes)
+                settings = placement_settings(ctx.policy)
+                fit, free, excluded = self.reserver.fit_and_free(ctx.cluster, ctx.pod,
+                                                                 settings.transport_share)
+                # solved and judged as reserve() does (GangReserver.judge: the same nodes,
+                # bar and waiting check), or the preview would differ from the live answer
+                judged = self.reserver.judge(fit, free, gang, pod_demand(ctx.pod),
+                                             pod_volumes(ctx.cluster, ctx.pod), net=net,
+                                             good_share=self._min_share(ctx),
+                                             pack_share=settings.waiting.min_share)
+                placement, fit = judged.placement, judged.nodes.bound
                 if not placement.feasible:
                     return Unplaced(_ruled_out(placement.reason or "no feasible placement",
                                                fit, excluded))
-                need = self._min_share(ctx)
-                if need is not None:
-                    poor = self.reserver.not_good(placement, reach, gang, need, demand)
-                    if poor is not None:
-                        return poor
+                if judged.poor is not None:
+                    return judged.poor
                 slot_nodes = {s.node for s in placement.slots}
                 plan = net.decide(placement.slots, {n.name: n.host_ports for n in fit
                                                     if n.name in slot_nodes})

@@ -4,7 +4,9 @@ Why from the pods alone: every gated pod carries its placement record (written a
 admission, :func:`webhook.placement.step.waiting_record`): the gang key, the gang's demand,
 when it started waiting, its policy's ``maxWaitSeconds`` and transport shares. So the queue
 needs neither the policies nor the job to rebuild its state: a new leader, or ``gputopo
-queue`` reading a cluster file, sees exactly what the last one saw.
+queue`` reading a cluster file, sees exactly what the last one saw. The network plan the
+records carry (:func:`settled_network`) is read here for the same reason: the pass and
+``gputopo queue`` (:mod:`webhook.queue.report`) both need it.
 
 Order: arrival (the earliest ``since`` of the gang's pods), then the gang key, so the order
 is total and the same in every process. :func:`serve_pass` says which gangs a pass may
@@ -27,6 +29,7 @@ from gputopo.cluster.reservations import GangKey, ReplicaKey
 from gputopo.placement.types import GangRequest
 from gputopo.placement.waiting import WaitingRule, rule_from_record
 from gputopo.topology.transport import TRANSPORT_EFFICIENCY, TransportShares, order_problem
+from webhook.placement import network
 
 #: A gang that has waited this long blocks backfill behind it (docs/queue.md).
 DEFAULT_STARVATION_SECONDS = 600.0
@@ -214,3 +217,17 @@ def serve_pass(
             result.blocked_by = name
             break  # nothing behind a starving gang is placed before it
     return result
+
+
+def settled_network(record: Mapping[str, Any]) -> network.GangNetwork | None:
+    """The network plan a gated gang's pods carry since their admission (written into them
+    then: a gated pod's env and ports cannot change), with the host ports it cannot move;
+    None for records of gangs gated before network plans existed."""
+    plan = network.Plan.from_json(record.get("network"))
+    if plan is None:
+        return None
+    gang = record.get("gang") if isinstance(record.get("gang"), Mapping) else {}
+    fixed = frozenset(
+        (str(p[0]), int(p[1])) for p in gang.get("fixedPorts") or ()
+        if isinstance(p, list) and len(p) == 2 and isinstance(p[1], int))
+    return network.GangNetwork.settled(plan, fixed)

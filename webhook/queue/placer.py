@@ -51,7 +51,6 @@ from gputopo.cluster.reservations import (
 from gputopo.cluster.source import ClusterReader
 from gputopo.placement.types import ReplicaSlot
 from webhook import events, metrics
-from webhook.placement import network
 from webhook.placement.mutations import record_json, remove_gate, write_slot
 from webhook.placement.reserve import GangReserver, Unplaced
 from webhook.placement.step import placed_record
@@ -61,6 +60,7 @@ from webhook.queue.gangs import (
     WaitingGang,
     WaitingPod,
     serve_pass,
+    settled_network,
     waiting_gangs,
 )
 from webhook.queue.report import why_not_now
@@ -308,17 +308,3 @@ def _targets(gang: WaitingGang) -> list[events.Target | None]:
     job = events.job_target(gang.pods[0].pod, kind=key.kind, namespace=key.namespace,
                             name=key.name, uid=key.uid)
     return [*(events.pod_target(wp.pod) for wp in gang.pods), job]
-
-
-def settled_network(record: Mapping[str, Any]) -> network.GangNetwork | None:
-    """The network plan a gated gang's pods carry since their admission (written into them
-    then: a gated pod's env and ports cannot change), with the host ports it cannot move;
-    None for records of gangs gated before network plans existed."""
-    plan = network.Plan.from_json(record.get("network"))
-    if plan is None:
-        return None
-    gang = record.get("gang") if isinstance(record.get("gang"), Mapping) else {}
-    fixed = frozenset(
-        (str(p[0]), int(p[1])) for p in gang.get("fixedPorts") or ()
-        if isinstance(p, list) and len(p) == 2 and isinstance(p[1], int))
-    return network.GangNetwork.settled(plan, fixed)

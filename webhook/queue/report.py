@@ -1,9 +1,12 @@
 """What ``gputopo queue`` shows: the waiting gangs, their position, and why not now.
 
 Why separate from the placer: the table is read from a cluster file as well as from a live
-cluster, and explaining a gang must never write anything — it solves on the same nodes the
-queue would use (:meth:`GangReserver.free_nodes`: the pod's constraints, reserved GPUs
-marked used) and says what is missing.
+cluster, and explaining a gang must never write anything. Why not now is what the queue's
+next pass (:mod:`webhook.queue.placer`) would decide: the same :meth:`GangReserver.judge`
+that its :meth:`GangReserver.reserve` takes the placement from, with the same arguments
+(the gang's network from its records, the nodes its volumes reach, the requests of other
+gangs' pods still coming, its bar and its waiting rule's share). A report that solved its
+own way said "fits now" for gangs the pass left waiting; this one says what is missing.
 """
 
 from __future__ import annotations
@@ -12,12 +15,12 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from gputopo.cluster.node_resources import capped_by_resources, pod_demand, solve_fitting
+from gputopo.cluster.node_resources import capped_by_resources, pod_demand
+from gputopo.cluster.node_volumes import pod_volumes
 from gputopo.cluster.source import ClusterReader
 from gputopo.placement.waiting import against_typical
-from webhook.placement.fitting import nodes_for
 from webhook.placement.reserve import GangReserver, ruled_out
-from webhook.queue.gangs import WaitingGang
+from webhook.queue.gangs import WaitingGang, settled_network
 
 
 @dataclass(frozen=True)
@@ -33,25 +36,50 @@ class Row:
 
 def why_not_now(gang: WaitingGang, cluster: ClusterReader, reserver: GangReserver, *,
                 now: float | None = None) -> str:
-    """Why ``gang`` is not placed now, in a sentence (no side effects); the bar is the one
-    its waiting rule sets at ``now`` (default: the clock)."""
+    """Why ``gang`` is not placed now, in a sentence (no side effects): what the queue's
+    next pass would answer, as :meth:`webhook.queue.placer.PlacementQueue.run_once` calls
+    :meth:`GangReserver.reserve`, at the share its waiting rule asks at ``now`` (default:
+    the clock), after the pass's own first two questions: is the job still there, and has
+    the gang a reservation already (then the pass places it on those GPUs). The pass tries
+    ``minShare`` first and, once overdue with ``takeBest``, the floor; a placement good
+    enough for the first is good enough for the second, so the share at ``now`` decides
+    alone."""
+    key = gang.key
+    exists = getattr(cluster, "job_exists", None)  # a live view can tell; a file cannot
+    if exists is not None and exists(key) is False:  # the pass gives it nothing
+        return f"its job {key.kind} {key.namespace}/{key.name} is gone"
+    if reserver.store.get(key) is not None:  # a pod of it admitted since got its GPUs
+        return "fits now: its GPUs are reserved (placed at the next pass)"
     pod = gang.pods[0].pod
     need = gang.rule.start_share(overdue=gang.overdue(time.time() if now is None else now))
-    free, excluded = reserver.free_nodes(cluster, pod, gang.transport_share)
     demand = pod_demand(pod)
-    placement = solve_fitting(reserver.solver, free, gang.request, demand)
+    volumes = pod_volumes(cluster, pod)
+    net = settled_network(gang.pods[0].record)
+    fit, free, excluded = reserver.fit_and_free(cluster, pod, gang.transport_share)
+    judged = reserver.judge(fit, free, gang.request, demand, volumes, net=net,
+                            good_share=need, typical=against_typical(gang.rule, need),
+                            pack_share=gang.rule.min_share)
+    placement, nodes = judged.placement, judged.nodes
     if placement.feasible:
-        fit, _ = nodes_for(cluster, pod, gang.transport_share)
-        poor = reserver.not_good(placement, fit, gang.request, need, demand,
-                                 typical=against_typical(gang.rule, need))
-        return poor.reason if poor is not None else "fits now (placed at the next pass)"
-    if capped_by_resources(free, demand, gang.request)[1]:  # the reason names them
-        return ruled_out(placement.reason, free, excluded)
-    per_node = sorted((len(n.free) for n in free), reverse=True)
-    best = per_node[0] if per_node else 0
-    return ruled_out(
-        f"needs {gang.request.replicas} x {gang.request.gpus_per_replica} GPU(s); free now: "
-        f"{sum(per_node)} GPU(s), at most {best} on one node", free, excluded)
+        return judged.poor.reason if judged.poor is not None else \
+            "fits now (placed at the next pass)"
+    # the solver's reason when it names more than GPUs: nodes the volumes refuse, the pods'
+    # other requests (their own or those of other gangs' pods still coming), unread claims
+    if (nodes.refused or volumes.notes or capped_by_resources(nodes.free, demand,
+                                                              gang.request)[1]
+            or reserver.reserved_limits(nodes.free, demand, gang.request)):
+        reason = placement.reason or "no feasible placement"
+    else:
+        per_node = sorted((len(n.free) for n in nodes.free), reverse=True)
+        reason = (f"needs {gang.request.replicas} x {gang.request.gpus_per_replica} GPU(s); "
+                  f"free now: {sum(per_node)} GPU(s), at most "
+                  f"{per_node[0] if per_node else 0} on one node")
+    left = len(fit) - len(nodes.bound)
+    if left and net is not None:  # the GPUs counted above are on the other nodes only
+        ports = ", ".join(f"{proto} {port}" for proto, port in sorted(net.need.fixed))
+        reason += (f"; {left} node(s) left out: another pod holds a host port the gang "
+                   f"cannot move there ({ports})")
+    return ruled_out(reason, nodes.bound, excluded)
 
 
 def rows(gangs: list[WaitingGang], cluster: ClusterReader, reserver: GangReserver, *,
