@@ -12,7 +12,8 @@ and their free GPUs are worked out in :mod:`webhook.placement.fitting`; the rese
 those answers between gangs, the waiting rule's reference, :func:`gang_nodes` (the nodes a
 gang is judged against, which the admission step's preview takes too) and
 :meth:`GangReserver.judge` (the solve and its judgement without the claim, which ``gputopo
-queue`` reports from).
+queue`` reports from). About 620 lines: those memos and the claim's conflict handling
+share the reserver's state, and split apart they would pass it back and forth.
 """
 
 from __future__ import annotations
