@@ -143,7 +143,7 @@ def components(admitter: Any, bodies: list[bytes], kinds: list[str], gap_s: floa
     for mod in (reserve, step):
         for name in ("nodes_for", "exclude_held", "usable_pair", "_in_flight_blocks"):
             if hasattr(mod, name):
-                setattr(mod, name, timed(name, getattr(reserve, name)))
+                setattr(mod, name, timed(name, getattr(mod, name)))
     if hasattr(reserver, "_in_flight_blocks"):
         reserver._in_flight_blocks = timed("_in_flight_blocks", reserver._in_flight_blocks)
     # node fit (issue 23): absent from older trees, so each looked up first
