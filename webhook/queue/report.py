@@ -61,8 +61,9 @@ def why_not_now(gang: WaitingGang, cluster: ClusterReader, reserver: GangReserve
                             pack_share=gang.rule.min_share)
     placement, nodes = judged.placement, judged.nodes
     if placement.feasible:
-        return judged.poor.reason if judged.poor is not None else \
-            "fits now (placed at the next pass)"
+        if judged.poor is not None:
+            return judged.poor.reason
+        return "fits now (placed at the next pass)"
     # the solver's reason when it names more than GPUs: nodes the volumes refuse, the pods'
     # other requests (their own or those of other gangs' pods still coming), unread claims
     if (nodes.refused or volumes.notes or capped_by_resources(nodes.free, demand,
