@@ -43,7 +43,9 @@ def why_not_now(gang: WaitingGang, cluster: ClusterReader, reserver: GangReserve
     the gang a reservation already (then the pass places it on those GPUs). The pass tries
     ``minShare`` first and, once overdue with ``takeBest``, the floor; a placement good
     enough for the first is good enough for the second, so the share at ``now`` decides
-    alone."""
+    alone. The pass's retry when a node's host-port range is used up (``PortsUsedUp``) is
+    not followed: a gated gang's network plan is settled from its records, so it never
+    asks for new ports."""
     key = gang.key
     exists = getattr(cluster, "job_exists", None)  # a live view can tell; a file cannot
     if exists is not None and exists(key) is False:  # the pass gives it nothing
