@@ -137,7 +137,7 @@ def components(admitter: Any, bodies: list[bytes], kinds: list[str], gap_s: floa
         if hasattr(store, name):
             setattr(store, name, timed(f"store.{name}", getattr(store, name)))
     reserver._solver = timed("solver", reserver.solver)
-    for name in ("not_good", "free_nodes", "_fit_and_free", "_fit_entry"):
+    for name in ("not_good", "_fit_and_free", "_fit_entry"):
         if hasattr(reserver, name):
             setattr(reserver, name, timed(f"reserver.{name}", getattr(reserver, name)))
     for mod in (reserve, step):

@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             modes = {m: modes[m] for m in wanted}
             names = list(modes)
             for reserver in modes.values():  # warm: first solve, memos, one sweep
-                reserver.free_nodes(cluster, pod)
+                reserver.fit_and_free(cluster, pod)
                 # the store's first expire() sweeps (lists every ledger and record): here,
                 # not on the first timed gang (it landed there before 2026-11-24, ~2 ms on
                 # a mode's mean of 60 gangs)

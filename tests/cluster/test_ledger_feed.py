@@ -228,8 +228,8 @@ def test_placement_with_the_feed_equals_placement_with_a_list(kube) -> None:
                 except ReservationConflict:
                     pass
                 assert caught_up(view, kube)
-            a = by_feed.free_nodes(reader, {})[0]
-            b = by_list.free_nodes(reader, {})[0]
+            a = by_feed.fit_and_free(reader, {})[1]
+            b = by_list.fit_and_free(reader, {})[1]
             assert [(n.name, n.used) for n in a] == [(n.name, n.used) for n in b]
             for gang in shapes:
                 pa, pb = solve(a, gang), solve(b, gang)

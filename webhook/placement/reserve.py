@@ -225,13 +225,6 @@ class GangReserver:
             self._solver = default_solver()
         return self._solver
 
-    def free_nodes(self, cluster: ClusterReader, pod: Mapping[str, Any],
-                   shares: TransportShares | None = None) -> tuple[list[NodeState], int]:
-        """The nodes ``pod`` fits with reserved GPUs marked used, and how many its own
-        constraints left out (what :meth:`reserve` solves on)."""
-        _, free, excluded, _ = self._fit_and_free(cluster, pod, shares)
-        return list(free), excluded
-
     def nodes_for(self, cluster: ClusterReader, pod: Mapping[str, Any],
                   shares: TransportShares | None = None) -> tuple[list[NodeState], int]:
         """:func:`nodes_for`, remembered per pod constraints and transport shares while the
