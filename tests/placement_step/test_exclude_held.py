@@ -9,7 +9,7 @@ from gputopo.cluster.node_fit import NodeFacts
 from gputopo.cluster.node_resources import NodeResources
 from gputopo.placement.types import NodeState
 from gputopo.topology.load import read_topology_file
-from webhook.placement.step import exclude_held
+from webhook.placement.fitting import exclude_held
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "topologies" / "dgx1-v100.txt"
 

@@ -51,12 +51,12 @@ from gputopo.cluster.reservations import (
     pick_slot,
 )
 from gputopo.cluster.source import node_state_named
-from gputopo.placement.types import GangRequest, NodeState, ReplicaSlot
+from gputopo.placement.types import GangRequest, ReplicaSlot
 from gputopo.placement.waiting import after_max_wait_text
 from webhook import events, metrics
 from webhook.placement import network, network_writes, node_choice
 from webhook.placement.compute_domain import ComputeDomains
-from webhook.placement.fitting import HeldMemo, exclude_held, nodes_for
+from webhook.placement.fitting import HeldMemo
 from webhook.placement.mutations import (
     GPU_RESOURCES,
     apply_slot,
@@ -93,8 +93,7 @@ from webhook.steps import AdmissionContext, JobInfo
 log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "DEFAULT_SETTLE_SECONDS", "Granted", "HeldMemo",
-           "PlacementStep", "Unplaced", "exclude_held", "make_placement_step",
-           "nodes_for_pod", "placement_step_for"]
+           "PlacementStep", "Unplaced", "make_placement_step", "placement_step_for"]
 #: Seconds one admission may spend talking to an API-backed reservation store: the webhook's
 #: timeoutSeconds is 5, and the solve, the patch and the HTTPS round trip need the rest.
 STORE_SECONDS = 3.0
@@ -108,12 +107,6 @@ def placement_settings(policy: Policy | None) -> PlacementSettings:
 def policy_name(policy: Policy | None) -> str:
     """The matched policy's name, for metrics and messages."""
     return policy.name if policy is not None else "?"
-
-
-def nodes_for_pod(ctx: AdmissionContext) -> tuple[list[NodeState], int]:
-    """:func:`webhook.placement.fitting.nodes_for` for the admitted pod, as its policy
-    rates the nodes' networks."""
-    return nodes_for(ctx.cluster, ctx.pod, placement_settings(ctx.policy).transport_share)
 
 
 _ruled_out = ruled_out
