@@ -162,6 +162,7 @@ class Judged(NamedTuple):
     nodes: GangNodes
     placement: Placement  # the solver's answer on ``nodes.free``
     poor: Unplaced | None  # why a feasible ``placement`` is not good enough to take now
+    pending: Limits  # nodes where other gangs' pods still coming limit this gang's
 
 
 def _slot_ports(placement: Placement, fit: Fit) -> dict[str, frozenset[tuple[str, int]]]:
@@ -456,15 +457,15 @@ class GangReserver:
         nodes = gang_nodes(fit, free, net, volumes, no_ports)
         solved = (gang if pack_share is None else
                   self.good_bar(nodes.reach, gang, pack_share, demand))
+        pending = self.reserved_limits(nodes.free, demand, gang)
         placement = solve_fitting(self.solver, nodes.free, solved, demand, self.caps,
-                                  source=nodes.bound,
-                                  pending=self.reserved_limits(nodes.free, demand, gang),
+                                  source=nodes.bound, pending=pending,
                                   refused=nodes.refused, notes=volumes.notes)
         poor = None
         if placement.feasible and good_share is not None:
             poor = self.not_good(placement, nodes.reach, gang, good_share, demand,
                                  typical=typical)
-        return Judged(nodes=nodes, placement=placement, poor=poor)
+        return Judged(nodes=nodes, placement=placement, poor=poor, pending=pending)
 
     def reserve(
         self, *, cluster: ClusterReader, pod: Mapping[str, Any], key: GangKey,

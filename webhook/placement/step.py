@@ -342,11 +342,11 @@ class PlacementStep:
     ) -> tuple[GangReservation, bool] | Unplaced:
         """Solve the whole gang and reserve it (:meth:`GangReserver.reserve`, shared with
         the placement queue); the admitted pod's constraints decide for the gang."""
+        settings = placement_settings(ctx.policy)
         return self.reserver.reserve(cluster=ctx.cluster, pod=ctx.pod, key=key, gang=gang,
-                                     good_share=self._min_share(ctx),
-                                     net=net,
-                                     shares=placement_settings(ctx.policy).transport_share,
-                                     pack_share=placement_settings(ctx.policy).waiting.min_share)
+                                     good_share=self._min_share(ctx), net=net,
+                                     shares=settings.transport_share,
+                                     pack_share=settings.waiting.min_share)
 
     def _may_wait(self, ctx: AdmissionContext) -> bool:
         """The gang may wait for a good placement (``whenFull: wait`` and a queue runs)."""

@@ -68,9 +68,8 @@ def why_not_now(gang: WaitingGang, cluster: ClusterReader, reserver: GangReserve
         return "fits now (placed at the next pass)"
     # the solver's reason when it names more than GPUs: nodes the volumes refuse, the pods'
     # other requests (their own or those of other gangs' pods still coming), unread claims
-    if (nodes.refused or volumes.notes or capped_by_resources(nodes.free, demand,
-                                                              gang.request)[1]
-            or reserver.reserved_limits(nodes.free, demand, gang.request)):
+    if (nodes.refused or volumes.notes or judged.pending
+            or capped_by_resources(nodes.free, demand, gang.request)[1]):
         reason = placement.reason or "no feasible placement"
     else:
         per_node = sorted((len(n.free) for n in nodes.free), reverse=True)
