@@ -10,10 +10,10 @@ shared piece; callers pass the cluster reader, the pod whose constraints decide 
 (the gang's first GPU pod), the gang key and the :class:`GangRequest`. The nodes a pod fits
 and their free GPUs are worked out in :mod:`webhook.placement.fitting`; the reserver keeps
 those answers between gangs, the waiting rule's reference, :func:`gang_nodes` (the nodes a
-gang is judged against, which the admission step's preview takes too) and
-:meth:`GangReserver.judge` (the solve and its judgement without the claim, which ``gputopo
-queue`` reports from). About 620 lines: those memos and the claim's conflict handling
-share the reserver's state, and split apart they would pass it back and forth.
+gang is judged against) and :meth:`GangReserver.judge` (the solve and its judgement without
+the claim, which the admission step's preview and ``gputopo queue`` take too). About 620
+lines: those memos and the claim's conflict handling share the reserver's state, and split
+apart they would pass it back and forth.
 """
 
 from __future__ import annotations
@@ -145,11 +145,11 @@ def gang_nodes(fit: list[NodeState], free: Sequence[NodeState],
     (:meth:`GangReserver.good_bar`) and the waiting check (:meth:`GangReserver.not_good`)
     are measured against the reference of the kinds of ``reach``, not of every fitting
     node: servers a volume keeps the gang off must not set its bar (many unreachable NVLink
-    servers would make it wait for a speed it can never get here). The live path
-    (:meth:`GangReserver.reserve`, through :meth:`GangReserver.judge`, which ``gputopo
-    queue`` calls too) and the preview (audit mode, ``dryRun`` reviews:
-    ``PlacementStep._preview``) all take their nodes from here, so a dry run and the queue's
-    report answer what the live admission and the queue's pass do."""
+    servers would make it wait for a speed it can never get here). Called by
+    :meth:`GangReserver.judge`, which the live path (:meth:`GangReserver.reserve`), the
+    preview (audit mode, ``dryRun`` reviews: ``PlacementStep._preview``) and ``gputopo
+    queue``'s report all solve through, so a dry run and the report answer what the live
+    admission and the queue's pass do."""
     bound, free = usable_pair(fit, free, net, no_ports)
     refused = volumes.refusals(free)
     reach = [n for n in bound if n.name not in refused] if refused else bound
