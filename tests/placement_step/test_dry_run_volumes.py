@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from apiserver_rules import assert_node_ports_free, assert_resources_fit, stored
 from placement_checks import admit, gpu_group, pinned_node, record
 from placement_jobs import mpijob, worker_pod
 
@@ -160,3 +161,17 @@ def test_the_dry_run_shows_the_node_and_gpus_the_webhook_pins(tmp_path):
     assert [(pinned_node(p), gpu_group(p)) for p in dry] == [
         (pinned_node(p), gpu_group(p)) for p in live]
     assert dry == live
+    # the pinned pods as the API server stores them pass the scheduler's filters: the
+    # node is in the volume's zone (VolumeZone: pkg/scheduler/framework/plugins/volumezone,
+    # a node whose zone label differs from the PV's is filtered out), NodeResourcesFit
+    # and NodePorts (tests/placement_step/apiserver_rules.py)
+    zones = {n["metadata"]["name"]: n["metadata"]["labels"][names.ZONE_LABEL]
+             for n in cluster if n["kind"] == "Node"}
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for pod in live:
+        by_node.setdefault(pinned_node(stored(pod)), []).append(pod)
+    assert {zones[n] for n in by_node} == {ZONE}
+    assert_resources_fit(by_node, {n["metadata"]["name"]: n["status"]["allocatable"]
+                                   for n in cluster if n["kind"] == "Node"},
+                         ("cpu", "memory", "pods"))
+    assert_node_ports_free(by_node)
