@@ -51,15 +51,24 @@ class _Kind:
         self.scored: dict[tuple[Any, ...], tuple[Score, float]] = {}
 
     def share_bounds(self, g: int, jmax: int) -> tuple[float, int]:
-        """(best slowest pair, best encoded blocks delta) of any share of 1..``jmax``
-        replicas of ``g`` GPUs on such a node: what :func:`scopes.bound` bounds a
-        scope's score with. The Pareto options keep both maxima."""
+        """(best slowest pair, best encoded blocks delta among the shares of that pair) of
+        any share of 1..``jmax`` replicas of ``g`` GPUs on such a node: what
+        :func:`scopes.bound` bounds a scope's score with.
+
+        Why the blocks of the best pair only: the objective compares the slowest pair
+        before the blocks, so a placement that ties a scope's pair bound uses only shares
+        of that pair, and the blocks it keeps are at most theirs. The best blocks of any
+        share (an NVLink quad left whole by four loose GPUs with a PCIe pair) is a bound
+        no such placement reaches: on a busy cluster every rack stayed above the best
+        found and was planned in vain (a 2 x 4 gang: ~100 racks, ~15 ms). The Pareto
+        options (ring, pair, blocks) keep the best blocks of every pair."""
         got = self._bounds.get((g, jmax))
         if got is None:
             opts = [o for j in range(1, jmax + 1)
                     for o in _options(self.topology, self.free_mask, j * g)]
-            got = self._bounds[(g, jmax)] = (max(o.pair for o in opts),
-                                             max(o.health for o in opts))
+            pair = max(o.pair for o in opts)
+            got = self._bounds[(g, jmax)] = (
+                pair, max(o.health for o in opts if o.pair == pair))
         return got
 
     def one_node(self, n: int) -> tuple[tuple[float, float, int, int, int, int, int], _Option]:

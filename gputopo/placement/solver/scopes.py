@@ -207,8 +207,9 @@ def bound(classes: list[_Class], span: str, gang: GangRequest) -> _Bound | None:
     given the terms before it tie: the fewest nodes the scope can use (``m``: only a
     plan of exactly ``m`` nodes ties on the nodes term), the best pair of any share
     (the Pareto options keep it), a rack's locality (the narrowest span of two nodes),
-    the ``m`` best blocks deltas of distinct nodes, no empty node opened, the GPUs left
-    free on the ``m`` fullest nodes that can take a replica.
+    the ``m`` best blocks deltas of distinct nodes of the classes with a share of that
+    pair (only they can be in a placement that ties on it), no empty node opened, the
+    GPUs left free on the ``m`` fullest of those nodes.
     """
     g, r, n = gang.gpus_per_replica, gang.replicas, gang.total_gpus
     per_node = gang.per_node
@@ -219,13 +220,14 @@ def bound(classes: list[_Class], span: str, gang: GangRequest) -> _Bound | None:
     m = max(2, math.ceil(r / jmax))
     net = max(c.network_gbps for c in classes)
     bw = round(_f(n, m, -math.inf, net, SPAN_FACTOR[span]), ROUND)
-    pair = -math.inf
+    # the later terms count only when the pair ties: only classes with a share of the
+    # scope's best pair can be in such a placement (Kind.share_bounds)
+    rated = [(c, *c.kind.share_bounds(g, j)) for c, j in zip(classes, caps, strict=True) if j]
+    pair = max(p for _, p, _ in rated)
     healths: list[int] = []
     frees: list[int] = []
-    for c, j in zip(classes, caps, strict=True):
-        if j:
-            p, h = c.kind.share_bounds(g, j)
-            pair = max(pair, p)
+    for c, p, h in rated:
+        if p == pair:
             healths.extend([h] * min(len(c.nodes), m))
             frees.extend([c.kind.free] * min(len(c.nodes), m))
     healths.sort(reverse=True)
