@@ -206,15 +206,15 @@ def test_a_replaced_node_object_invalidates_the_remembered_fit() -> None:
     store = InMemoryReservationStore()
     reader = Reader([node("n0", pool="a"), node("n1", pool="b")])
     reserver = GangReserver(store)
-    fit, excluded = reserver.nodes_for(reader, pod("a"))
+    fit, _, excluded = reserver.fit_and_free(reader, pod("a"))
     assert [n.name for n in fit] == ["n0"] and excluded == 1
     reader.nodes = [node("n0", pool="b"), reader.nodes[1]]  # relabelled: new object
-    fit, excluded = reserver.nodes_for(reader, pod("a"))
-    assert fit == [] and excluded == 2
+    fit, _, excluded = reserver.fit_and_free(reader, pod("a"))
+    assert list(fit) == [] and excluded == 2
     made = reserver.reserve(cluster=reader, pod=pod("a"), key=key(1), gang=GangRequest(1, 1))
     assert isinstance(made, Unplaced) and "none of the 2" in made.reason
     reader.nodes = [node("n0", pool="a"), node("n1", pool="a"), node("n2", pool="a")]
-    assert [n.name for n in reserver.nodes_for(reader, pod("a"))[0]] == ["n0", "n1", "n2"]
+    assert [n.name for n in reserver.fit_and_free(reader, pod("a"))[0]] == ["n0", "n1", "n2"]
 
 
 def test_nodes_without_facts_are_read_from_their_objects_every_time() -> None:
@@ -225,10 +225,10 @@ def test_nodes_without_facts_are_read_from_their_objects_every_time() -> None:
     reader = Reader([bare])
     reader.objects["n0"] = {"metadata": {"name": "n0", "labels": {"pool": "a"}}}
     reserver = GangReserver(store)
-    assert [n.name for n in reserver.nodes_for(reader, pod("a"))[0]] == ["n0"]
+    assert [n.name for n in reserver.fit_and_free(reader, pod("a"))[0]] == ["n0"]
     reader.objects["n0"] = {"metadata": {"name": "n0", "labels": {"pool": "b"}}}
     assert reader.nodes[0] is bare
-    assert reserver.nodes_for(reader, pod("a"))[0] == []
+    assert list(reserver.fit_and_free(reader, pod("a"))[0]) == []
 
 
 def test_an_overrun_change_log_falls_back_to_a_full_pass(monkeypatch) -> None:
@@ -263,7 +263,7 @@ def test_a_policy_s_transport_shares_are_remembered_apart() -> None:
     reserver = GangReserver(store)
     for shares, want in ((None, [50.0, 94.0]), ((("rdma", 0.9),), [90.0, 94.0]),
                          (None, [50.0, 94.0]), ((("gdr", 1.0), ("rdma", 0.7)), [70.0, 100.0])):
-        fit, _ = reserver.nodes_for(reader, pod(), shares)
+        fit, _, _ = reserver.fit_and_free(reader, pod(), shares)
         assert [n.effective_gbps for n in fit] == pytest.approx(want), shares
         _, free, _ = reserver.fit_and_free(reader, pod(), shares)
         assert [n.effective_gbps for n in free] == pytest.approx(want), shares

@@ -226,13 +226,6 @@ class GangReserver:
             self._solver = default_solver()
         return self._solver
 
-    def nodes_for(self, cluster: ClusterReader, pod: Mapping[str, Any],
-                  shares: TransportShares | None = None) -> tuple[list[NodeState], int]:
-        """:func:`nodes_for`, remembered per pod constraints and transport shares while the
-        node objects stay."""
-        fit, excluded, _ = self._fit_entry(cluster, pod, shares)
-        return list(fit.fit), excluded
-
     def fit_and_free(self, cluster: ClusterReader, pod: Mapping[str, Any],
                      shares: TransportShares | None = None
                      ) -> tuple[list[NodeState], Sequence[NodeState], int]:
