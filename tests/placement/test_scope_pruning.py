@@ -1,7 +1,7 @@
 """Skipping scopes that cannot win changes no answer, tie-break included.
 
 Why: the multi-node search visits scopes best bound first and stops (or skips one) when an
-upper bound of the whole objective (``_Search._bound``; then the first node name, for
+upper bound of the whole objective (``scopes.bound``; then the first node name, for
 ties) shows it cannot beat the best placement found so far. It fires most where a TCP
 network bounds every multi-node placement, so many racks tie on bandwidth and differ only
 in later terms.
@@ -110,3 +110,33 @@ def test_racks_whose_best_pair_breaks_a_block_are_not_planned_in_vain(monkeypatc
     monkeypatch.setattr(search._Search, "prune_by_score", False)
     assert fast == solve(nodes, gang)
     assert len({s.node[:3] for s in fast.slots}) == 1  # one rack
+
+
+def test_racks_whose_nodes_differ_in_their_best_pair_are_not_planned_in_vain(
+        monkeypatch) -> None:
+    """The same gang on twelve racks of one A100 PCIe server (NVLink pairs) and one PCIe
+    server each: a placement over two nodes is as slow in its slowest pair as the PCIe
+    server's best, however fast the other node's pairs are. The bound of a rack is the
+    m-th best pair of its nodes (here the second), not the best of any node: planning
+    one rack shows that no other can do better (the best pair of any node planned all
+    twelve). The answer is the full search's."""
+    pairs = fixture_topology("a100-pcie-nvlink-pairs")
+    pcie = fixture_topology("pcie-2socket-phb")
+    used = [frozenset(u) for u in ((0,), (1,), (2,), (3,), (4,), (5,), (6,), (7,), (0, 1),
+                                   (2, 3), (4, 5), (6, 7))]
+    nodes = [NodeState(name=f"n{r:02d}{kind}", topology=topo, used=u, zone="z1",
+                       rack=f"r{r:02d}", network_gbps=25.0, network_transport="tcp")
+             for r, u in enumerate(used) for kind, topo in (("a", pairs), ("p", pcie))]
+    gang = GangRequest(2, 2, max_replicas_per_node=1)
+    planned = []
+    plan = search._Search._plan
+
+    def counted(self: search._Search, span: str, *args: object) -> object:
+        planned.append(span)
+        return plan(self, span, *args)
+
+    monkeypatch.setattr(search._Search, "_plan", counted)
+    fast = solve(nodes, gang)
+    assert len(planned) == 1
+    monkeypatch.setattr(search._Search, "prune_by_score", False)
+    assert fast == solve(nodes, gang)

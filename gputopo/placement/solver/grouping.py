@@ -45,31 +45,41 @@ class _Kind:
         #: per gang size n: (one-node key, best n-GPU share), see :meth:`one_node`
         self.rated: dict[int, tuple[tuple[float, float, int, int, int, int, int], _Option]] = {}
         self._head: tuple[str, tuple[int, ...]] | None = None
-        self._bounds: dict[tuple[int, int], tuple[float, int]] = {}
+        self._bounds: dict[tuple[int, int, float | None], float] = {}
         #: per (gang size, share, node network): a one-node placement's (score, bus
         #: bandwidth), see :func:`one_node.one_node`
         self.scored: dict[tuple[Any, ...], tuple[Score, float]] = {}
 
-    def share_bounds(self, g: int, jmax: int) -> tuple[float, int]:
-        """(best slowest pair, best encoded blocks delta among the shares of that pair) of
-        any share of 1..``jmax`` replicas of ``g`` GPUs on such a node: what
-        :func:`scopes.bound` bounds a scope's score with.
-
-        Why the blocks of the best pair only: the objective compares the slowest pair
-        before the blocks, so a placement that ties a scope's pair bound uses only shares
-        of that pair, and the blocks it keeps are at most theirs. The best blocks of any
-        share (an NVLink quad left whole by four loose GPUs with a PCIe pair) is a bound
-        no such placement reaches: on a busy cluster every rack stayed above the best
-        found and was planned in vain (a 2 x 4 gang: ~100 racks, ~15 ms). The Pareto
-        options (ring, pair, blocks) keep the best blocks of every pair."""
-        got = self._bounds.get((g, jmax))
+    def best_pair(self, g: int, jmax: int) -> float:
+        """The best slowest pair of any share of 1..``jmax`` replicas of ``g`` GPUs on such
+        a node (the Pareto options keep it): what :func:`scopes.bound` bounds a scope's
+        pair term with."""
+        got = self._bounds.get((g, jmax, None))
         if got is None:
-            opts = [o for j in range(1, jmax + 1)
-                    for o in _options(self.topology, self.free_mask, j * g)]
-            pair = max(o.pair for o in opts)
-            got = self._bounds[(g, jmax)] = (
-                pair, max(o.health for o in opts if o.pair == pair))
+            got = self._bounds[(g, jmax, None)] = max(o.pair for o in self._shares(g, jmax))
         return got
+
+    def best_blocks(self, g: int, jmax: int, pair: float) -> int:
+        """The best encoded blocks delta of the shares of 1..``jmax`` replicas of ``g``
+        GPUs whose slowest pair is at least ``pair`` (never called above
+        :meth:`best_pair`).
+
+        Why not the best blocks of any share: the objective compares the slowest pair
+        before the blocks, so a placement that ties a scope's pair bound uses only shares
+        at least that good, and keeps at most their blocks. An NVLink quad left whole by
+        four loose GPUs on a PCIe pair is a bound no such placement reaches: on a busy
+        cluster every rack stayed above the best found and was planned in vain (a 2 x 4
+        gang: ~100 racks, ~15 ms). The Pareto options (ring, pair, blocks) hold the best
+        blocks of every pair threshold."""
+        got = self._bounds.get((g, jmax, pair))
+        if got is None:
+            got = self._bounds[(g, jmax, pair)] = max(
+                o.health for o in self._shares(g, jmax) if o.pair >= pair)
+        return got
+
+    def _shares(self, g: int, jmax: int) -> list[_Option]:
+        return [o for j in range(1, jmax + 1)
+                for o in _options(self.topology, self.free_mask, j * g)]
 
     def one_node(self, n: int) -> tuple[tuple[float, float, int, int, int, int, int], _Option]:
         """The best ``n``-GPU share of the free GPUs (the first Pareto option) and its key

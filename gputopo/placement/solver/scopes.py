@@ -205,10 +205,11 @@ def bound(classes: list[_Class], span: str, gang: GangRequest) -> _Bound | None:
     fits on no single node searched all of them, ~0.15 ms each, to compare the later
     terms (a 2 x 4 gang on a busy 1,000-node cluster: ~20 ms). Each term's bound holds
     given the terms before it tie: the fewest nodes the scope can use (``m``: only a
-    plan of exactly ``m`` nodes ties on the nodes term), the best pair of any share
-    (the Pareto options keep it), a rack's locality (the narrowest span of two nodes),
-    the ``m`` best blocks deltas of distinct nodes of the classes with a share of that
-    pair (only they can be in a placement that ties on it), no empty node opened, the
+    plan of exactly ``m`` nodes ties on the nodes term), the ``m``-th best pair of the
+    nodes' best shares (a placement's slowest pair is its worst node's; the Pareto
+    options keep each node's best), a rack's locality (the narrowest span of two
+    nodes), the ``m`` best blocks deltas of distinct nodes among the shares that reach
+    that pair (only they are in a placement that ties on it), no empty node opened, the
     GPUs left free on the ``m`` fullest of those nodes.
     """
     g, r, n = gang.gpus_per_replica, gang.replicas, gang.total_gpus
@@ -220,15 +221,20 @@ def bound(classes: list[_Class], span: str, gang: GangRequest) -> _Bound | None:
     m = max(2, math.ceil(r / jmax))
     net = max(c.network_gbps for c in classes)
     bw = round(_f(n, m, -math.inf, net, SPAN_FACTOR[span]), ROUND)
-    # the later terms count only when the pair ties: only classes with a share of the
-    # scope's best pair can be in such a placement (Kind.share_bounds)
-    rated = [(c, *c.kind.share_bounds(g, j)) for c, j in zip(classes, caps, strict=True) if j]
-    pair = max(p for _, p, _ in rated)
+    # a placement that ties on the nodes term uses m nodes, and its slowest pair is at
+    # most its nodes' best: the m-th best of the scope's nodes. Only when it ties on that
+    # do the later terms count, on nodes whose shares reach it (Kind.best_blocks).
+    rated = [(c, j, c.kind.best_pair(g, j)) for c, j in zip(classes, caps, strict=True) if j]
+    pairs = sorted((p for c, _, p in rated for _ in range(min(len(c.nodes), m))),
+                   reverse=True)
+    if len(pairs) < m:
+        return None  # fewer than m nodes with room: no placement over several nodes here
+    pair = pairs[m - 1]
     healths: list[int] = []
     frees: list[int] = []
-    for c, p, h in rated:
-        if p == pair:
-            healths.extend([h] * min(len(c.nodes), m))
+    for c, j, p in rated:
+        if p >= pair:
+            healths.extend([c.kind.best_blocks(g, j, pair)] * min(len(c.nodes), m))
             frees.extend([c.kind.free] * min(len(c.nodes), m))
     healths.sort(reverse=True)
     # a scope's placements of its own span: one NVLink domain, else a rack or wider
