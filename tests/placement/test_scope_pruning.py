@@ -20,7 +20,7 @@ from solver_helpers import FIXTURE_FILES, fixture_topology
 from test_solver_oracle import sub_topology
 
 from gputopo.placement.solver import search, solve
-from gputopo.placement.types import GangRequest, NodeState
+from gputopo.placement.types import GangRequest, NodeState, Placement
 
 
 @st.composite
@@ -80,6 +80,25 @@ def test_a_later_rack_with_smaller_names_still_wins_the_tie() -> None:
     assert sorted(s.node for s in placement.slots) == ["n1", "n2"]
 
 
+def _solved_planning_one_scope(monkeypatch: pytest.MonkeyPatch, nodes: list[NodeState],
+                               gang: GangRequest) -> Placement:
+    """``solve(nodes, gang)``, checked to have planned one scope (``_Search._plan``) and to
+    equal the full search's answer."""
+    planned = []
+    plan = search._Search._plan
+
+    def counted(self: search._Search, span: str, *args: object) -> object:
+        planned.append(span)
+        return plan(self, span, *args)
+
+    monkeypatch.setattr(search._Search, "_plan", counted)
+    fast = solve(nodes, gang)
+    assert len(planned) == 1, planned
+    monkeypatch.setattr(search._Search, "prune_by_score", False)
+    assert fast == solve(nodes, gang)
+    return fast
+
+
 def test_racks_whose_best_pair_breaks_a_block_are_not_planned_in_vain(monkeypatch) -> None:
     """A 2 x 2 gang, one replica per node, on twelve racks of two A100 PCIe servers
     (NVLink pairs) with two GPUs of different pairs in use: a node's fastest share is an
@@ -96,19 +115,8 @@ def test_racks_whose_best_pair_breaks_a_block_are_not_planned_in_vain(monkeypatc
     nodes = [NodeState(name=f"n{r:02d}{i}", topology=topo, used=used, zone="z1",
                        rack=f"r{r:02d}", network_gbps=25.0, network_transport="tcp")
              for r, pair in enumerate(racks) for i, used in enumerate(pair)]
-    gang = GangRequest(2, 2, max_replicas_per_node=1)
-    planned = []
-    plan = search._Search._plan
-
-    def counted(self: search._Search, span: str, *args: object) -> object:
-        planned.append(span)
-        return plan(self, span, *args)
-
-    monkeypatch.setattr(search._Search, "_plan", counted)
-    fast = solve(nodes, gang)
-    assert len(planned) == 1
-    monkeypatch.setattr(search._Search, "prune_by_score", False)
-    assert fast == solve(nodes, gang)
+    fast = _solved_planning_one_scope(monkeypatch, nodes,
+                                      GangRequest(2, 2, max_replicas_per_node=1))
     assert len({s.node[:3] for s in fast.slots}) == 1  # one rack
 
 
@@ -127,16 +135,4 @@ def test_racks_whose_nodes_differ_in_their_best_pair_are_not_planned_in_vain(
     nodes = [NodeState(name=f"n{r:02d}{kind}", topology=topo, used=u, zone="z1",
                        rack=f"r{r:02d}", network_gbps=25.0, network_transport="tcp")
              for r, u in enumerate(used) for kind, topo in (("a", pairs), ("p", pcie))]
-    gang = GangRequest(2, 2, max_replicas_per_node=1)
-    planned = []
-    plan = search._Search._plan
-
-    def counted(self: search._Search, span: str, *args: object) -> object:
-        planned.append(span)
-        return plan(self, span, *args)
-
-    monkeypatch.setattr(search._Search, "_plan", counted)
-    fast = solve(nodes, gang)
-    assert len(planned) == 1
-    monkeypatch.setattr(search._Search, "prune_by_score", False)
-    assert fast == solve(nodes, gang)
+    _solved_planning_one_scope(monkeypatch, nodes, GangRequest(2, 2, max_replicas_per_node=1))
