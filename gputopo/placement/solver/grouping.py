@@ -45,7 +45,10 @@ class _Kind:
         #: per gang size n: (one-node key, best n-GPU share), see :meth:`one_node`
         self.rated: dict[int, tuple[tuple[float, float, int, int, int, int, int], _Option]] = {}
         self._head: tuple[str, tuple[int, ...]] | None = None
-        self._bounds: dict[tuple[int, int, float | None], float] = {}
+        #: what :func:`scopes.bound` reads: per (g, jmax) the best pair, per (g, jmax, pair)
+        #: the best blocks (:meth:`best_pair`, :meth:`best_blocks`)
+        self._pairs: dict[tuple[int, int], float] = {}
+        self._blocks: dict[tuple[int, int, float], int] = {}
         #: per (gang size, share, node network): a one-node placement's (score, bus
         #: bandwidth), see :func:`one_node.one_node`
         self.scored: dict[tuple[Any, ...], tuple[Score, float]] = {}
@@ -54,9 +57,9 @@ class _Kind:
         """The best slowest pair of any share of 1..``jmax`` replicas of ``g`` GPUs on such
         a node (the Pareto options keep it): what :func:`scopes.bound` bounds a scope's
         pair term with."""
-        got = self._bounds.get((g, jmax, None))
+        got = self._pairs.get((g, jmax))
         if got is None:
-            got = self._bounds[(g, jmax, None)] = max(o.pair for o in self._shares(g, jmax))
+            got = self._pairs[(g, jmax)] = max(o.pair for o in self._shares(g, jmax))
         return got
 
     def best_blocks(self, g: int, jmax: int, pair: float) -> int:
@@ -71,13 +74,14 @@ class _Kind:
         cluster every rack stayed above the best found and was planned in vain (a 2 x 4
         gang: ~100 racks, ~15 ms). The Pareto options (ring, pair, blocks) hold the best
         blocks of every pair threshold."""
-        got = self._bounds.get((g, jmax, pair))
+        got = self._blocks.get((g, jmax, pair))
         if got is None:
-            got = self._bounds[(g, jmax, pair)] = max(
+            got = self._blocks[(g, jmax, pair)] = max(
                 o.health for o in self._shares(g, jmax) if o.pair >= pair)
         return got
 
     def _shares(self, g: int, jmax: int) -> list[_Option]:
+        """The Pareto options of every share of 1..``jmax`` replicas of ``g`` GPUs."""
         return [o for j in range(1, jmax + 1)
                 for o in _options(self.topology, self.free_mask, j * g)]
 
