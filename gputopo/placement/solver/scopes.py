@@ -243,7 +243,7 @@ def bound(classes: list[_Class], span: str, gang: GangRequest) -> _Bound | None:
     locality = -SPAN_RANK["nvlink-domain" if span == "nvlink-domain" else "rack"]
     domains = 0 if any(c.domain is None for c in classes) else -1
     # every node with room in a free domain: the placement opens one at least
-    opened = -1 if all(c.fresh for c, j in zip(classes, caps, strict=True) if j) else 0
+    opened = -1 if all(c.fresh for c, _, _ in rated) else 0
     frees.sort()
     return (bw, -m, pair, locality, domains, opened, sum(healths[:m]), 0,
             n - sum(frees[:m]))
