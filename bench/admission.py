@@ -21,6 +21,11 @@ main thread apart). Ratios come from one run; the machine is shared and noisy.
 
 Run: ``python bench/admission.py`` (``--markdown`` prints the docs/benchmarks.md table;
 ``--rates 50,200 --duration 5`` for a quicker look; ``--json FILE`` keeps the raw figures).
+``--server-tree DIR`` serves with another checkout's code (its ``admission_server.py``,
+that tree alone on the path) while the pods stay this tree's: how to compare two trees
+when the bench scripts changed between them (a run of each tree's own script compares
+their workloads too: 5b1c38e's sent pods as their controllers wrote them, a third of the
+bytes the API server sends).
 """
 
 from __future__ import annotations
@@ -50,11 +55,17 @@ WARMUP_REQUESTS = 100
 WARMUP_RATE = 50.0
 
 
-def _start_server(objects: Path, cert_dir: Path) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+def _start_server(objects: Path, cert_dir: Path, tree: Path | None = None
+                  ) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+    """The server process: this tree's ``admission_server.py``, or with ``tree`` (another
+    checkout) that tree's, with that tree alone on its path."""
+    script, env = BENCH / "admission_server.py", None
+    if tree is not None:
+        script = tree / "bench" / "admission_server.py"
+        env = {**os.environ, "PYTHONPATH": str(tree)}
     proc = subprocess.Popen(
-        [sys.executable, str(BENCH / "admission_server.py"), "--objects", str(objects),
-         "--cert-dir", str(cert_dir)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [sys.executable, str(script), "--objects", str(objects), "--cert-dir", str(cert_dir)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     line = proc.stdout.readline() if proc.stdout else ""
     if not line:
         err = proc.stderr.read() if proc.stderr else ""
@@ -106,8 +117,10 @@ def _measured(pid: int, *load: Any) -> dict[str, Any]:
     return out
 
 
-def run(rates: list[float], duration: float, nodes: int, connections: int) -> dict[str, Any]:
-    """Every rate on a fresh server: the mutation load, then the floor on the same server."""
+def run(rates: list[float], duration: float, nodes: int, connections: int,
+        server_tree: Path | None = None) -> dict[str, Any]:
+    """Every rate on a fresh server: the mutation load, then the floor on the same server.
+    ``server_tree``: serve with that checkout's code (the workload stays this tree's)."""
     results: dict[str, Any] = {"nodes": nodes, "duration_s": duration,
                                "connections": connections, "rates": []}
     with tempfile.TemporaryDirectory(prefix="gputopo-bench-") as tmp:
@@ -133,7 +146,7 @@ def run(rates: list[float], duration: float, nodes: int, connections: int) -> di
                        if k == "out-of-scope"]
             outside.write_bytes(b"\n".join((skipped * (count // max(1, len(skipped)) + 1))[
                 :count]) + b"\n")
-            server, info = _start_server(objects, work / "certs")
+            server, info = _start_server(objects, work / "certs", server_tree)
             try:
                 ca = work / "certs" / "ca.crt"
                 for path in ("/mutate", "/noop"):  # imports, first solves, TLS session setup
@@ -277,10 +290,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--connections", type=int, default=16)
     ap.add_argument("--markdown", action="store_true", help="print the docs table")
     ap.add_argument("--json", type=Path, help="write the raw results here")
+    ap.add_argument("--server-tree", type=Path, metavar="DIR",
+                    help="serve with the code of this other checkout (its own "
+                         "bench/admission_server.py), this tree's workload: two trees "
+                         "compared on the same pods even when their bench scripts differ")
     args = ap.parse_args(argv)
+    if args.server_tree is not None and not (
+            args.server_tree / "bench" / "admission_server.py").is_file():
+        ap.error(f"--server-tree {args.server_tree}: no bench/admission_server.py there")
     rates = [float(x) for x in args.rates.split(",") if x.strip()]
-    results = run(rates, args.duration, args.nodes, args.connections)
-    results["in_process"] = in_process(args.nodes, 1000)
+    results = run(rates, args.duration, args.nodes, args.connections,
+                  args.server_tree and args.server_tree.resolve())
+    if args.server_tree is None:  # in process is this tree's pipeline
+        results["in_process"] = in_process(args.nodes, 1000)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     if args.markdown:
