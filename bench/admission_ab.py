@@ -3,12 +3,20 @@
 Why: this machine's speed wanders by up to 1.7x from minute to minute (a KVM guest whose
 host is shared: the same tight loop runs 6.3 us a piece in one minute, 10.8 in the next),
 so two runs one after the other compare the minutes, not the trees. Here one worker process
-per tree (each with the tree first on ``PYTHONPATH``) builds the benchmark's admitter (the
+per tree (each with the tree alone on ``PYTHONPATH``) builds the benchmark's admitter (the
 shipped policies, the placement step, 1,000 nodes, the same warm-up as bench/admission.py),
 and the parent makes them take turns: review i on one tree, then on the other (the first
 alternating), each after sleeping ``--gap-ms`` as an idle server does between reviews. Both
 see the same machine at the same time, and each review costs what it costs cold (20 ms:
 like 50 req/s) or hot (0).
+
+Both trees get THIS tree's workload: the parent builds the cluster, the warm-up and the
+reviews (bench/admission_cluster.py) and writes them to files; each worker reads them and
+builds its admitter through the product's own entry points only
+(``ClusterSnapshot.from_objects``, ``webhook.assembly.build_admitter``,
+``placement_step_for``), so an older tree whose bench scripts sent other pods is measured
+on these. (Until 2026-11-26 each worker built its own tree's workload: 5b1c38e's pods were
+a third of the bytes of today's.)
 
 Each review runs as the server splits it: ``answer_at_once`` (the event loop's share), then
 ``handle_request`` when in scope (the admitter thread's). CPU is the worker's own thread
@@ -28,6 +36,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -35,20 +44,28 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 
 
-def worker(count: int, nodes: int, gap_s: float) -> int:
-    """Build the admitter, say ready, then run review i for each i read from stdin."""
-    sys.path.insert(0, str(BENCH))
-    from admission import warmed_admitter
+def worker(data: Path, gap_s: float) -> int:
+    """Build the admitter from the files in ``data``, warm it up, say ready, then run
+    review i for each i read from stdin. Only the product's entry points are imported: this
+    runs with the other tree on the path."""
+    from gputopo.cluster.snapshot import ClusterSnapshot
+    from webhook.assembly import build_admitter
+    from webhook.placement.step import placement_step_for
 
-    admitter, workload = warmed_admitter(nodes, count, "ab")
+    cluster = ClusterSnapshot.from_objects(json.loads((data / "objects.json").read_text()))
+    cluster.node_states()
+    admitter = build_admitter(None, cluster, placement=placement_step_for(cluster),
+                              reload_interval_s=0)
+    for body in _bodies(data / "warm.jsonl"):
+        admitter.handle_body(body)
+    bodies = _bodies(data / "reviews.jsonl")
     gc.collect()
     gc.freeze()  # as the server does once it is built
     out = sys.stdout
-    out.write(json.dumps({"ready": len(workload.bodies), "kinds": workload.kinds}) + "\n")
+    out.write(json.dumps({"ready": len(bodies)}) + "\n")
     out.flush()
     for line in sys.stdin:
-        i = int(line)
-        body = workload.bodies[i]
+        body = bodies[int(line)]
         if gap_s:
             time.sleep(gap_s)
         started = time.thread_time_ns()
@@ -63,20 +80,40 @@ def worker(count: int, nodes: int, gap_s: float) -> int:
     return 0
 
 
-def _start(tree: Path, args: argparse.Namespace) -> tuple[subprocess.Popen[str], list[str]]:
+def _bodies(path: Path) -> list[bytes]:
+    """One review body a line (compact JSON has no raw newline)."""
+    return path.read_bytes().splitlines()
+
+
+def write_workload(data: Path, count: int, nodes: int) -> list[str]:
+    """This tree's workload in ``data`` (cluster objects, warm-up and review bodies, as
+    bench/admission.py's ``warmed_admitter`` builds them); the kind of each review."""
+    sys.path.insert(0, str(BENCH))
+    from admission import WARMUP_REQUESTS
+    from admission_cluster import cluster_objects, request_stream
+
+    workload = request_stream(count, tag="ab")
+    warm = request_stream(WARMUP_REQUESTS, seed=5, tag="ab-warm")
+    (data / "objects.json").write_text(
+        json.dumps(cluster_objects(nodes) + warm.jobs + workload.jobs))
+    (data / "warm.jsonl").write_bytes(b"\n".join(warm.bodies))
+    (data / "reviews.jsonl").write_bytes(b"\n".join(workload.bodies))
+    return list(workload.kinds)
+
+
+def _start(tree: Path, data: Path, gap_ms: float) -> subprocess.Popen[str]:
     # one string-hash seed for both: a patch's operation order follows set iteration order
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
-    # each tree's own bench scripts build its admitter (they follow its modules as they
-    # move); the workload they send is the same (bench/admission_cluster.py)
-    own = tree / "bench" / "admission_ab.py"
     proc = subprocess.Popen(
-        [sys.executable, str(own if own.is_file() else BENCH / "admission_ab.py"), "--worker",
-         "--count",
-         str(args.count), "--nodes", str(args.nodes), "--gap-ms", str(args.gap_ms)],
+        [sys.executable, str(BENCH / "admission_ab.py"), "--worker", "--data", str(data),
+         "--gap-ms", str(gap_ms)],
         cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
-    ready = json.loads(proc.stdout.readline())
-    return proc, ready["kinds"]
+    line = proc.stdout.readline()
+    if not line:
+        raise SystemExit(f"admission_ab: the worker for {tree} did not start (its product "
+                         f"entry points differ? see its error above)")
+    return proc
 
 
 def _ask(proc: subprocess.Popen[str], i: int) -> list[Any]:
@@ -93,19 +130,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--count", type=int, default=900)
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--data", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
-        return worker(args.count, args.nodes, args.gap_ms / 1000)
+        return worker(args.data, args.gap_ms / 1000)
     if args.base is None or not (args.base / "webhook").is_dir():
         print("admission_ab: --base must name a checkout of gputopo (with webhook/)",
               file=sys.stderr)
         return 2
-    here = BENCH.parent
-    trees = {"base": args.base.resolve(), "this": here}
-    procs: dict[str, subprocess.Popen[str]] = {}
-    kinds: list[str] = []
-    for name, tree in trees.items():
-        procs[name], kinds = _start(tree, args)
+    trees = {"base": args.base.resolve(), "this": BENCH.parent}
+    with tempfile.TemporaryDirectory(prefix="gputopo-ab-") as tmp:
+        data = Path(tmp)
+        kinds = write_workload(data, args.count, args.nodes)
+        procs = {name: _start(tree, data, args.gap_ms) for name, tree in trees.items()}
+    return _lockstep(procs, kinds, args.gap_ms)
+
+
+def _lockstep(procs: dict[str, subprocess.Popen[str]], kinds: list[str],
+              gap_ms: float) -> int:
+    """Review i on both workers in turn (who goes first alternates), then the table."""
     cpu: dict[tuple[str, str, str], list[float]] = {}
     differ = 0
     load = [os.getloadavg()[0]]
@@ -124,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         assert proc.stdin is not None
         proc.stdin.close()
         proc.wait(timeout=30)
-    print(f"{len(kinds)} reviews, each on both trees in turn, {args.gap_ms:g} ms idle before "
+    print(f"{len(kinds)} reviews, each on both trees in turn, {gap_ms:g} ms idle before "
           f"each; load average {min(load):.2f}-{max(load):.2f}; answers that differ: "
           f"{differ}\n")
     print("| kind | share | base: loop + thread (us) | this: loop + thread (us) | "
