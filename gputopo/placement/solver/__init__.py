@@ -46,8 +46,9 @@ The search, for ``R`` replicas of ``G`` GPUs (``n = R*G``):
       touched nodes).
 
    Scopes are visited best upper bound first — a bound of the whole objective, term by
-   term (``scopes.bound``) — and the search stops at the first that cannot win; scopes
-   with the same multiset of classes share one search, and one score per real span.
+   term (``scopes.bound``, read from the scope's groups: classes are built only for the
+   scopes planned) — and the search stops at the first that cannot win; scopes with the
+   same multiset of classes share one search, and one score per real span.
 3. The best candidate by the objective (rated with :func:`objective.score` itself), ties by
    node names and GPU indices.
 

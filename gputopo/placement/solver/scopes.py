@@ -46,6 +46,27 @@ class _Class:
         return self._sorted
 
 
+@dataclass(eq=False)
+class Scope:
+    """One scope of the multi-node search: its span and its pieces (each group with its
+    nodes inside the scope). Its classes are built when the search plans it: most scopes
+    of a busy cluster are ruled out by their :func:`bound` first, which reads the pieces."""
+
+    span: str
+    pieces: list[tuple[_Group, list[NodeState]]]
+    free: Container[str]  # the NVLink domains with no GPU in use
+    fabric: bool = False  # one NVLink domain (see :func:`_classes`)
+
+    def __post_init__(self) -> None:
+        self._classes: list[_Class] | None = None
+
+    def classes(self) -> list[_Class]:
+        """The scope's classes, in the search's order (:func:`_classes`)."""
+        if self._classes is None:
+            self._classes = _classes(self.pieces, self.free, fabric=self.fabric)
+        return self._classes
+
+
 def _f(n: int, m: int, intra: float, net_gbps: float, factor: float) -> float:
     """The cost model's multi-node bus bandwidth (cost.multi_node_bus_bandwidth, the same
     operations, so the same float): the worst share (``-intra``) or the slowest effective
@@ -97,10 +118,9 @@ def _classes(pieces: Iterable[tuple[_Group, list[NodeState]]], free: Container[s
     return out
 
 
-def scopes(groups: list[_Group], g: int,
-           free: Container[str]) -> list[tuple[str, list[_Class]]]:
-    """Every rack, zone and the whole cluster that can hold a multi-node gang, each with
-    its classes of nodes that have room for a replica.
+def scopes(groups: list[_Group], g: int, free: Container[str]) -> list[Scope]:
+    """Every NVLink domain, rack, zone and the whole cluster that can hold a multi-node
+    gang, each with its pieces of the groups that have room for a replica.
 
     A scope counts every node for its size (two nodes or more), as the span does; a
     zone that is exactly one rack, and a cluster that is exactly one rack or zone, are
@@ -160,11 +180,10 @@ def scopes(groups: list[_Group], g: int,
     def one_rack(locs: list[tuple[str | None, str | None]]) -> bool:
         return len(locs) == 1 and locs[0][1] is not None
 
-    scopes: list[tuple[str, list[_Class]]] = []
+    scopes: list[Scope] = []
     for dom in sorted(domains):
         if domain_size[dom] >= 2:
-            scopes.append(("nvlink-domain", _classes(domains[dom], free,
-                                                     fabric=True)))
+            scopes.append(Scope("nvlink-domain", domains[dom], free, fabric=True))
 
     def one_domain(loc: tuple[str | None, str | None]) -> bool:
         doms = loc_domains.get(loc)
@@ -177,16 +196,15 @@ def scopes(groups: list[_Group], g: int,
     for loc in sorted(racks, key=lambda k: (k[0] or "", k[1])):
         if any_domain and one_domain(loc):
             continue  # the rack is exactly one NVLink domain, searched as that
-        scopes.append(("rack", _classes(pieces.get(loc, ()), free)))
+        scopes.append(Scope("rack", pieces.get(loc, []), free))
     for zone in sorted(zone_size):
         locs = zone_locs[zone]
         if zone_size[zone] >= 2 and not one_rack(locs):
-            scopes.append(("zone", _classes((p for loc in locs for p in pieces.get(loc, ())),
-                                            free)))
+            scopes.append(Scope("zone", [p for loc in locs for p in pieces.get(loc, ())], free))
     node_count = sum(size.values())
     everyone_one_zone = len(zone_size) == 1 and next(iter(zone_size.values())) == node_count
     if node_count >= 2 and not everyone_one_zone and not one_rack(list(size)):
-        scopes.append(("cluster", _classes(((grp, grp.nodes) for grp in eligible), free)))
+        scopes.append(Scope("cluster", [(grp, grp.nodes) for grp in eligible], free))
     return scopes
 
 
@@ -195,8 +213,8 @@ def cap(c: _Class, per_node: int, g: int) -> int:
     return min(per_node, min(c.free_mask.bit_count(), c.cap) // g)
 
 
-def bound(classes: list[_Class], span: str, gang: GangRequest) -> _Bound | None:
-    """An upper bound of the objective of any placement in a scope, term by term as
+def bound(scope: Scope, gang: GangRequest) -> _Bound | None:
+    """An upper bound of the objective of any placement in ``scope``, term by term as
     :class:`Score` compares (blocks encoded), or None when the scope cannot hold the
     gang.
 
@@ -211,39 +229,59 @@ def bound(classes: list[_Class], span: str, gang: GangRequest) -> _Bound | None:
     nodes), the ``m`` best blocks deltas of distinct nodes among the shares that reach
     that pair (only they are in a placement that ties on it), no empty node opened, the
     GPUs left free on the ``m`` fullest of those nodes.
+
+    Read from the pieces, not the classes: nodes of one kind and GPU cap are alike to every
+    term (their count is what matters, and only up to ``m``), so a zone's hundred groups
+    are a few dozen rows here, and the scope's classes are built only if it is planned
+    (on the busy benchmark cluster a 2 x 4 gang's 154 scopes, ~1,000 classes, cost 10 ms
+    to build and bound, of which it plans one or two).
     """
     g, r, n = gang.gpus_per_replica, gang.replicas, gang.total_gpus
     per_node = gang.per_node
-    caps = [cap(c, per_node, g) for c in classes]
-    if sum(min(len(c.nodes), r) * j for c, j in zip(classes, caps, strict=True)) < r:
+    count: dict[tuple[_Kind, int], int] = {}  # nodes per (kind, GPU cap)
+    stale: set[tuple[_Kind, int]] = set()  # rows with a node outside a free NVLink domain
+    nets: set[float] = set()
+    no_domain = False
+    for grp, members in scope.pieces:
+        row = (grp.kind, grp.cap)
+        count[row] = count.get(row, 0) + len(members)
+        nets.add(grp.network_gbps)
+        no_domain = no_domain or grp.domain is None
+        if grp.domain is None or grp.domain not in scope.free:
+            stale.add(row)
+    caps = {row: min(per_node, min(row[0].free_mask.bit_count(), row[1]) // g)
+            for row in count}
+    if sum(min(k, r) * caps[row] for row, k in count.items()) < r:
         return None
-    jmax = max(caps)
+    # inside one NVLink domain nodes reach each other over the fabric (see _classes)
+    net = (max(domain_gbps(kind.topology) for kind, _ in count) if scope.fabric
+           else max(nets))
+    jmax = max(caps.values())
     m = max(2, math.ceil(r / jmax))
-    net = max(c.network_gbps for c in classes)
-    bw = round(_f(n, m, -math.inf, net, SPAN_FACTOR[span]), ROUND)
+    bw = round(_f(n, m, -math.inf, net, SPAN_FACTOR[scope.span]), ROUND)
     # a placement that ties on the nodes term uses m nodes, and its slowest pair is at
     # most its nodes' best: the m-th best of the scope's nodes. Only when it ties on that
     # do the later terms count, on nodes whose shares reach it (Kind.best_blocks).
-    rated = [(c, j, c.kind.best_pair(g, j)) for c, j in zip(classes, caps, strict=True) if j]
-    pairs = sorted((p for c, _, p in rated for _ in range(min(len(c.nodes), m))),
+    rated = [(row, caps[row], row[0].best_pair(g, caps[row])) for row in count if caps[row]]
+    pairs = sorted((p for row, _, p in rated for _ in range(min(count[row], m))),
                    reverse=True)
     if len(pairs) < m:
         return None  # fewer than m nodes with room: no placement over several nodes here
     pair = pairs[m - 1]
     healths: list[int] = []
     frees: list[int] = []
-    for c, j, p in rated:
+    for row, j, p in rated:
         if p >= pair:
-            healths.extend([c.kind.best_blocks(g, j, pair)] * min(len(c.nodes), m))
-            frees.extend([c.kind.free] * min(len(c.nodes), m))
+            healths.extend([row[0].best_blocks(g, j, pair)] * min(count[row], m))
+            frees.extend([row[0].free] * min(count[row], m))
     healths.sort(reverse=True)
     # a scope's placements of its own span: one NVLink domain, else a rack or wider
     # (narrower ones are found in their own scope); at least one domain unless some
     # node has none
-    locality = -SPAN_RANK["nvlink-domain" if span == "nvlink-domain" else "rack"]
-    domains = 0 if any(c.domain is None for c in classes) else -1
+    locality = -SPAN_RANK["nvlink-domain" if scope.span == "nvlink-domain" else "rack"]
+    domains = 0 if no_domain else -1
     # every node with room in a free domain: the placement opens one at least
-    opened = -1 if all(c.fresh for c, _, _ in rated) else 0
+    opened = -1 if not any(row in stale for row, _, _ in rated) else 0
     frees.sort()
     return (bw, -m, pair, locality, domains, opened, sum(healths[:m]), 0,
             n - sum(frees[:m]))

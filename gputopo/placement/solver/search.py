@@ -122,12 +122,12 @@ class _Search:
         # equals the best can still win the tie-break by node names, unless its first name
         # comes after the best's first.
         rated = []
-        for span, classes in scopes(self.groups, self.g, self.free):
-            bound = scope_bound(classes, span, self.gang)
+        for scope in scopes(self.groups, self.g, self.free):
+            bound = scope_bound(scope, self.gang)
             if bound is not None:
-                rated.append((bound, -SPAN_RANK[span], span, classes))
+                rated.append((bound, -SPAN_RANK[scope.span], scope))
         rated.sort(key=itemgetter(0, 1), reverse=True)
-        for bound, _, span, classes in rated:
+        for bound, _, scope in rated:
             if best is not None:
                 top = best.score
                 if bound[0] < top.bus_bandwidth:
@@ -138,11 +138,12 @@ class _Search:
                             top.fit)
                     if bound < have:
                         break
-                    first = min(n.name for c in classes if cap(c, self.per_node, self.g)
-                                for n in c.nodes)
+                    first = min(n.name for c in scope.classes()
+                                if cap(c, self.per_node, self.g) for n in c.nodes)
                     if bound == have and first > best.tie[0][0]:
                         continue
-            cand = self._scope(span, classes, None if best is None else best.score.bus_bandwidth)
+            cand = self._scope(scope.span, scope.classes(),
+                               None if best is None else best.score.bus_bandwidth)
             if cand is not None and cand.better_than(best):
                 best = cand
         return best
