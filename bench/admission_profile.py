@@ -67,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
                          "1500 the figures are of the busy cluster (past ~1,500 reviews no "
                          "node holds a 2 x 4 gang: docs/benchmarks.md)")
     args = ap.parse_args(argv)
+    if args.skip and (args.parts or args.opcodes or args.components):
+        ap.error("--skip is for CPU per kind and cProfile (not --parts, --opcodes, "
+                 "--components)")
 
     admitter, workload = warmed_admitter(args.nodes, args.count, "prof",
                                          can_wait=args.can_wait)
