@@ -1,0 +1,37 @@
+"""bench/admission_ab.py still runs, and compares two trees on one workload (tiny sizes;
+the real runs are on demand: docs/benchmarks.md).
+
+Why a test: the A/B runner starts a worker per tree that builds its admitter from files
+the parent wrote, through the product's entry points only. A rename of one of those, or a
+change of the worker protocol, would otherwise surface the next time someone compares two
+trees. This tree against itself must answer every review alike.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_admission_ab_runs_this_tree_against_itself_with_equal_answers():
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "admission_ab.py"), "--base", str(ROOT),
+         "--gap-ms", "0", "--count", "40", "--nodes", "40"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "40 reviews, each on both trees in turn" in out.stdout
+    assert "answers that differ: 0" in out.stdout
+    kinds = [line.split("|")[1].strip() for line in out.stdout.splitlines()
+             if line.startswith("| ") and not line.startswith("| kind")]
+    assert {"gang-first", "gang-next", "mix"} <= set(kinds), out.stdout
+
+
+def test_admission_ab_refuses_a_base_that_is_not_a_checkout(tmp_path):
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "admission_ab.py"), "--base", str(tmp_path)],
+        capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
+    assert out.returncode == 2
+    assert "--base must name a checkout" in out.stderr
