@@ -35,3 +35,28 @@ def test_admission_ab_refuses_a_base_that_is_not_a_checkout(tmp_path):
         capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
     assert out.returncode == 2
     assert "--base must name a checkout" in out.stderr
+
+
+def test_admission_benchmark_serves_over_tls_with_the_server_of_a_given_tree():
+    """``bench/admission.py --server-tree`` (here this tree itself): the server process of
+    that tree answers the workload over TLS, no error, every review answered."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "admission.py"), "--rates", "50",
+         "--duration", "1", "--nodes", "40", "--server-tree", str(ROOT), "--markdown"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT, check=False)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = {cells[2]: cells for line in out.stdout.splitlines()
+            if (cells := [c.strip() for c in line.split("|")])[1:2] == ["50"]
+            and len(cells) > 9}
+    mutate = rows["/mutate"]
+    # throughput about the rate, no error, nothing answered after 5 s
+    assert float(mutate[3]) >= 45 and mutate[7] == "0" and mutate[8] == "0", mutate
+    assert "/noop (floor)" in rows
+
+
+def test_admission_benchmark_refuses_a_server_tree_without_its_server(tmp_path):
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "admission.py"), "--server-tree", str(tmp_path)],
+        capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
+    assert out.returncode == 2
+    assert "no bench/admission_server.py there" in out.stderr
