@@ -16,11 +16,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _bench(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``python bench/<script> <args>`` from the repository root, its output captured."""
+    return subprocess.run([sys.executable, str(ROOT / "bench" / script), *args],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT, check=False)
+
+
 def test_admission_ab_runs_this_tree_against_itself_with_equal_answers():
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "admission_ab.py"), "--base", str(ROOT),
-         "--gap-ms", "0", "--count", "40", "--nodes", "40"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT, check=False)
+    out = _bench("admission_ab.py", "--base", str(ROOT), "--gap-ms", "0", "--count", "40",
+                 "--nodes", "40")
     assert out.returncode == 0, out.stderr[-2000:]
     assert "40 reviews, each on both trees in turn" in out.stdout
     assert "answers that differ: 0" in out.stdout
@@ -30,9 +34,7 @@ def test_admission_ab_runs_this_tree_against_itself_with_equal_answers():
 
 
 def test_admission_ab_refuses_a_base_that_is_not_a_checkout(tmp_path):
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "admission_ab.py"), "--base", str(tmp_path)],
-        capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
+    out = _bench("admission_ab.py", "--base", str(tmp_path))
     assert out.returncode == 2
     assert "--base must name a checkout" in out.stderr
 
@@ -40,10 +42,8 @@ def test_admission_ab_refuses_a_base_that_is_not_a_checkout(tmp_path):
 def test_admission_benchmark_serves_over_tls_with_the_server_of_a_given_tree():
     """``bench/admission.py --server-tree`` (here this tree itself): the server process of
     that tree answers the workload over TLS, no error, every review answered."""
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "admission.py"), "--rates", "50",
-         "--duration", "1", "--nodes", "40", "--server-tree", str(ROOT), "--markdown"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT, check=False)
+    out = _bench("admission.py", "--rates", "50", "--duration", "1", "--nodes", "40",
+                 "--server-tree", str(ROOT), "--markdown")
     assert out.returncode == 0, out.stderr[-2000:]
     rows = {cells[2]: cells for line in out.stdout.splitlines()
             if (cells := [c.strip() for c in line.split("|")])[1:2] == ["50"]
@@ -55,8 +55,6 @@ def test_admission_benchmark_serves_over_tls_with_the_server_of_a_given_tree():
 
 
 def test_admission_benchmark_refuses_a_server_tree_without_its_server(tmp_path):
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "admission.py"), "--server-tree", str(tmp_path)],
-        capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
+    out = _bench("admission.py", "--server-tree", str(tmp_path))
     assert out.returncode == 2
     assert "no bench/admission_server.py there" in out.stderr
