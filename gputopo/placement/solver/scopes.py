@@ -208,9 +208,10 @@ def scopes(groups: list[_Group], g: int, free: Container[str]) -> list[Scope]:
     return scopes
 
 
-def cap(c: _Class, per_node: int, g: int) -> int:
-    """Replicas one node of ``c`` can hold."""
-    return min(per_node, min(c.free_mask.bit_count(), c.cap) // g)
+def cap(kind: _Kind, gpu_cap: int, per_node: int, g: int) -> int:
+    """Replicas of ``g`` GPUs one node of ``kind`` can hold, at most ``gpu_cap`` GPUs of
+    the gang (the node's) and ``per_node`` replicas (the gang's)."""
+    return min(per_node, min(kind.free, gpu_cap) // g)
 
 
 def bound(scope: Scope, gang: GangRequest) -> _Bound | None:
@@ -249,8 +250,7 @@ def bound(scope: Scope, gang: GangRequest) -> _Bound | None:
         no_domain = no_domain or grp.domain is None
         if grp.domain is None or grp.domain not in scope.free:
             stale.add(row)
-    caps = {row: min(per_node, min(row[0].free_mask.bit_count(), row[1]) // g)
-            for row in count}
+    caps = {row: cap(*row, per_node, g) for row in count}
     if sum(min(k, r) * caps[row] for row, k in count.items()) < r:
         return None
     # inside one NVLink domain nodes reach each other over the fabric (see _classes)

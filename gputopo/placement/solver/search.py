@@ -139,7 +139,7 @@ class _Search:
                     if bound < have:
                         break
                     first = min(n.name for c in scope.classes()
-                                if cap(c, self.per_node, self.g) for n in c.nodes)
+                                if cap(c.kind, c.cap, self.per_node, self.g) for n in c.nodes)
                     if bound == have and first > best.tie[0][0]:
                         continue
             cand = self._scope(scope.span, scope.classes(),
@@ -192,7 +192,7 @@ class _Search:
         counts = [min(len(c.nodes), r) for c in classes]
         opts: _Opts = []
         for c in classes:
-            jmax = cap(c, self.per_node, self.g)
+            jmax = cap(c.kind, c.cap, self.per_node, self.g)
             opts.append({j: _options(c.topology, c.free_mask, j * g) for j in range(1, jmax + 1)})
         intras = sorted({o.intra for per in opts for os in per.values() for o in os})
         pairs = sorted({o.pair for per in opts for os in per.values() for o in os}, reverse=True)
