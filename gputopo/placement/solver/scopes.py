@@ -80,6 +80,17 @@ def _f(n: int, m: int, intra: float, net_gbps: float, factor: float) -> float:
 _Bound = tuple[float, int, float, int, int, int, int, int, int]
 
 
+def _rate(grp: _Group, fabric: bool) -> float:
+    """The rate a node of ``grp`` reaches the scope's other nodes at, in Gbit/s: inside one
+    NVLink domain (``fabric``) the fabric's (cost.domain_gbps), else its network's."""
+    return domain_gbps(grp.kind.topology) if fabric else grp.network_gbps
+
+
+def _fresh(grp: _Group, free: Container[str]) -> bool:
+    """The nodes of ``grp`` are in an NVLink domain with no GPU in use (one of ``free``)."""
+    return grp.domain is not None and grp.domain in free
+
+
 def _classes(pieces: Iterable[tuple[_Group, list[NodeState]]], free: Container[str], *,
              fabric: bool = False) -> list[_Class]:
     """One scope's classes from its pieces of groups, in the search's order (by canon).
@@ -98,12 +109,12 @@ def _classes(pieces: Iterable[tuple[_Group, list[NodeState]]], free: Container[s
         merged[at] = (grp, members if have is None else have[1] + members)
     out = []
     for grp, members in merged.values():
-        net = domain_gbps(grp.kind.topology) if fabric else grp.network_gbps
+        net = _rate(grp, fabric)
         canon = grp.canon() if not fabric else (*grp.kind.head(), net, grp.cap)
         out.append(_Class(topology=grp.kind.topology, free_mask=grp.kind.free_mask,
                           network_gbps=net, opened=grp.kind.opened, nodes=members,
                           canon=canon, kind=grp.kind, domain=grp.domain, cap=grp.cap,
-                          fresh=grp.domain is not None and grp.domain in free))
+                          fresh=_fresh(grp, free)))
     if all(c.domain is None for c in out):
         out.sort(key=lambda c: c.canon)
         return out
@@ -241,21 +252,18 @@ def bound(scope: Scope, gang: GangRequest) -> _Bound | None:
     per_node = gang.per_node
     count: dict[tuple[_Kind, int], int] = {}  # nodes per (kind, GPU cap)
     stale: set[tuple[_Kind, int]] = set()  # rows with a node outside a free NVLink domain
-    nets: set[float] = set()
+    net = 0.0
     no_domain = False
     for grp, members in scope.pieces:
         row = (grp.kind, grp.cap)
         count[row] = count.get(row, 0) + len(members)
-        nets.add(grp.network_gbps)
+        net = max(net, _rate(grp, scope.fabric))
         no_domain = no_domain or grp.domain is None
-        if grp.domain is None or grp.domain not in scope.free:
+        if not _fresh(grp, scope.free):
             stale.add(row)
     caps = {row: cap(*row, per_node, g) for row in count}
     if sum(min(k, r) * caps[row] for row, k in count.items()) < r:
         return None
-    # inside one NVLink domain nodes reach each other over the fabric (see _classes)
-    net = (max(domain_gbps(kind.topology) for kind, _ in count) if scope.fabric
-           else max(nets))
     jmax = max(caps.values())
     m = max(2, math.ceil(r / jmax))
     bw = round(_f(n, m, -math.inf, net, SPAN_FACTOR[scope.span]), ROUND)
