@@ -172,6 +172,16 @@ def run(rates: list[float], duration: float, nodes: int, connections: int,
     return results
 
 
+def workload_inputs(nodes: int, count: int, tag: str
+             ) -> tuple[list[dict[str, Any]], Workload, Workload]:
+    """The in-process benchmarks' inputs: the cluster's objects (``nodes`` nodes and the jobs
+    of both streams), the warm-up's reviews and the ``count`` reviews to measure (job names
+    carry ``tag``)."""
+    measured = request_stream(count, tag=tag)
+    warm = request_stream(WARMUP_REQUESTS, seed=5, tag=f"{tag}-warm")
+    return cluster_objects(nodes) + warm.jobs + measured.jobs, warm, measured
+
+
 def warmed_admitter(nodes: int, count: int, tag: str, *, can_wait: bool = False
                     ) -> tuple[Any, Workload]:
     """The admitter the benchmark server builds (shipped policies, the placement step, a
@@ -184,9 +194,8 @@ def warmed_admitter(nodes: int, count: int, tag: str, *, can_wait: bool = False
     from webhook.assembly import build_admitter
     from webhook.placement.step import PlacementStep, placement_step_for
 
-    workload = request_stream(count, tag=tag)
-    warm = request_stream(WARMUP_REQUESTS, seed=5, tag=f"{tag}-warm")
-    cluster = ClusterSnapshot.from_objects(cluster_objects(nodes) + warm.jobs + workload.jobs)
+    objects, warm, measured = workload_inputs(nodes, count, tag)
+    cluster = ClusterSnapshot.from_objects(objects)
     cluster.node_states()
     admitter = build_admitter(None, cluster, placement=placement_step_for(cluster),
                               reload_interval_s=0)
@@ -196,7 +205,7 @@ def warmed_admitter(nodes: int, count: int, tag: str, *, can_wait: bool = False
                 step.can_wait = True
     for body in warm.bodies:
         admitter.handle_body(body)
-    return admitter, workload
+    return admitter, measured
 
 
 def in_process(nodes: int, count: int) -> dict[str, Any]:

@@ -86,19 +86,16 @@ def _bodies(path: Path) -> list[bytes]:
 
 
 def write_workload(data: Path, count: int, nodes: int) -> list[str]:
-    """This tree's workload in ``data`` (cluster objects, warm-up and review bodies, as
-    bench/admission.py's ``warmed_admitter`` builds them); the kind of each review."""
+    """This tree's workload (bench/admission.py's ``workload_inputs``: what its
+    ``warmed_admitter`` is built from) in ``data``; the kind of each review."""
     sys.path.insert(0, str(BENCH))
-    from admission import WARMUP_REQUESTS
-    from admission_cluster import cluster_objects, request_stream
+    from admission import workload_inputs
 
-    workload = request_stream(count, tag="ab")
-    warm = request_stream(WARMUP_REQUESTS, seed=5, tag="ab-warm")
-    (data / "objects.json").write_text(
-        json.dumps(cluster_objects(nodes) + warm.jobs + workload.jobs))
+    objects, warm, measured = workload_inputs(nodes, count, "ab")
+    (data / "objects.json").write_text(json.dumps(objects))
     (data / "warm.jsonl").write_bytes(b"\n".join(warm.bodies))
-    (data / "reviews.jsonl").write_bytes(b"\n".join(workload.bodies))
-    return list(workload.kinds)
+    (data / "reviews.jsonl").write_bytes(b"\n".join(measured.bodies))
+    return list(measured.kinds)
 
 
 def _start(tree: Path, data: Path, gap_ms: float) -> subprocess.Popen[str]:
