@@ -138,8 +138,9 @@ class _Search:
                             top.fit)
                     if bound < have:
                         break
-                    first = min(n.name for c in scope.classes()
-                                if cap(c.kind, c.cap, self.per_node, self.g) for n in c.nodes)
+                    first = min(n.name for grp, members in scope.pieces
+                                if cap(grp.kind, grp.cap, self.per_node, self.g)
+                                for n in members)
                     if bound == have and first > best.tie[0][0]:
                         continue
             cand = self._scope(scope.span, scope.classes(),
