@@ -52,6 +52,11 @@ NVLINK_DOMAIN_DETECTED_ANNOTATION = "gputopo.io/nvlink-domain-detected"
 #: the topology annotation does not name it (an ``nvidia-smi topo -m`` of a B200 reads NV18
 #: like an H100's).
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+#: GFD's per-GPU memory in MiB, and CUDA compute capability (gputopo/topology/gpus.py rates
+#: a product it does not know by it). Users already select on them (``gpu.memory Gt 40000``).
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+GPU_COMPUTE_MAJOR_LABEL = "nvidia.com/gpu.compute.major"
+GPU_COMPUTE_MINOR_LABEL = "nvidia.com/gpu.compute.minor"
 
 # --- resources -------------------------------------------------------------------------
 SOURCE_GPU_RESOURCE = "nvidia.com/gpu"

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gputopo import names
+from gputopo.cluster.gpu_facts import gpu_identities_of, gpu_model_of
 from gputopo.cluster.node_fit import NodeFacts
 from gputopo.cluster.node_resources import GPU_RESOURCES, Requests, node_resources, pod_requests
 from gputopo.cluster.nvlink_domain import nvlink_domain_of, topology_with_product, usable_domain
@@ -322,4 +323,6 @@ def node_state(
         host_ports=frozenset(host_ports),
         nvlink_domain=usable_domain(topo, nvlink_domain_of(node)),
         resources=node_resources(node, requested, skip=GPU_RESOURCES),
+        gpu_model=gpu_model_of(node),
+        gpu_ids=gpu_identities_of(node),
     )

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gputopo.names import DEFAULT_NETWORK_GBPS, DEFAULT_NETWORK_TRANSPORT
+from gputopo.topology.gpus import GpuIdentity, GpuModel
 from gputopo.topology.model import Topology
 from gputopo.topology.transport import TransportShares, effective_network_gbps, share_for
 
@@ -50,6 +51,12 @@ class NodeState:
     hold because its other resources fit only so many of the gang's pods (set per gang by
     gputopo.cluster.node_resources; :data:`UNCAPPED` otherwise): the solver groups
     nodes by it and never puts more replicas on a node than it allows.
+    ``gpu_model`` is what the node's GPUs are (gputopo.topology.gpus: compute, memory),
+    from GPU Feature Discovery's labels (gputopo.cluster.gpu_facts); None when nothing says
+    (benchmarks, tests, nodes without GFD): such nodes are alike to each other and rated
+    by their wiring alone. ``gpu_ids`` ties driver indices to the GPUs' uuid and PCI bus id
+    (what a DRA device names); empty when unknown; not part of equality (a per-node fact:
+    it must not split nodes the solver treats as alike).
     """
 
     name: str
@@ -69,6 +76,8 @@ class NodeState:
     nvlink_domain: str | None = None
     resources: NodeResources | None = field(default=None, compare=False, repr=False)
     gpu_cap: int = UNCAPPED
+    gpu_model: GpuModel | None = None
+    gpu_ids: tuple[GpuIdentity, ...] = field(default=(), compare=False, repr=False)
     effective_gbps: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -115,7 +124,8 @@ def with_transport_shares(nodes: Sequence[NodeState], shares: TransportShares | 
                 network_gbps=n.network_gbps, network_transport=n.network_transport,
                 facts=n.facts, host_ports=n.host_ports,
                 network_efficiency=n.network_efficiency, transport_share=share,
-                nvlink_domain=n.nvlink_domain, resources=n.resources, gpu_cap=n.gpu_cap))
+                nvlink_domain=n.nvlink_domain, resources=n.resources, gpu_cap=n.gpu_cap,
+                gpu_model=n.gpu_model, gpu_ids=n.gpu_ids))
         fresh[n.name] = hit
         out.append(hit[1])
     if memo is not None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from gputopo.cluster.node_fit import NodeFacts
 from gputopo.cluster.node_resources import NodeResources
 from gputopo.placement.types import NodeState
+from gputopo.topology.gpus import GpuIdentity, gpu_model
 from gputopo.topology.load import read_topology_file
 from webhook.placement.fitting import exclude_held
 
@@ -21,7 +22,9 @@ def test_every_nodestate_field_survives_exclude_held() -> None:
                      network_gbps=100.0, network_transport="rdma", facts=facts,
                      host_ports=frozenset({("TCP", 23456)}), network_efficiency=0.5,
                      transport_share=0.9, nvlink_domain="clique-1",
-                     resources=NodeResources({"cpu": 94000}, {"cpu": 1000}), gpu_cap=4)
+                     resources=NodeResources({"cpu": 94000}, {"cpu": 1000}), gpu_cap=4,
+                     gpu_model=gpu_model("Tesla-V100-SXM2-16GB"),
+                     gpu_ids=(GpuIdentity(0, "GPU-0", "0000:06:00.0"),))
     # every field set to something other than its default, so a dropped one shows
     for f in dataclasses.fields(NodeState):
         if f.default is not dataclasses.MISSING:

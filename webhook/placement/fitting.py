@@ -58,7 +58,8 @@ def exclude_held(nodes: Sequence[NodeState], held: Mapping[str, set[int]] | Mapp
                 network_transport=n.network_transport, facts=n.facts,
                 host_ports=n.host_ports, network_efficiency=n.network_efficiency,
                 transport_share=n.transport_share, nvlink_domain=n.nvlink_domain,
-                resources=n.resources, gpu_cap=n.gpu_cap))
+                resources=n.resources, gpu_cap=n.gpu_cap, gpu_model=n.gpu_model,
+                gpu_ids=n.gpu_ids))
         fresh[n.name] = hit
         out.append(hit[2])
     if memo is not None:

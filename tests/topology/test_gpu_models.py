@@ -1,0 +1,91 @@
+"""The GPU model table and how a node's labels name a model (gputopo/topology/gpus.py,
+gputopo/cluster/gpu_facts.py). Product strings as GPU Feature Discovery writes them
+(k8s-device-plugin internal/lm/resource.go: the NVML name with spaces as dashes) and as
+NVML itself returns them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gputopo.cluster.gpu_facts import gpu_identities_of, gpu_model_of
+from gputopo.topology.gpus import MODELS, GpuIdentity, gpu_model, normal_bus_id
+
+
+@pytest.mark.parametrize(("product", "name"), [
+    ("Tesla-V100-SXM2-16GB", "V100-SXM2-16GB"),
+    ("Tesla-V100-SXM2-32GB", "V100-SXM2-32GB"),
+    ("Tesla-V100-PCIE-16GB", "V100-PCIE-16GB"),
+    ("Tesla-T4", "T4"),
+    ("NVIDIA-A10", "A10"),
+    ("NVIDIA-A10G", "A10G"),
+    ("NVIDIA-L4", "L4"),
+    ("NVIDIA-L40S", "L40S"),
+    ("NVIDIA-A100-SXM4-40GB", "A100-SXM4-40GB"),
+    ("NVIDIA-A100-SXM4-80GB", "A100-SXM4-80GB"),
+    ("NVIDIA-A100-PCIE-40GB", "A100-PCIE-40GB"),
+    ("NVIDIA-A100-80GB-PCIe", "A100-PCIE-80GB"),
+    ("NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB"),  # NVML's own spelling
+    ("NVIDIA-H100-80GB-HBM3", "H100-SXM5-80GB"),
+    ("NVIDIA-H100-PCIe", "H100-PCIE"),
+    ("NVIDIA-H100-NVL", "H100-NVL"),
+    ("NVIDIA-H200", "H200"),
+    ("NVIDIA-H20", "H20"),
+    ("NVIDIA-B200", "B200"),
+    ("NVIDIA-GB200", "GB200"),
+    ("NVIDIA-GB300", "GB300"),
+    ("NVIDIA-A100-SXM4-80GB-SHARED", "A100-SXM4-80GB"),  # GFD's time-slicing suffix
+])
+def test_products_name_their_model(product: str, name: str) -> None:
+    model = gpu_model(product)
+    assert model.name == name and model.known
+
+
+def test_every_row_cites_its_source_and_the_generations_are_ordered() -> None:
+    for model in MODELS.values():
+        assert "data sheet" in model.source or "product brief" in model.source \
+            or "AWS" in model.source, model.name
+    order = ["T4", "V100-SXM2-16GB", "A100-SXM4-80GB", "H100-SXM5-80GB", "B200"]
+    assert [MODELS[n].tflops for n in order] == sorted(MODELS[n].tflops for n in order)
+
+
+def test_the_memory_label_picks_the_variant_and_wins_over_the_table() -> None:
+    assert gpu_model("NVIDIA-A100-SXM4", 40960).name == "A100-SXM4-40GB"
+    assert gpu_model("NVIDIA-A100-SXM4", 81920).name == "A100-SXM4-80GB"
+    assert gpu_model("NVIDIA-H100-80GB-HBM3", 81559).memory_mib == 81559
+
+
+def test_an_unknown_product_is_rated_as_the_slowest_of_its_compute_capability() -> None:
+    ampere = gpu_model("NVIDIA-RTX-A6000", 49140, (8, 6))
+    assert not ampere.known and ampere.name == "NVIDIA-RTX-A6000"
+    assert ampere.tflops == min(m.tflops for m in MODELS.values() if m.compute[0] == 8)
+    assert ampere.memory_mib == 49140
+    newer = gpu_model("NVIDIA-RTX-PRO-6000", None, (12, 0))
+    assert newer.tflops == MODELS["T4"].tflops and "12.0" in newer.source
+
+
+def _node(labels: dict[str, str], annotation: dict | None = None) -> dict:
+    meta: dict = {"name": "n", "labels": labels}
+    if annotation is not None:
+        meta["annotations"] = {"gputopo.io/topology": json.dumps(annotation)}
+    return {"metadata": meta}
+
+
+def test_gfd_labels_are_read_before_the_reporters_annotation() -> None:
+    reporter = {"gpus": [{"index": 0, "name": "Tesla T4", "memoryMiB": 15360,
+                          "uuid": "GPU-aaaa", "pciBusId": "00000000:3B:00.0"}],
+                "links": [["X"]]}
+    both = _node({"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB",
+                  "nvidia.com/gpu.memory": "81920"}, reporter)
+    assert gpu_model_of(both).name == "A100-SXM4-80GB"
+    reporter_only = _node({}, reporter)
+    assert gpu_model_of(reporter_only).name == "T4"
+    assert gpu_model_of(reporter_only).memory_mib == 15360
+    assert gpu_identities_of(reporter_only) == (GpuIdentity(0, "GPU-aaaa", "0000:3b:00.0"),)
+    assert gpu_model_of(_node({})) is None
+
+
+def test_bus_ids_take_dras_four_digit_domain() -> None:
+    assert normal_bus_id("00000000:07:00.0") == "0000:07:00.0"
+    assert normal_bus_id("0000:B7:00.0") == "0000:b7:00.0"
