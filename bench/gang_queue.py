@@ -175,6 +175,10 @@ class GangQueue:
             self.waiting[:] = [g for g in self.waiting if str(g.key) not in done]
         return out
 
+    def held_gpus(self) -> dict[str, set[int]]:
+        """node -> GPU indices held by running gangs."""
+        return self.store.held_gpus()
+
     # --- helpers -------------------------------------------------------------------------
     def _reserve(self, key: GangKey, gang: GangRequest, need: float, *, typical: bool
                  ) -> GangReservation | Unplaced:

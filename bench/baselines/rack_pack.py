@@ -6,14 +6,18 @@ the smallest topology domain that holds them (the pod template's
 plugin then picks each pod's GPUs with go-gpuallocator's BestEffort policy
 (:mod:`bench.baselines.besteffort`). It knows racks and nodes, not GPU links.
 
-Source read: kubernetes-sigs/kueue ``pkg/cache/tas_flavor_snapshot.go``
-(``findTopologyAssignment``, the default "BestFit" profile), levels zone > rack > node:
+Source read: kubernetes-sigs/kueue ``pkg/cache/tas_flavor_snapshot.go`` (since moved to
+``pkg/cache/scheduler/tas_flavor_snapshot.go``, re-read at ff69552: ``findTopologyAssignment``,
+``findLevelWithFitDomains``, ``findBestFitDomainBy``; the default "BestFit" profile),
+levels zone > rack > node:
 
 1. each node's count of pods that fit (free GPUs // GPUs per pod), summed up the levels;
 2. at the preferred level (rack), domains sorted by count, most first (ties by name); if
    the largest holds the gang, take the *first domain with the lowest count that still
    holds it* (``findBestFitDomainIdx``); if none holds it, the level above (zone) the same
    way; at the top level, domains most-first with the last one best-fit;
+   a *required* level (``podset-required-topology``) has no fallback: the gang does not
+   fit (``if state.required { ... return notFitReason }``);
 3. down level by level, the chosen domains' children most-first, the last best-fit
    (``updateCountsToMinimum``), to the node counts.
 
@@ -51,14 +55,18 @@ def _best_fit_idx(domains: list[_Domain], count: int) -> int:
     return best
 
 
-def _fit_level(levels: list[list[_Domain]], at: int, count: int) -> list[_Domain] | None:
-    """findLevelWithFitDomains for a preferred (not required) level."""
+def _fit_level(levels: list[list[_Domain]], at: int, count: int, *, required: bool = False
+               ) -> list[_Domain] | None:
+    """findLevelWithFitDomains: a preferred level falls back to the level above; a required
+    one fails when its largest domain does not hold the gang."""
     ordered = _sorted(levels[at])
     if not ordered:
         return None
     top = ordered[0]
     if top.state >= count:
         return [ordered[_best_fit_idx(ordered, count)]]
+    if required:
+        return None
     if at > 0:
         return _fit_level(levels, at - 1, count)
     out, remaining, i = [], count, 0
@@ -86,7 +94,19 @@ def _to_minimum(domains: list[_Domain], count: int) -> list[_Domain]:
     return out
 
 
+#: The topology levels of the replay's Kueue Topology object, top down (zone, rack, host).
+LEVELS = ("zone", "rack", "hostname")
+
+
 def place(nodes: Sequence[NodeState], gang: GangRequest) -> Placement:
+    """The gang with ``podset-preferred-topology`` at the rack level (the naive setup)."""
+    return tas_place(nodes, gang, level="rack", required=False)
+
+
+def tas_place(nodes: Sequence[NodeState], gang: GangRequest, *, level: str,
+              required: bool) -> Placement:
+    """The gang with ``podset-required-topology`` (``required``) or
+    ``podset-preferred-topology`` at ``level`` (one of :data:`LEVELS`)."""
     g = gang.gpus_per_replica
     by_name = {n.name: n for n in nodes}
     zones: dict[str, _Domain] = {}
@@ -102,12 +122,14 @@ def place(nodes: Sequence[NodeState], gang: GangRequest) -> Placement:
         rack.children.append(leaf)
         rack.state += leaf.state
         zone.state += leaf.state
-    levels = [list(zones.values()), list(racks.values())]
-    chosen = _fit_level(levels, 1, gang.replicas)
+    levels = [list(zones.values()), list(racks.values()),
+              [leaf for r in racks.values() for leaf in r.children]]
+    chosen = _fit_level(levels, LEVELS.index(level), gang.replicas, required=required)
     if chosen is None:
+        where = f"one {level}" if required else "the cluster"
         return Placement(feasible=False, reason=f"no room for {gang.replicas} pod(s) of "
-                                                f"{g} GPU(s) in the cluster")
-    at = 0 if len(chosen[0].key) == 1 else 1
+                                                f"{g} GPU(s) in {where}")
+    at = len(chosen[0].key) - 1
     chosen = _to_minimum(chosen, gang.replicas)
     while at < 2:
         chosen = _to_minimum(_sorted([c for d in chosen for c in d.children]), gang.replicas)

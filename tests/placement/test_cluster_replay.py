@@ -1,16 +1,24 @@
-"""bench/cluster_replay.py, bench/alibaba_replay.py and the Kueue TAS baseline, run tiny (the
-real runs are on demand; figures in docs/benchmarks.md)."""
+"""bench/cluster_replay.py, bench/alibaba_replay.py and the Kueue TAS baselines, run tiny
+(the real runs are on demand; figures in docs/benchmarks.md)."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 from solver_helpers import dgx1_v100, dgx_a100, node
 
 from bench import alibaba_replay, cluster_replay
+from bench.baselines.admin import admin_configured
+from bench.baselines.best_fit import place as best_fit
+from bench.baselines.common import rated
 from bench.baselines.rack_pack import place as kueue_tas
-from gputopo.placement.types import GangRequest
+from bench.cluster_replay import KueueQueue, KueueSetup, flavors_by_kind, node_kind
+from bench.placement import mixed_cluster
+from bench.replay_world import World
+from gputopo.cluster.reservations import GangKey
+from gputopo.placement.types import GangRequest, ReplicaSlot
 
 NODES = ("sn,cpu_milli,memory_mib,gpu,model\n"
          "n-0,96000,786432,8,V100M32\nn-1,128000,786432,8,G3\nn-2,64000,262144,2,T4\n"
@@ -40,18 +48,110 @@ def test_load_is_the_gpu_time_demanded_at_each_jobs_best_efficiency():
     assert demand / (window * 32) == pytest.approx(0.7)
 
 
-def test_the_replay_runs_every_policy_through_one_queue_and_keeps_the_floor():
-    cluster = _cluster()
-    rows = cluster_replay.run_one(0.9, 2, 40, cluster, list(cluster_replay.POLICIES),
+def test_the_replay_runs_every_policy_and_charges_waiting():
+    cluster = mixed_cluster({"dgx1": 2, "a100": 2, "pcie": 2}, rack_size=2, racks_per_zone=2)
+    rows = cluster_replay.run_one(0.9, 2, 40, cluster, list(cluster_replay.KNOWN),
                                   cluster_replay.Ideal(cluster))
-    assert [r["policy"] for r in rows] == list(cluster_replay.POLICIES)
+    assert [r["policy"] for r in rows] == list(cluster_replay.KNOWN)
     for r in rows:
-        assert r["done"] == r["jobs"] == 40
-        assert 0 < r["goodput"] <= 1
-        assert r["jctP95H"] >= r["jctP50H"] > 0 and not math.isinf(r["t99H"])
+        assert r["notRun"] == 0 and r["jobs"] == 40
+        assert 0 < r["goodputHeld"] <= 1
+        # the cluster's goodput: work done in the window / all its GPU-time there
+        assert 0 < r["clusterGoodput"] < 1
+        assert r["jctP95H"] >= r["jctP50H"] > 0 and not math.isinf(r["makespanH"])
+        assert r["makespanH"] * 3600 >= max(0.0, r["jctP95H"])
     ours = rows[0]
     assert ours["belowFloor"] == 0  # the waiting rule never starts a gang below its floor
-    assert "| load | gputopo / baseline |" in cluster_replay.tables(rows)
+    text = cluster_replay.tables(rows)
+    assert "| load | gputopo / baseline | cluster goodput |" in text
+    assert "is the lowest or within 5 % of it" in text
+
+
+def test_the_script_prints_the_main_table_and_the_sensitivity_rows(capsys):
+    assert cluster_replay.main(["--jobs", "30", "--seeds", "1", "--loads", "0.7",
+                                "--policies", "gputopo,kueue-admin,kueue-tas",
+                                "--sensitivity-policies", "gputopo,kueue-admin",
+                                "--worlds", "error 0.3,tcp 0.8"]) == 0
+    out = capsys.readouterr().out
+    assert "| 0.7 | kueue-admin |" in out and "| 0.7 | kueue-tas |" in out
+    assert "| tcp 0.8 | 0.7 |" in out and "| error 0.3 | 0.7 |" in out
+
+
+def test_unknown_policy_or_world_is_refused_in_one_line(capsys):
+    for args in (["--policies", "gputopo,slurm"], ["--worlds", "mars"]):
+        with pytest.raises(SystemExit) as e:
+            cluster_replay.main(args)
+        assert e.value.code == 2
+        assert "unknown" in capsys.readouterr().err.splitlines()[-1]
+
+
+def _kinds() -> list:
+    return mixed_cluster({"dgx1": 2, "pcie": 2}, rack_size=2, racks_per_zone=1)
+
+
+def _kueue(cluster, order=("pcie", "dgx1")) -> KueueQueue:
+    return KueueQueue(cluster, KueueSetup(flavors_by_kind(cluster, order, node_kind)))
+
+
+def _key(i: int) -> GangKey:
+    return GangKey("t", "PyTorchJob", f"j{i}", f"u{i}")
+
+
+def test_admin_kueue_flavors_in_order_one_host_for_one_node_jobs_gdr_for_gangs():
+    cluster = _kinds()
+    q = _kueue(cluster)
+    # a one-node job: the first flavor (PCIe) whose quota and topology hold it, one host
+    s = q.arrive(_key(1), GangRequest(4, 1), 0.0)
+    assert {x.node for x in s.reservation.slots} == {"pcie-0000"}
+    # a 16-GPU gang: only the GPUDirect flavor, though the PCIe servers have room
+    s = q.arrive(_key(2), GangRequest(2, 8), 0.0)
+    assert {x.node for x in s.reservation.slots} == {"dgx1-0000", "dgx1-0001"}
+    # 6 GPUs one pod per GPU: pcie-0000 has 4 left, so the other PCIe host takes all six
+    # (required hostname), never 4 + 2
+    s = q.arrive(_key(3), GangRequest(6, 1), 0.0)
+    assert {x.node for x in s.reservation.slots} == {"pcie-0001"}
+    # 6 more: no PCIe host has 6 free, the DGX-1s are full: it waits (not split up)
+    assert q.arrive(_key(4), GangRequest(6, 1), 0.0) is None
+    # BestEffortFIFO: a 2-GPU job behind it is admitted; the 6-GPU one when room frees
+    assert q.arrive(_key(5), GangRequest(1, 2), 0.0) is not None
+    assert q.serve(1.0) == []
+    q.release(_key(2))
+    (s,) = q.serve(2.0)
+    assert s.key == _key(4) and len({x.node for x in s.reservation.slots}) == 1
+    assert s.reservation.slots[0].node.startswith("dgx1")
+
+
+def test_admin_scheduler_baseline_keeps_a_jobs_pods_on_one_host_and_gangs_on_gdr():
+    cluster = _kinds()
+    place = admin_configured(best_fit)
+    used = [replace(n, used=frozenset(range(5))) if n.name == "pcie-0000" else n
+            for n in cluster]
+    # best-fit alone starts on the fullest node (3 free) and spreads the job over two
+    assert len({s.node for s in best_fit(used, GangRequest(4, 1)).slots}) == 2
+    p = place(used, GangRequest(4, 1))
+    assert len({s.node for s in p.slots}) == 1 and p.slots[0].node != "pcie-0000"
+    # best-fit alone puts a 16-GPU gang on the TCP servers too (its pods fit any node)
+    assert {s.node for s in place(used, GangRequest(2, 8)).slots} == {"dgx1-0000",
+                                                                      "dgx1-0001"}
+
+
+def test_the_worlds_bandwidth_is_the_cost_models_unless_the_world_differs():
+    cluster = _kinds()
+    by_name = {n.name: n for n in cluster}
+    for slots in ([ReplicaSlot(0, "pcie-0000", (0, 1, 2, 3))],
+                  [ReplicaSlot(0, "pcie-0000", (0, 1)), ReplicaSlot(1, "pcie-0001", (0, 1))],
+                  [ReplicaSlot(0, "dgx1-0000", (0,)), ReplicaSlot(1, "pcie-0001", (0,))],
+                  [ReplicaSlot(0, "dgx1-0000", tuple(range(8))),
+                   ReplicaSlot(1, "dgx1-0001", tuple(range(8)))]):
+        gang = GangRequest(len(slots), len(slots[0].gpus))
+        model = rated(cluster, gang, slots).bus_bandwidth_gbps
+        assert World().bandwidth(by_name, slots) == pytest.approx(model)
+    tcp = [ReplicaSlot(0, "pcie-0000", (0, 1)), ReplicaSlot(1, "pcie-0001", (0, 1))]
+    assert World(tcp_share=0.8).bandwidth(by_name, tcp) > World().bandwidth(by_name, tcp)
+    # the per-job error is seeded: the same job, the same factor; sigma 0 none
+    w = World(error_sigma=0.3)
+    assert w.error(3, 7) == w.error(3, 7) != w.error(3, 8)
+    assert World().error(3, 7) == 1.0
 
 
 def test_kueue_tas_packs_the_gang_into_the_fullest_rack_that_holds_it():
