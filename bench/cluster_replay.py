@@ -55,7 +55,7 @@ import os
 import random
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,7 +64,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `python bench/cluster_replay.py` from anywhere
     sys.path.insert(0, str(ROOT))
 
-from bench import replay_report  # noqa: E402
+from bench import mixed_generations, replay_report  # noqa: E402
 from bench.baselines import BASELINES  # noqa: E402
 from bench.baselines.admin import admin_configured  # noqa: E402
 from bench.baselines.best_fit import place as best_fit  # noqa: E402
@@ -125,6 +125,7 @@ MAIN = ("gputopo", "kueue-admin", "kueue-admin-a100-first", "best-fit-admin",
         "gputopo-admit")
 #: The policies of the sensitivity rows.
 SENSITIVITY = ("gputopo", "kueue-admin", "best-fit-admin", "go-gpuallocator-admin")
+CLUSTERS = ("homogeneous", "mixed-generations")
 #: Seeds: 1-5 tuned the product's waiting rule (issue 22) and chose the baselines' setups;
 #: 6-20 are held out, the ones the docs report.
 TUNING, HELD_OUT = "1-5", "6-20"
@@ -253,15 +254,31 @@ def make_queue(policy: str, cluster: list[NodeState], *,
                      max_wait_seconds=max_wait, packs=POLICIES[policy] is solve)
 
 
+#: How long a started job runs: (job, the world's bandwidth of its placement, the nodes it
+#: got, its model-error factor) -> (true efficiency, seconds).
+Clock = Callable[[Any, float, Sequence[NodeState], float], tuple[float, float]]
+
+
+def homogeneous_clock(job: Job, true_bw: float, nodes: Sequence[NodeState],
+                      error: float) -> tuple[float, float]:
+    """Work / the true efficiency: every GPU computes alike (the homogeneous replay)."""
+    eff = job.model.compute_s / step_s(
+        params=job.model.params, compute_s=job.model.compute_s, bus_gbps=true_bw,
+        gpus=job.gang.total_gpus, overlap=OVERLAP, error=error)
+    return eff, job.work_s / eff
+
+
 def replay(policy: str, cluster: list[NodeState], jobs: Sequence[Job], ideal: Ideal, *,
            max_wait: float = DEFAULT_MAX_WAIT_SECONDS, world: World | None = None,
-           seed: int = 0) -> tuple[dict[int, Ran], float]:
+           seed: int = 0, queue: Any = None, clock: Clock = homogeneous_clock,
+           ) -> tuple[dict[int, Ran], float]:
     """Arrivals and ends in time order, one queue pass after each; every job's run, and the
     stranded share of free GPUs averaged over the arrival window. The policies decide on
-    the cost model's predictions; a job runs for its work / its true efficiency in
-    ``world`` (bench.replay_world; None: the model's)."""
+    the cost model's predictions; a job runs as ``clock`` says with the placement's
+    bandwidth in ``world`` (bench.replay_world; None: the model's). ``queue``: the
+    policy's queue when the caller built it (default :func:`make_queue`)."""
     world = world or World()
-    queue = make_queue(policy, cluster, max_wait=max_wait)
+    queue = queue if queue is not None else make_queue(policy, cluster, max_wait=max_wait)
     by_key = {j.key: j for j in jobs}
     by_name = {n.name: n for n in cluster}
     ran: dict[int, Ran] = {}
@@ -274,15 +291,14 @@ def replay(policy: str, cluster: list[NodeState], jobs: Sequence[Job], ideal: Id
     def started(s: Any) -> None:
         job = by_key[s.key]
         bw = s.reservation.bus_bandwidth_gbps
-        true_bw = world.bandwidth(by_name, s.reservation.slots)
-        eff = job.model.compute_s / step_s(
-            params=job.model.params, compute_s=job.model.compute_s, bus_gbps=true_bw,
-            gpus=job.gang.total_gpus, overlap=OVERLAP, error=world.error(seed, job.id))
+        got = [by_name[n] for n in sorted({x.node for x in s.reservation.slots})]
+        eff, runs = clock(job, world.bandwidth(by_name, s.reservation.slots), got,
+                          world.error(seed, job.id))
 
         def of(best: float) -> float:
             return 1.0 if job.gang.total_gpus == 1 or best <= 0 else min(1.0, bw / best)
 
-        end = s.at + job.work_s / eff
+        end = s.at + runs
         ran[job.id] = Ran(s.at, end, eff, of(ideal.bandwidth(job.gang, reference=True)),
                           of(ideal.bandwidth(job.gang, reference=True, typical=False)), s.how)
         heapq.heappush(events, (end, 0, job.id))
@@ -319,14 +335,22 @@ def summary(policy: str, jobs: Sequence[Job], ran: dict[int, Ran], stranded: flo
 
 def run_one(load: float, seed: int, count: int, cluster: list[NodeState],
             policies: Sequence[str], ideal: Ideal, *, world: World | None = None,
-            max_wait: float = DEFAULT_MAX_WAIT_SECONDS) -> list[dict[str, Any]]:
+            max_wait: float = DEFAULT_MAX_WAIT_SECONDS, mixed: bool = False
+            ) -> list[dict[str, Any]]:
+    """Every policy on one seeded stream; ``mixed``: the mixed-generation mode
+    (bench.mixed_generations: compute charged per GPU model, its own baselines)."""
     world = world or WORLDS[MAIN_WORLD]
-    jobs = job_stream(count, seed, ideal=ideal, load=load)
+    scale = mixed_generations.capacity_ratio(cluster) if mixed else 1.0
+    jobs = job_stream(count, seed, ideal=ideal, load=load * scale)
     capacity = sum(len(n.topology.gpus) for n in cluster)
+    make = mixed_generations.queue_factory(seed, jobs) if mixed else None
+    clock = (mixed_generations.clock_for(seed, OVERLAP, step_s) if mixed
+             else homogeneous_clock)
     rows = []
     for name in policies:
         ran, stranded = replay(name, cluster, jobs, ideal, world=world, seed=seed,
-                               max_wait=max_wait)
+                               max_wait=max_wait, clock=clock,
+                               queue=make(name, cluster) if make else None)
         rows.append({"world": world.name, "load": load, "seed": seed,
                      **summary(name, jobs, ran, stranded, capacity)})
     return rows
@@ -365,8 +389,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="the policies run in the sensitivity worlds")
     ap.add_argument("--max-wait", type=float, default=DEFAULT_MAX_WAIT_SECONDS,
                     help="gputopo's maxWaitSeconds (the product's default 3600)")
+    ap.add_argument("--cluster", choices=CLUSTERS, default=CLUSTERS[0],
+                    help="homogeneous (the default: the replay above) or mixed-generations "
+                         "(bench/mixed_generations.py: H100 ... T4, compute charged per GPU "
+                         "model, its own baselines and defaults)")
     ap.add_argument("--json", metavar="FILE", help="also write every run's figures as JSON")
     args = ap.parse_args(argv)
+    mixed = args.cluster == "mixed-generations"
+    if mixed:  # the mode's own policies unless named; no sensitivity worlds unless named
+        given = set(argv or sys.argv[1:])
+        if not any(a.startswith("--policies") for a in given):
+            args.policies = ",".join(mixed_generations.POLICIES)
+        if not any(a.startswith("--worlds") for a in given):
+            args.worlds = MAIN_WORLD
     try:
         loads = [float(x) for x in args.loads.split(",") if x.strip()]
         seeds = _ints(args.seeds)
@@ -375,11 +410,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     sens = [p.strip() for p in args.sensitivity_policies.split(",") if p.strip()]
     worlds = [w.strip() for w in args.worlds.split(",") if w.strip()]
-    for what, names, known in (("policy", policies + sens, KNOWN), ("world", worlds, WORLDS)):
+    known_policies = mixed_generations.POLICIES if mixed else KNOWN
+    for what, names, known in (("policy", policies + (sens if len(worlds) > 1 else []),
+                                known_policies), ("world", worlds, WORLDS)):
         unknown = [n for n in names if n not in known]
         if unknown:
             ap.error(f"unknown {what} {unknown[0]!r} (known: {', '.join(known)})")
-    cluster = replay_cluster()
+    cluster = mixed_generations.mixed_cluster() if mixed else replay_cluster()
     ideal = Ideal(cluster)
     t0 = time.perf_counter()
     rows, side = [], []
@@ -388,13 +425,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             for seed in seeds:
                 main_world = w == worlds[0]
                 out = run_one(load, seed, args.jobs, cluster, policies if main_world else sens,
-                              ideal, world=WORLDS[w], max_wait=args.max_wait)
+                              ideal, world=WORLDS[w], max_wait=args.max_wait, mixed=mixed)
                 if main_world:
                     rows.extend(out)  # and, when there are other worlds, their reference
                 side.extend(r for r in out if r["policy"] in sens and len(worlds) > 1)
     took = time.perf_counter() - t0
     gpus = sum(len(n.topology.gpus) for n in cluster)
-    print(f"## Cluster replay: {len(cluster)} nodes, {gpus} GPUs; {args.jobs} jobs per run; "
+    title = "Mixed-generation replay" if mixed else "Cluster replay"
+    print(f"## {title}: {len(cluster)} nodes, {gpus} GPUs; {args.jobs} jobs per run; "
           f"loads {', '.join(map(str, loads))}; seeds {args.seeds}; the clock: "
           f"{worlds[0]}; {took:.0f} s, load average {os.getloadavg()[0]:.1f} on "
           f"{os.cpu_count()} cores\n")

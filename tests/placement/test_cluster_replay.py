@@ -196,3 +196,30 @@ def test_alibaba_replay_without_the_data_says_so_in_one_line(tmp_path, capsys):
     assert alibaba_replay.main(["--data", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no Alibaba trace at" in err[0]
+
+
+def test_mixed_generations_nodes_carry_gfd_labels_and_compute_is_charged_per_model(capsys):
+    from bench import mixed_generations as mg
+
+    cluster = mg.mixed_cluster()
+    models = {n.name.split("-")[0]: n.gpu_model.name for n in cluster}
+    assert models == {"h100": "H100-SXM5-80GB", "a100": "A100-SXM4-80GB",
+                      "v100": "V100-SXM2-32GB", "l40s": "L40S", "t4": "T4"}
+    assert all(n.facts.labels["nvidia.com/gpu.product"] for n in cluster)
+    h100, t4 = (next(n for n in cluster if n.name.startswith(k)) for k in ("h100", "t4"))
+    # a compute-bound job gains more from an H100 than a memory-bound one; the reference 1
+    assert mg.speed(h100.gpu_model, 1.0) > mg.speed(h100.gpu_model, 0.2) > 1 > mg.speed(
+        t4.gpu_model, 0.2)
+    assert mg.speed(mg.REFERENCE, 0.7) == pytest.approx(1.0)
+    # the clock: the same one-GPU job runs longer on a T4 than on an H100
+    ideal = cluster_replay.Ideal(cluster)
+    job = next(j for j in cluster_replay.job_stream(20, 1, ideal=ideal, load=0.5)
+               if j.gang.total_gpus == 1)
+    clock = mg.clock_for(1, 0.5, cluster_replay.step_s)
+    assert clock(job, 0.0, [t4], 1.0)[1] > clock(job, 0.0, [h100], 1.0)[1]
+    assert cluster_replay.main(["--cluster", "mixed-generations", "--jobs", "40", "--seeds",
+                                "2", "--loads", "0.7"]) == 0
+    out = capsys.readouterr().out
+    assert "## Mixed-generation replay" in out
+    for p in mg.POLICIES:
+        assert f"| 0.7 | {p} |" in out
