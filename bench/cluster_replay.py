@@ -391,7 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--max-wait", type=float, default=DEFAULT_MAX_WAIT_SECONDS,
                     help="gputopo's maxWaitSeconds (the product's default 3600)")
     ap.add_argument("--cluster", choices=CLUSTERS, default=CLUSTERS[0],
-                    help="homogeneous (the default: the replay above) or mixed-generations "
+                    help="homogeneous (default: the 32-node DGX-1/A100/PCIe replay) or "
+                         "mixed-generations "
                          "(bench/mixed_generations.py: H100 ... T4, compute charged per GPU "
                          "model, its own baselines and defaults)")
     ap.add_argument("--json", metavar="FILE", help="also write every run's figures as JSON")
@@ -403,6 +404,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.policies = ",".join(mixed_generations.POLICIES)
         if not any(a.startswith("--worlds") for a in given):
             args.worlds = MAIN_WORLD
+        if not any(a.startswith("--sensitivity-policies") for a in given):
+            args.sensitivity_policies = args.policies
     try:
         loads = [float(x) for x in args.loads.split(",") if x.strip()]
         seeds = _ints(args.seeds)

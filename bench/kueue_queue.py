@@ -104,7 +104,7 @@ class KueueQueue:
         self._states: dict[str, tuple[int, list[NodeState]]] = {}
 
     def arrive(self, key: GangKey, gang: GangRequest, now: float) -> Started | None:
-        made = self._admit(key, gang, now)
+        made = self._admit(key, gang, now, "admission")
         if made is None:
             self.waiting.append((key, gang, now))
         return made
@@ -115,7 +115,7 @@ class KueueQueue:
         out: list[Started] = []
         still = []
         for key, gang, since in self.waiting:
-            made = self._admit(key, gang, now)
+            made = self._admit(key, gang, now, "queue")
             if made is None:
                 still.append((key, gang, since))
             else:
@@ -136,7 +136,7 @@ class KueueQueue:
         return {n: set(g) for n, g in self._held.items() if g}
 
     # --- helpers -------------------------------------------------------------------------
-    def _admit(self, key: GangKey, gang: GangRequest, now: float) -> Started | None:
+    def _admit(self, key: GangKey, gang: GangRequest, now: float, how: str) -> Started | None:
         one_node = gang.total_gpus <= self._node_gpus
         for f in self.setup.flavors:
             if not one_node and self.setup.gangs_on_gdr and not f.gdr:
@@ -145,7 +145,7 @@ class KueueQueue:
                 continue  # quota: try the next flavor
             p = self._place(f, gang, one_node)
             if p.feasible:
-                return self._start(key, f, p, now)
+                return self._start(key, f, p, now, how)
         return None
 
     def _flavor_nodes(self, f: Flavor) -> list[NodeState]:
@@ -164,7 +164,7 @@ class KueueQueue:
             return tas_place(nodes, gang, level="hostname", required=True)
         return tas_place(nodes, gang, level=self.setup.gang_level, required=False)
 
-    def _start(self, key: GangKey, f: Flavor, p: Placement, now: float) -> Started:
+    def _start(self, key: GangKey, f: Flavor, p: Placement, now: float, how: str) -> Started:
         r = GangReservation(key=key, slots=p.slots, bus_bandwidth_gbps=p.bus_bandwidth_gbps,
                             reason="kueue")
         for s in p.slots:
@@ -173,4 +173,4 @@ class KueueQueue:
         self._flavor_of[key] = f.name
         self._used[f.name] += sum(len(s.gpus) for s in p.slots)
         self._version += 1
-        return Started(key, now, r, "admission")
+        return Started(key, now, r, how)
