@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from gputopo.placement.objective import span_of
 from gputopo.placement.types import NodeState, ReplicaSlot
-from gputopo.topology.cost import SPAN_FACTOR, ring_bus_bandwidth, step_time_s
+from gputopo.topology.cost import SPAN_FACTOR, domain_gbps, ring_bus_bandwidth, step_time_s
 from gputopo.topology.transport import TRANSPORT_EFFICIENCY
 
 
@@ -61,8 +61,12 @@ class World:
         touched = [nodes[n] for n in sorted(shares)]
         worst = min((ring_bus_bandwidth(nodes[n].topology, g) for n, g in shares.items()
                      if len(g) > 1), default=math.inf)
-        slowest = min(self._effective_gbps(n) for n in touched)
-        return min(worst, slowest / 8.0 * self.span_factor[span_of(touched)])
+        span = span_of(touched)
+        if span == "nvlink-domain":  # the fabric, not the network (cost.gang_bus_bandwidth)
+            slowest = min(domain_gbps(n.topology) for n in touched)
+        else:
+            slowest = min(self._effective_gbps(n) for n in touched)
+        return min(worst, slowest / 8.0 * self.span_factor[span])
 
     def _effective_gbps(self, n: NodeState) -> float:
         if n.network_transport == "tcp" and n.network_efficiency is None:

@@ -146,6 +146,13 @@ def test_the_worlds_bandwidth_is_the_cost_models_unless_the_world_differs():
         gang = GangRequest(len(slots), len(slots[0].gpus))
         model = rated(cluster, gang, slots).bus_bandwidth_gbps
         assert World().bandwidth(by_name, slots) == pytest.approx(model)
+    # two GB200 trays of one NVLink domain: the fabric's rate, not the network's
+    from bench.nvl72_latency import tray
+    trays = [tray(0, 0, frozenset()), tray(0, 1, frozenset())]
+    slots = [ReplicaSlot(0, trays[0].name, (0, 1, 2, 3)), ReplicaSlot(1, trays[1].name,
+                                                                   (0, 1, 2, 3))]
+    assert World().bandwidth({n.name: n for n in trays}, slots) == pytest.approx(
+        rated(trays, GangRequest(2, 4), slots).bus_bandwidth_gbps)
     tcp = [ReplicaSlot(0, "pcie-0000", (0, 1)), ReplicaSlot(1, "pcie-0001", (0, 1))]
     assert World(tcp_share=0.8).bandwidth(by_name, tcp) > World().bandwidth(by_name, tcp)
     # the per-job error is seeded: the same job, the same factor; sigma 0 none
