@@ -6,9 +6,6 @@ Without the programs every test here is skipped with one line saying what to pro
 
 from __future__ import annotations
 
-import functools
-import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,28 +17,8 @@ REPO = TESTS.parent
 if str(TESTS) not in sys.path:  # k8s_double
     sys.path.insert(0, str(TESTS))
 
-from harness import Deployment, Programs, make_deployment  # noqa: E402
+from harness import Deployment, Programs, find_programs, make_deployment  # noqa: E402
 from k8s_double import KubeApiDouble, running_double  # noqa: E402
-
-SKIP_REASON = ("real-Kubernetes programs not available: set GPUTOPO_K8S_BIN to a directory "
-               "holding admitcheck/schedsim/podupdatecheck, or provide ../shared/k8s/install.sh")
-
-
-@functools.cache
-def find_programs() -> Path | str:
-    """The directory of admitcheck, schedsim, podupdatecheck, ... (../shared/k8s/README.md):
-    ``$GPUTOPO_K8S_BIN``, else what ``../shared/k8s/install.sh`` prints; else why not."""
-    if d := os.environ.get("GPUTOPO_K8S_BIN"):
-        if not (Path(d) / "admitcheck").exists():
-            return f"GPUTOPO_K8S_BIN={d} holds no admitcheck"
-        return Path(d)
-    install = REPO.parent / "shared" / "k8s" / "install.sh"
-    if not install.is_file():
-        return SKIP_REASON
-    p = subprocess.run(["bash", str(install)], capture_output=True, text=True, timeout=300)
-    if p.returncode != 0:
-        return f"real-Kubernetes programs did not install: {p.stderr.strip()}"
-    return Path(p.stdout.strip())
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import json
 import os
 import re
@@ -85,6 +86,27 @@ class Programs:
             ) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(self.bin / program), *map(str, args)], capture_output=True,
                               text=True, timeout=timeout)
+
+
+SKIP_REASON = ("real-Kubernetes programs not available: set GPUTOPO_K8S_BIN to a directory "
+               "holding admitcheck/schedsim/podupdatecheck, or provide ../shared/k8s/install.sh")
+
+
+@functools.cache
+def find_programs() -> Path | str:
+    """The directory of admitcheck, schedsim, podupdatecheck, ... (../shared/k8s/README.md):
+    ``$GPUTOPO_K8S_BIN``, else what ``../shared/k8s/install.sh`` prints; else why not."""
+    if d := os.environ.get("GPUTOPO_K8S_BIN"):
+        if not (Path(d) / "admitcheck").exists():
+            return f"GPUTOPO_K8S_BIN={d} holds no admitcheck"
+        return Path(d)
+    install = REPO.parent / "shared" / "k8s" / "install.sh"
+    if not install.is_file():
+        return SKIP_REASON
+    p = subprocess.run(["bash", str(install)], capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        return f"real-Kubernetes programs did not install: {p.stderr.strip()}"
+    return Path(p.stdout.strip())
 
 
 # ---------------------------------------------------------------- gputopo as deployed
