@@ -24,8 +24,10 @@ The flow, as in a cluster:
 5. ``schedsim`` binds the admitted Pods with the generated KubeSchedulerConfiguration and
    the PodGroups read back from the double, on the same Nodes.
 
-:func:`schedule` takes nodes, other objects and pods and runs either scheduler: the DRA
-scenarios (``schedsim136`` with ResourceSlices, DeviceClasses, claims) reuse it.
+For the DRA scenarios (1.36): :func:`admit` / :func:`admit_and_store` take
+``program="admitcheck136"``, and :func:`schedule` takes nodes, other objects
+(DeviceClasses, ResourceSlices, ResourceClaim(Template)s: ``--objects``) and pods with
+``program="schedsim136"``; :func:`assert_bound_where_pinned` checks the result.
 """
 
 from __future__ import annotations
@@ -285,29 +287,31 @@ def running_pod(name: str, node: str, gpus: Sequence[int], *, resource: str,
 
 
 def admit(programs: Programs, deployment: Deployment, served: Served,
-          ns: Mapping[str, Any], pod: Mapping[str, Any], work: Path) -> dict[str, Any]:
+          ns: Mapping[str, Any], pod: Mapping[str, Any], work: Path, *,
+          program: str = "admitcheck") -> dict[str, Any]:
     """The pod through ``admitcheck`` (defaulting, our webhook over HTTPS, validation, Pod
-    Security); the admitted pod. Anything but exit 0 fails the test with the message."""
+    Security); the admitted pod. Anything but exit 0 fails the test with the message.
+    ``program``: ``admitcheck136`` for pods 1.30 cannot hold (DRA ``resourceClaims``)."""
     work.mkdir(parents=True, exist_ok=True)
     label = pod["metadata"].get("name") or pod["metadata"].get("generateName")
     pod_file = dump(work / f"{label}.pod.yaml", [pod])
     ns_file = dump(work / f"{ns['metadata']['name']}.ns.yaml", [ns])
-    p = programs.run("admitcheck", "--webhooks", deployment.webhooks, "--namespace", ns_file,
+    p = programs.run(program, "--webhooks", deployment.webhooks, "--namespace", ns_file,
                      "--pod", pod_file, "--service-addr", served.addr)
-    assert p.returncode == 0, (f"admitcheck {label}: exit {p.returncode}\n{p.stderr}\n"
+    assert p.returncode == 0, (f"{program} {label}: exit {p.returncode}\n{p.stderr}\n"
                                f"--- gputopo serve:\n{served.stderr()[-3000:]}")
     assert "Failed calling webhook" not in p.stderr, p.stderr
     return yaml.safe_load(p.stdout)
 
 
 def admit_and_store(programs: Programs, deployment: Deployment, served: Served, kube: Any,
-                    ns: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], work: Path
-                    ) -> list[dict[str, Any]]:
+                    ns: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], work: Path, *,
+                    program: str = "admitcheck") -> list[dict[str, Any]]:
     """Each pod admitted in creation order and stored in the double (as the API server
     stores it), so the webhook's live view sees it for the next one; the stored pods."""
     stored = []
     for pod in pods:
-        admitted = admit(programs, deployment, served, ns, pod, work)
+        admitted = admit(programs, deployment, served, ns, pod, work, program=program)
         admitted["metadata"].pop("creationTimestamp", None)
         stored.append(kube.apply(admitted))
     return stored
