@@ -128,3 +128,21 @@ def test_an_mpijob_dumped_without_its_launcher_job(tmp_path, capsys):
     f.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
     rows = _rows(capsys, str(f))
     assert [r[0] for r in rows] == _pod_names(items)
+
+
+@pytest.mark.parametrize("dump", [*JOB_FILES, *(f"pending-{d}" for d in JOB_FILES)])
+def test_a_dump_is_placed_as_its_pods_alone_with_their_owners_in_the_cluster(dump, tmp_path,
+                                                                            capsys):
+    """The dump in one file, or its pods alone with the rest (the jobs and what their
+    controllers made) in the ``--cluster`` file beside the demo's nodes, as a user holding
+    ``kubectl get nodes,...`` would split it: the same table, row for row."""
+    from gputopo.cluster.demo import demo_cluster_path
+
+    items = _items(DUMPS / dump)
+    cluster, pods = tmp_path / "cluster.yaml", tmp_path / "pods.yaml"
+    demo = [d for d in yaml.safe_load_all(demo_cluster_path().read_text()) if d]
+    cluster.write_text(yaml.safe_dump_all([*demo, *_without(items, "Pod")]))
+    pods.write_text(yaml.safe_dump_all([o for o in items if o["kind"] == "Pod"]))
+    whole = _rows(capsys, str(DUMPS / dump))
+    alone = _rows(capsys, "--cluster", str(cluster), str(pods))
+    assert alone == whole
