@@ -25,8 +25,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "print the mutated Pods (or their JSON patches) as multi-document YAML, or a table "
             "of where each pod goes. The files may also hold the Pods' Namespaces and owning "
             "jobs; a training job (PyTorchJob, TFJob, MPIJob v1/v2beta1, JobSet, TrainJob with "
-            "its runtime in the files or one Trainer ships) whose pods are not in the files is "
-            "expanded into the pods its operators create. FILE may be - (stdin). "
+            "its runtime in the files or one Trainer ships) is expanded into the pods its "
+            "operators create, unless the files hold them (or its JobSet or Jobs: a dump of "
+            "a live namespace, kubectl get trainjob,jobset,job,pod -o yaml). FILE may be - "
+            "(stdin). "
             "Warnings go to stderr."
         ),
     )

@@ -1,10 +1,12 @@
 """``gputopo mutate``: offline admission of Pods from files, through the server's own path.
 
 Training jobs in the input (PyTorchJob, TFJob, MPIJob v1/v2beta1, JobSet, TrainJob: with
-the (Cluster)TrainingRuntimes of the input, else those Trainer ships) whose pods the input
-does not already hold are expanded into exactly the objects their operator creates
-(:mod:`gputopo.operators`), with a made-up but stable uid, so a user can dry-run the job
-YAML they actually have. Objects without a namespace go to ``--namespace``.
+the (Cluster)TrainingRuntimes of the input, else those Trainer ships) are expanded into
+exactly the objects their operator creates (:mod:`gputopo.operators`), with a made-up but
+stable uid, so a user can dry-run the job YAML they actually have; unless the input already
+holds what the job's controllers made of it (a dump of a live namespace, ``kubectl get
+trainjob,jobset,job,pod -o yaml``): then the pods given are the ones admitted. Objects
+without a namespace go to ``--namespace``.
 
 Why through ``Admitter.handle_body``: a dry run that took a shortcut would show what the
 shortcut does, not what the webhook does. Each Pod becomes a real AdmissionReview body;
@@ -117,21 +119,74 @@ def _place_in_namespace(obj: dict[str, Any], namespace: str) -> None:
         meta["namespace"] = namespace
 
 
-def _owned_job(obj: dict[str, Any], jobs_by_owner: dict[tuple[str, str, str], Any],
-               batch_parents: dict[tuple[str, str], tuple[str, str, str]]
-               ) -> tuple[str, str, str] | None:
-    """(namespace, kind, name) of the training job an input object belongs to, if any."""
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+#: Kubeflow job kinds whose pods carry ``training.kubeflow.org/job-name`` (training-operator,
+#: mpi-operator): a pod so labelled belongs to the job of that name.
+_KUBEFLOW_KINDS = ("PyTorchJob", "TFJob", "MPIJob")
+_JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+
+
+def _parents(obj: Mapping[str, Any]) -> list[tuple[str, str, str]]:
+    """(namespace, kind, name) of what made ``obj``: its controller ownerReference, and what
+    its controllers' labels name (a link a dump may lack: ``kubectl get trainjob,pod`` has
+    no JobSet nor Job): ``jobset.sigs.k8s.io/jobset-name`` (JobSet's Jobs and pods) and
+    ``training.kubeflow.org/job-name`` (the Kubeflow operators' pods, a launcher's too)."""
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
     ns = str(meta.get("namespace") or "")
-    for ref in meta.get("ownerReferences") or []:
-        if not isinstance(ref, dict) or ref.get("controller") is not True:
-            continue
-        key = (ns, str(ref.get("kind")), str(ref.get("name")))
-        if key in jobs_by_owner:
-            return key
-        if ref.get("kind") == "Job":
-            return batch_parents.get((ns, str(ref.get("name"))))
-    return None
+    out = [(ns, str(ref.get("kind")), str(ref.get("name")))
+           for ref in meta.get("ownerReferences") or []
+           if isinstance(ref, Mapping) and ref.get("controller") is True]
+    labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
+    if isinstance(labels.get(_JOBSET_NAME_LABEL), str):
+        out.append((ns, "JobSet", labels[_JOBSET_NAME_LABEL]))
+    if isinstance(labels.get(names.JOB_NAME_LABEL), str):
+        out += [(ns, kind, labels[names.JOB_NAME_LABEL]) for kind in _KUBEFLOW_KINDS]
+    return out
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str, str]:
+    meta = obj["metadata"]
+    return str(meta.get("namespace") or ""), str(obj.get("kind")), str(meta.get("name"))
+
+
+def _same_uids(value: Any, uids: Mapping[str, str]) -> Any:
+    """``value`` with every string that is a key of ``uids`` replaced by its value."""
+    if isinstance(value, str):
+        return uids.get(value, value)
+    if isinstance(value, list):
+        return [_same_uids(v, uids) for v in value]
+    if isinstance(value, dict):
+        return {k: _same_uids(v, uids) for k, v in value.items()}
+    return value
+
+
+def _made_by_input(found: Sequence[tuple[str, dict[str, Any]]]) -> set[tuple[str, str, str]]:
+    """(namespace, kind, name) of every object a Pod or a training job of the input
+    descends from.
+
+    Why: a dump of a live namespace (``kubectl get trainjob,jobset,job,pod -o yaml``) holds
+    a job *and* what its controllers made of it; expanding the job again would invent a
+    second set of pods beside the real ones. The chain is followed through the input's own
+    objects (TrainJob -> JobSet -> Job -> Pod; MPIJob -> launcher Job -> Pod) and, where the
+    input lacks a link, by the controllers' labels (:func:`_parents`) and by Trainer's rule
+    that a TrainJob's JobSet has the TrainJob's name (FACTS.md, Trainer's jobset plugin).
+    """
+    by_key = {_key(o): o for _, o in found}
+    made: set[tuple[str, str, str]] = set()
+    for _, obj in found:
+        if obj.get("kind") != "Pod" and not is_training_job(obj):
+            continue  # a Job without its pods given: its JobSet (or MPIJob) still expands
+        stack = _parents(obj)
+        while stack:
+            parent = stack.pop()
+            if parent in made:
+                continue
+            made.add(parent)
+            ns, kind, name = parent
+            if parent in by_key:
+                stack += _parents(by_key[parent])
+            elif kind == "JobSet":
+                stack.append((ns, "TrainJob", name))
+    return made
 
 
 def _fill_owner_uids(obj: dict[str, Any], uids: Mapping[tuple[str, str, str], str],
@@ -156,7 +211,8 @@ def read_inputs(files: Sequence[Path], *, namespace: str = "default",
                 ) -> tuple[list[InputPod], list[dict[str, Any]]]:
     """Pods to admit (in order) and the other objects (Namespaces, jobs) of the files.
 
-    A training job none of whose pods is in the input is expanded into its operator's
+    A training job none of whose descendants (pods, or what its controllers made: a
+    TrainJob's JobSet, a JobSet's Jobs) is in the input is expanded into its operator's
     objects, at the job's place in the input; objects without a namespace get ``namespace``;
     a job without a uid gets a made-up one, and so do its pods' owner references that lack
     it (each said in ``notes``).
@@ -191,30 +247,31 @@ def read_inputs(files: Sequence[Path], *, namespace: str = "default",
     for _, obj in found:
         if obj.get("kind") == "Pod":
             _fill_owner_uids(obj, uids, notes)
-    batch_parents: dict[tuple[str, str], tuple[str, str, str]] = {}
-    for _, obj in found:
-        if obj.get("kind") == "Job" and obj.get("apiVersion") == "batch/v1":
-            owner = _owned_job(obj, jobs, {})
-            if owner is not None:
-                batch_parents[(obj["metadata"]["namespace"], obj["metadata"]["name"])] = owner
-    with_pods = {_owned_job(o, jobs, batch_parents) for _, o in found if o.get("kind") == "Pod"}
+    made = _made_by_input(found)  # jobs whose controllers' objects are given: not expanded
     runtimes = [o for _, o in found if is_runtime(o)]  # what a TrainJob of the input names
+    given = {_key(o): o for _, o in found}
     pods: list[InputPod] = []
     others: list[dict[str, Any]] = []
     for file, item in found:
         key = (item["metadata"].get("namespace"), item.get("kind"), item["metadata"].get("name"))
-        if is_training_job(item) and key not in with_pods:
+        if is_training_job(item) and key not in made:
             job = item
             others.append(job)
             try:
                 created = expand(job, runtimes=runtimes)
             except InputError as exc:
                 raise InputError(exc.reason, file=file, obj=_label(job)) from None
+            # what the input already holds of it (a JobSet's Jobs dumped before their pods)
+            # stands for the expanded object: the pods name its uid
+            uids = {o["metadata"]["uid"]: given[_key(o)]["metadata"]["uid"] for o in created
+                    if o["kind"] != "Pod" and _key(o) in given
+                    and o["metadata"].get("uid") and given[_key(o)]["metadata"].get("uid")}
             for obj in created:
                 if obj["kind"] == "Pod":
+                    obj = _same_uids(obj, uids)
                     label = _label(obj)
                     pods.append(InputPod(_as_json(obj, file, label), file, label))
-                else:
+                elif _key(obj) not in given:
                     others.append(obj)
         elif item.get("kind") == "Pod":
             label = _label(item)

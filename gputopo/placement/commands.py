@@ -180,7 +180,7 @@ def _place(args: argparse.Namespace) -> int:
         gang = GangRequest(replicas=args.replicas, gpus_per_replica=args.gpus_per_replica)
         pod: dict[str, Any] = {}
     from gputopo.cluster.demo import cluster_or_demo
-    from gputopo.cluster.node_resources import pod_demand, solve_fitting
+    from gputopo.cluster.node_resources import solve_fitting
 
     shares = transport_shares(args.transport_share)
     snapshot = cluster_or_demo(args.cluster)
@@ -188,10 +188,10 @@ def _place(args: argparse.Namespace) -> int:
     for warning in snapshot.warnings:
         print(f"gputopo: warning: {snapshot.source}: {warning}", file=sys.stderr)
     try:
-        # a job's pods ask for CPU, memory and more besides GPUs: a node holds only as
-        # many of them as its allocatable resources leave room for (what the webhook checks)
-        demand = pod_demand(pod) if pod else {}
-        placement = solve_fitting(solve, nodes, with_bar(nodes, gang, demand), demand)
+        if pod:
+            placement = _judged(snapshot, pod, gang, shares)
+        else:  # no pod: no constraints, volumes nor requests besides the GPUs
+            placement = solve_fitting(solve, nodes, with_bar(nodes, gang, {}), {})
     except InputError as exc:
         raise InputError(exc.reason, file=snapshot.source) from exc
     if args.output == "json":
@@ -199,6 +199,35 @@ def _place(args: argparse.Namespace) -> int:
     else:
         print(render(placement, len(nodes)))
     return 0 if placement.feasible else 1
+
+
+def _judged(snapshot: Any, pod: dict[str, Any], gang: GangRequest,
+            shares: TransportShares) -> Placement:
+    """The job's gang solved and judged as the webhook admits its first GPU pod
+    (``GangReserver.judge``, which ``reserve()``, the dry run and ``gputopo queue`` share):
+    on the nodes the pod's nodeSelector, affinity and tolerations admit, less those its
+    volumes cannot reach (which neither hold it nor set its bar for a good one-node
+    placement), with the pod's CPU, memory and other requests. A placement the waiting rule
+    finds not good enough (the shipped policies' ``whenFull: wait``, default ``minShare``)
+    is still shown, with a note on stderr that the webhook gates the gang until a good one
+    frees up."""
+    from gputopo.cluster.node_resources import pod_demand
+    from gputopo.cluster.node_volumes import pod_volumes
+    from gputopo.cluster.reservations import InMemoryReservationStore
+    from webhook.placement.reserve import GangReserver, ruled_out
+
+    reserver = GangReserver(InMemoryReservationStore())
+    fit, free, excluded = reserver.fit_and_free(snapshot, pod, shares)
+    judged = reserver.judge(fit, free, gang, pod_demand(pod), pod_volumes(snapshot, pod),
+                            good_share=DEFAULT_MIN_SHARE, pack_share=DEFAULT_MIN_SHARE)
+    placement = judged.placement
+    if not placement.feasible:
+        return replace(placement, reason=ruled_out(placement.reason, judged.nodes.bound,
+                                                   excluded))
+    if judged.poor is not None:
+        print(f"gputopo: note: the webhook would not start it now (whenFull: wait): the gang "
+              f"waits, gated, for a good placement: {judged.poor.reason}", file=sys.stderr)
+    return placement
 
 
 def with_bar(nodes: Sequence[NodeState], gang: GangRequest, demand: Mapping[str, int]

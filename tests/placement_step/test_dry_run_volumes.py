@@ -175,3 +175,41 @@ def test_the_dry_run_shows_the_node_and_gpus_the_webhook_pins(tmp_path):
                                    for n in cluster if n["kind"] == "Node"},
                          ("cpu", "memory", "pods"))
     assert_node_ports_free(by_node)
+
+
+def test_place_answers_the_node_the_webhook_pins_and_says_when_it_waits(tmp_path, capsys):
+    """``gputopo place JOB`` solves and judges the job's gang as the webhook does
+    (``GangReserver.judge``): on the nodes its volume reaches, with the bar of their kinds.
+    It used to solve over every node: the A100s out of the volume's reach (issue 34)."""
+    from gputopo.cli import main
+
+    a100, pcie4 = fixture("dgx-a100.txt"), PCIE_4
+    cluster = [*STORAGE, node("dgx-1", fixture("dgx1-v100.txt"), ZONE),
+               node("a100-1", a100, ZONE), node("a100-2", a100, OTHER),
+               node("a100-3", a100, OTHER), node("pcie-1", pcie4, OTHER),
+               node("pcie-2", pcie4, OTHER)]
+    job = mounting("pinned", workers=2, gpus=4)
+    live = admitted(tmp_path, cluster, job, dry_run=False)
+    path, job_file = tmp_path / "cluster.yaml", tmp_path / "job.yaml"
+    path.write_text(dump_documents(cluster))
+    job_file.write_text(dump_documents([job]))
+    capsys.readouterr()
+    assert main(["place", "--cluster", str(path), "-o", "json", str(job_file)]) == 0
+    out, err = capsys.readouterr()
+    answer = json.loads(out)
+    assert sorted((s["node"], s["gpus"]) for s in answer["placements"]) == sorted(
+        (pinned_node(p), list(gpu_group(p))) for p in live)
+    assert "waits" not in err
+    # the gated cluster of the first test: place shows the best now and says it waits
+    dgx1 = fixture("dgx1-v100.txt")
+    gated = [*STORAGE, node("dgx-1", dgx1, ZONE), node("dgx-2", dgx1, ZONE),
+             node("pcie-1", fixture("pcie-2socket-phb.txt"), OTHER),
+             node("pcie-2", fixture("pcie-2socket-phb.txt"), OTHER),
+             running("busy-1", "dgx-1", "2,3,4,5,6,7"),
+             running("busy-2", "dgx-2", "2,3,4,5,6,7")]
+    path.write_text(dump_documents(gated))
+    job_file.write_text(dump_documents([mounting("gated", workers=2, gpus=1)]))
+    assert main(["place", "--cluster", str(path), "-o", "json", str(job_file)]) == 0
+    out, err = capsys.readouterr()
+    assert {s["node"] for s in json.loads(out)["placements"]} <= {"dgx-1", "dgx-2"}
+    assert "a good placement gives 40.2 GB/s" in err and "waits, gated" in err

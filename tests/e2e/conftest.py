@@ -1,0 +1,58 @@
+"""Fixtures of the end-to-end tests: the real Kubernetes programs (``../shared/k8s``), what
+``gputopo generate`` writes for a deployment, and a Kubernetes API TEST DOUBLE per test.
+
+Without the programs every test here is skipped with one line saying what to provide.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parents[1]
+REPO = TESTS.parent
+if str(TESTS) not in sys.path:  # k8s_double
+    sys.path.insert(0, str(TESTS))
+
+from harness import Deployment, Programs, find_programs, make_deployment  # noqa: E402
+from k8s_double import KubeApiDouble, running_double  # noqa: E402
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip every test here, from this one place, when the programs are missing: pytest
+    then folds the skips into one line of its summary (a fixture's skip would be reported
+    at each test's own line)."""
+    found = find_programs()
+    if isinstance(found, str):
+        pytest.skip(found)
+
+
+@pytest.fixture(scope="session")
+def k8s_bin() -> Path:
+    found = find_programs()
+    assert isinstance(found, Path)
+    return found
+
+
+@pytest.fixture(scope="session")
+def programs(k8s_bin: Path) -> Programs:
+    return Programs(k8s_bin)
+
+
+@pytest.fixture(scope="session")
+def deployments(tmp_path_factory: pytest.TempPathFactory, programs: Programs
+                ) -> dict[str, Deployment]:
+    """Per platform: the MutatingWebhookConfiguration, the KubeSchedulerConfiguration and
+    the policies ``gputopo generate`` writes, with one CA (``generate certs``)."""
+    del programs  # only made when the programs exist (else skipped before any work)
+    work = tmp_path_factory.mktemp("deploy")
+    return {p: make_deployment(work, p) for p in ("ack", "tke")}
+
+
+@pytest.fixture
+def kube() -> Iterator[KubeApiDouble]:
+    with running_double() as api:
+        yield api
