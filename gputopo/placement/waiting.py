@@ -87,6 +87,7 @@ from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, S
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
+from gputopo.placement.throughput import Speed, judged_share
 from gputopo.placement.types import GangRequest, NodeState
 from gputopo.topology.model import Topology
 
@@ -143,10 +144,21 @@ def share(bandwidth_gbps: float, best_gbps: float) -> float:
     return bandwidth_gbps / best_gbps
 
 
-def starts(bandwidth_gbps: float, best_gbps: float, need: float | None) -> bool:
+def starts(bandwidth_gbps: float | Speed, best_gbps: float | Speed, need: float | None,
+           compute_share: float | None = None) -> bool:
     """THE decision: a placement of ``bandwidth`` is taken when its share of ``best`` is at
-    least ``need`` (None: the gang may not wait, any feasible placement is taken)."""
-    return need is None or share(bandwidth_gbps, best_gbps) >= need - TOLERANCE
+    least ``need`` (None: the gang may not wait, any feasible placement is taken). Given
+    as :class:`~gputopo.placement.throughput.Speed` (GPU model and bandwidth), the share is
+    :func:`~gputopo.placement.throughput.judged_share` with the job's ``compute_share``:
+    the bandwidth share itself wherever the GPU models are equal."""
+    if need is None:
+        return True
+    if isinstance(bandwidth_gbps, Speed) or isinstance(best_gbps, Speed):
+        got = bandwidth_gbps if isinstance(bandwidth_gbps, Speed) else Speed(None,
+                                                                                bandwidth_gbps)
+        ref = best_gbps if isinstance(best_gbps, Speed) else Speed(None, best_gbps)
+        return judged_share(got, ref, compute_share) >= need - TOLERANCE
+    return share(bandwidth_gbps, best_gbps) >= need - TOLERANCE
 
 
 def rule_from_record(record: object) -> WaitingRule:
@@ -187,16 +199,20 @@ class NodeKind(NamedTuple):
     effective_gbps: float
     network_transport: str
     in_nvlink_domain: bool
+    #: the GPU model (name, TFLOPS: gputopo.placement.generations.model_key); None: unknown
+    gpu_model: tuple[str, float] | None = None
 
 
 def node_kind(node: NodeState) -> NodeKind:
-    """What makes two nodes alike for the reference: the GPU wiring (the topology: GPU
-    model, NVLink/NVSwitch, PCIe, sockets), the network as the all-reduce sees it (the
-    effective rate and the transport) and whether it is part of a multi-node NVLink domain.
-    Not its name, rack, zone or which domain: where a node is, is what a placement
-    chooses."""
+    """What makes two nodes alike for the reference: the GPU model (name and throughput),
+    the GPU wiring (the topology: NVLink/NVSwitch, PCIe, sockets), the network as the
+    all-reduce sees it (the effective rate and the transport) and whether it is part of a
+    multi-node NVLink domain. Not its name, rack, zone or which domain: where a node is,
+    is what a placement chooses."""
+    m = node.gpu_model
     return NodeKind(node.topology, node.effective_gbps, node.network_transport,
-                    node.nvlink_domain is not None)
+                    node.nvlink_domain is not None,
+                    None if m is None else (m.name, m.tflops))
 
 
 def one_node_holds(kind: Hashable, gang: GangRequest) -> bool:
@@ -225,6 +241,22 @@ def reference_bandwidth(kinds: Sequence[Hashable],
                         best_on: Callable[[frozenset[Hashable]], float],
                         gpus: Mapping[Hashable, int] | None = None,
                         gang: GangRequest | None = None) -> float:
+    """THE reference of a gang that may use nodes of ``kinds``, in bus bandwidth:
+    :func:`reference_speed` with ``best_on(ks)`` the gang's best bus bandwidth on the nodes
+    of kinds ``ks`` with every GPU free (0 when it does not fit there). What a caller that
+    knows no GPU model takes (the benchmarks' replays)."""
+    def speed_on(ks: frozenset[Hashable]) -> Speed | None:
+        b = best_on(ks)
+        return Speed(None, b) if b > 0 else None
+
+    ref = reference_speed(kinds, speed_on, gpus, gang)
+    return 0.0 if ref is None else ref.gbps
+
+
+def reference_speed(kinds: Sequence[Hashable],
+                    best_on: Callable[[frozenset[Hashable]], Speed | None],
+                    gpus: Mapping[Hashable, int] | None = None,
+                    gang: GangRequest | None = None) -> Speed | None:
     """THE reference of a gang that may use nodes of ``kinds`` (every kind of the nodes its
     pods may use). Without ``gpus``, the **slowest** kind's: the least of its bests on each
     kind alone that can hold it. With ``gpus`` (each kind's GPU count), the **typical**
@@ -233,11 +265,18 @@ def reference_bandwidth(kinds: Sequence[Hashable],
     ``gang`` that one node of the slowest kind holds (:func:`one_node_holds`): the slowest
     kind's for it too (its all-reduce stays inside one node; module docstring). When no
     kind can hold it alone, both are its best on all of them together.
-    ``best_on(ks)``: the gang's best bus bandwidth on the nodes of kinds ``ks`` with every
-    GPU free (0 when it does not fit there)."""
+    ``best_on(ks)``: the gang's best on the nodes of kinds ``ks`` with every GPU free, as
+    its slowest GPU's TFLOPS and its bus bandwidth (None when it does not fit there).
+    Kinds are ordered by the share the waiting rule compares (:func:`~gputopo.placement.
+    throughput.judged_share`, against the best compute and bandwidth of any kind): on
+    GPUs of one model that is the bandwidth's order."""
     if len(kinds) > 1:
-        alone = sorted((b, i) for i, b in enumerate(best_on(frozenset((k,))) for k in kinds)
-                       if b > 0)
+        bests = [best_on(frozenset((k,))) for k in kinds]
+        fits = [(b, i) for i, b in enumerate(bests) if b is not None]
+        top = Speed(max((b.tflops for b, _ in fits if b.tflops is not None), default=None),
+                    max((b.gbps for b, _ in fits), default=0.0))
+        c = gang.compute_share if gang is not None else None
+        alone = sorted(fits, key=lambda bi: (judged_share(bi[0], top, c), bi[0].gbps, bi[1]))
         if alone and (gpus is None or (
                 gang is not None and one_node_holds(kinds[alone[0][1]], gang))):
             return alone[0][0]
