@@ -37,14 +37,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from gputopo.placement.solver import solve
+from gputopo.placement.solver import GroupedNodes, solve
 from gputopo.placement.throughput import (
     DEFAULT_COMPUTE_SHARE,
     Speed,
     step,
 )
 from gputopo.placement.types import GangRequest, NodeState, Placement
-from gputopo.topology.gpus import FALLBACK, GpuModel
+from gputopo.topology.gpus import FALLBACK, GpuModel, gpu_model_key
 
 Solver = Callable[[Sequence[NodeState], GangRequest], Placement]
 
@@ -56,10 +56,7 @@ TIE_BAND = 0.1
 _SHOWN = 8
 
 
-def model_key(model: GpuModel | None) -> tuple[str, float] | None:
-    """What makes two nodes' GPUs one model for a gang: the name and the throughput (not
-    the memory: GFD's label differs by a few MiB between boards of one model)."""
-    return None if model is None else (model.name, model.tflops)
+model_key = gpu_model_key
 
 
 def tflops_of(model: GpuModel | None) -> float:
@@ -71,7 +68,10 @@ def tflops_of(model: GpuModel | None) -> float:
 def partitions(nodes: Sequence[NodeState]) -> list[list[NodeState]] | None:
     """``nodes`` by GPU model (:func:`model_key`), in order of first appearance; None when
     they are all of one model (or none says its model): the common case, one pass of
-    identity checks (equal labels give the very same GpuModel, gpu_model's cache)."""
+    identity checks (equal labels give the very same GpuModel, gpu_model's cache), or none
+    for the webhook's kept grouping, which knows it (``GroupedNodes.one_model``)."""
+    if isinstance(nodes, GroupedNodes) and nodes.one_model():
+        return None
     it = iter(nodes)
     first = next(it, None)
     if first is None:
