@@ -124,3 +124,20 @@ def test_mix_gpu_models_lets_a_gang_span_models_and_says_so(mutate, tmp_path):
     rec = record(got[0])
     assert rec["throughput"]["mixedGpuModels"] is True
     assert "paced by the slowest" in rec["reason"]
+
+
+
+def test_mutate_table_shows_the_share_of_the_best_placement_free_now(tmp_path, capsys):
+    from gputopo.cli import main
+
+    path = tmp_path / "job.yaml"
+    path.write_text(dump_documents(gang(mpijob("job", workers=2))))
+    capsys.readouterr()
+    assert main(["mutate", "--cluster", str(cluster(tmp_path)), "-o", "table",
+                 str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = lines[0].split()
+    assert header[:6] == ["POD", "NODE", "GPUS", "BUS", "GB/S", "SHARE"]
+    workers = [line.split() for line in lines[1:] if "-worker-" in line]
+    assert [w[1] for w in workers] == [A100, A100]
+    assert [w[4] for w in workers] == ["100%", "100%"]
