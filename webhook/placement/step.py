@@ -315,13 +315,15 @@ class PlacementStep:
     ) -> GangReservation | Unplaced:
         """Move ``slot`` to the best free GPUs for one replica near the rest of the gang
         (see :mod:`webhook.placement.slot_repair`); re-solve when another gang takes them first."""
-        one = GangRequest(1, gang.gpus_per_replica)
+        # one replica with the gang's needs (GPU memory, compute share)
+        one = replace(gang, replicas=1, max_replicas_per_node=None, good_gbps=None)
         others = [s for s in res.slots if s.replica != slot.replica]
         for _ in range(self.max_attempts):
             fit, free, excluded = self.reserver.fit_and_free(
                 ctx.cluster, ctx.pod, placement_settings(ctx.policy).transport_share)
             choice = None
-            for scope in repair_scopes(free, others, gang.per_node):
+            for scope in repair_scopes(free, others, gang.per_node,
+                                       mix_models=gang.mix_models):
                 placement = solve_fitting(self.solver, scope, one, pod_demand(ctx.pod))
                 if placement.feasible:
                     choice = placement.slots[0]
