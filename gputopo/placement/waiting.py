@@ -21,7 +21,16 @@ references, one per bar:
 - the floor of ``takeBest`` (after ``maxWaitSeconds``) against the **slowest** kind.
 
 A job's communication runs at that share; the whole step slows down at most as much
-(compute does not depend on the placement).
+(compute does not depend on the placement — on GPUs of one model).
+
+GPU models (gputopo.placement.generations): a node's kind includes its GPU model, a
+reference is a :class:`~gputopo.placement.throughput.Speed` (the slowest GPU's TFLOPS and
+the bus bandwidth), and the share is :func:`~gputopo.placement.throughput.judged_share`:
+for a job that states no compute share the worst case over every share,
+``min(R/R_ref, B/B_ref)`` — the bandwidth share itself wherever the models are equal, so
+everything below holds unchanged on a cluster of one model (or of none known) — and for a
+job that states one its throughput share. Callers that know no model pass bandwidths
+(:func:`reference_bandwidth`, :func:`starts` with floats), as the benchmarks' replays do.
 
 Why the typical kind for ``minShare``: a gang started on hardware far below most of the
 cluster's holds its GPUs for a long time. Measured against the slowest kind alone, a 32-GPU
@@ -44,9 +53,10 @@ GPU-hours held). Measured against the slowest kind, one-node jobs fill the PCIe 
 first and the NVLink servers on fast networks stay free for the gangs whose speed depends
 on them (goodput 0.90-0.91 at every load of the replay, docs/benchmarks.md). The price: a
 one-node job takes the slowest servers' best set while faster ones are free (8-GPU jobs'
-p95 completion time 3.45 -> 3.69 h at load 0.5). The rule speaks of bandwidth only: where
-the slowest-wired servers also have the slowest GPUs, keep jobs off them with a
-nodeSelector or affinity (nodes a job rules out are no part of either reference).
+p95 completion time 3.45 -> 3.69 h at load 0.5). Where the slowest-wired servers also have
+the slowest GPUs and the nodes say their GPU model, the solver's choice between models
+(gputopo.placement.generations) sends jobs to the faster models first; the reference and
+the share weigh the compute too (above).
 
 Why the slowest kind for the floor, and not the fastest anywhere: the rule guards against
 a *placement* that wastes GPUs, not against older GPUs. Against the fastest kind, a 4-GPU
