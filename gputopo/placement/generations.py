@@ -65,13 +65,13 @@ def tflops_of(model: GpuModel | None) -> float:
     return FALLBACK.tflops if model is None else model.tflops
 
 
-def partitions(nodes: Sequence[NodeState]) -> list[list[NodeState]] | None:
+def partitions(nodes: Sequence[NodeState]) -> list[Sequence[NodeState]] | None:
     """``nodes`` by GPU model (:func:`model_key`), in order of first appearance; None when
     they are all of one model (or none says its model): the common case, one pass of
     identity checks (equal labels give the very same GpuModel, gpu_model's cache), or none
     for the webhook's kept grouping, which knows it (``GroupedNodes.one_model``)."""
-    if isinstance(nodes, GroupedNodes) and nodes.one_model():
-        return None
+    if isinstance(nodes, GroupedNodes):
+        return None if nodes.one_model() else list(nodes.by_model())
     it = iter(nodes)
     first = next(it, None)
     if first is None:

@@ -15,9 +15,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gputopo import names
 from gputopo.cli import main
+from gputopo.cluster.snapshot import ClusterSnapshot
+from gputopo.placement.generations import solve_models
+from gputopo.placement.solver import GroupedNodes
+from gputopo.placement.types import GangRequest, NodeState
+from gputopo.topology.gpus import MODELS
 from gputopo.yamlio import load_documents
 
 MIXED = Path(__file__).resolve().parents[2] / "examples" / "mixed-generations-cluster.yaml"
@@ -176,3 +183,61 @@ def test_labels_of_one_model_change_nothing(tmp_path, capsys):
         assert "throughput" not in plain
         assert labelled["placements"] == plain["placements"]
         assert labelled["busBandwidthGBps"] == plain["busBandwidthGBps"]
+
+
+# --- the webhook's kept grouping on a mixed cluster ---------------------------------------
+
+_GPU_MODELS = (None, MODELS["V100-SXM2-16GB"], MODELS["A100-SXM4-80GB"],
+               MODELS["A100-SXM4-40GB"])
+
+
+def _mixed_nodes() -> list[NodeState]:
+    return ClusterSnapshot.from_file(str(MIXED)).node_states()
+
+
+@st.composite
+def _chains(draw: st.DrawFn) -> tuple[list[NodeState], list[list[NodeState]]]:
+    import dataclasses
+
+    base = _mixed_nodes()
+    count = draw(st.integers(2, 9))
+    models = draw(st.lists(st.sampled_from(_GPU_MODELS), min_size=1, max_size=3, unique=True))
+    nodes = []
+    for i in range(count):
+        b = base[i % len(base)]
+        nodes.append(dataclasses.replace(
+            b, name=f"n{i}", gpu_model=draw(st.sampled_from(models)),
+            used=frozenset(draw(st.sets(st.integers(0, 7), max_size=6)))))
+    steps = []
+    for _ in range(draw(st.integers(1, 4))):
+        step = []
+        for at in draw(st.lists(st.integers(0, count - 1), min_size=1, max_size=3,
+                                unique=True)):
+            change: dict = {"used": frozenset(draw(st.sets(st.integers(0, 7), max_size=8)))}
+            if draw(st.booleans()):  # relabelled: another GPU model
+                change["gpu_model"] = draw(st.sampled_from(models))
+            step.append(dataclasses.replace(nodes[at], **change))
+        steps.append(step)
+    return nodes, steps
+
+
+@settings(max_examples=40, deadline=None)
+@given(_chains(), st.sampled_from([GangRequest(1, 1), GangRequest(1, 4), GangRequest(2, 4),
+                                   GangRequest(2, 8, mix_models=True),
+                                   GangRequest(1, 2, min_memory_mib=30000)]))
+def test_kept_grouping_answers_as_the_plain_list_on_mixed_models(chain, gang):
+    """``solve_models`` on the webhook's GroupedNodes (its parts per GPU model kept up to
+    date by ``replaced``) gives what it gives on the plain node list, along replacement
+    chains that change used GPUs and GPU models."""
+    nodes, steps = chain
+    grouped = GroupedNodes(nodes)
+    grouped.by_model()  # made before the replacements: carried along the chain
+    current = {n.name: n for n in nodes}
+    for step in steps:
+        grouped = grouped.replaced(step)
+        current.update((n.name, n) for n in step)
+        plain = [current[n.name] for n in nodes]
+        assert list(grouped) == plain
+        a, b = solve_models(grouped, gang), solve_models(plain, gang)
+        assert (a.feasible, a.slots, a.bus_bandwidth_gbps, a.tflops, a.reason) == (
+            b.feasible, b.slots, b.bus_bandwidth_gbps, b.tflops, b.reason)
