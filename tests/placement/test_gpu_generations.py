@@ -241,3 +241,31 @@ def test_kept_grouping_answers_as_the_plain_list_on_mixed_models(chain, gang):
         a, b = solve_models(grouped, gang), solve_models(plain, gang)
         assert (a.feasible, a.slots, a.bus_bandwidth_gbps, a.tflops, a.reason) == (
             b.feasible, b.slots, b.bus_bandwidth_gbps, b.tflops, b.reason)
+
+
+def test_a_job_file_says_its_memory_need_and_compute_share(tmp_path, capsys):
+    """``place JOB``: the job's annotations (gputopo.io/gpu-memory, gputopo.io/compute-share)
+    as admission reads them; a bad value exits 2 naming the job."""
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+           "metadata": {"name": "big", "namespace": "default",
+                        "annotations": {names.GPU_MEMORY_ANNOTATION: "40Gi",
+                                        names.COMPUTE_SHARE_ANNOTATION: "0.5"}},
+           "spec": {"pytorchReplicaSpecs": {
+               "Master": {"replicas": 1, "template": {"spec": {"containers": [
+                   {"name": "pytorch", "image": "x",
+                    "resources": {"limits": {"nvidia.com/gpu": 4}}}]}}}}}}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job), encoding="utf-8")
+    code = main(["place", "--cluster", str(cluster(tmp_path, busy(A100, "0,1,2,3,4,5"))),
+                 str(path), "-o", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 1 and set(doc["ruledOutByGpuMemory"]) == {V100, T4}
+    code = main(["place", "--cluster", str(cluster(tmp_path)), str(path), "-o", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0 and nodes_of(doc) == {A100}
+    assert doc["throughput"]["computeShare"] == 0.5
+    job["metadata"]["annotations"][names.COMPUTE_SHARE_ANNOTATION] = "most"
+    path.write_text(yaml.safe_dump(job), encoding="utf-8")
+    assert main(["place", "--cluster", str(cluster(tmp_path)), str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "gputopo.io/compute-share" in err and "PyTorchJob default/big" in err
