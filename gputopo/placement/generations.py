@@ -56,9 +56,6 @@ TIE_BAND = 0.1
 _SHOWN = 8
 
 
-model_key = gpu_model_key
-
-
 def tflops_of(model: GpuModel | None) -> float:
     """The TFLOPS a node's GPUs are rated at; a node whose model nothing says, among nodes
     that do say theirs, as the slowest model of the table (conservative)."""
@@ -66,7 +63,7 @@ def tflops_of(model: GpuModel | None) -> float:
 
 
 def partitions(nodes: Sequence[NodeState]) -> list[Sequence[NodeState]] | None:
-    """``nodes`` by GPU model (:func:`model_key`), in order of first appearance; None when
+    """``nodes`` by GPU model (``gpu_model_key``), in order of first appearance; None when
     they are all of one model (or none says its model): the common case, one pass of
     identity checks (equal labels give the very same GpuModel, gpu_model's cache), or none
     for the webhook's kept grouping, which knows it (``GroupedNodes.one_model``)."""
@@ -79,13 +76,13 @@ def partitions(nodes: Sequence[NodeState]) -> list[Sequence[NodeState]] | None:
     model = first.gpu_model
     for n in it:
         m = n.gpu_model
-        if m is not model and model_key(m) != model_key(model):
+        if m is not model and gpu_model_key(m) != gpu_model_key(model):
             break
     else:
         return None
     parts: dict[tuple[str, float] | None, list[NodeState]] = {}
     for n in nodes:
-        parts.setdefault(model_key(n.gpu_model), []).append(n)
+        parts.setdefault(gpu_model_key(n.gpu_model), []).append(n)
     return list(parts.values()) if len(parts) > 1 else None
 
 
@@ -165,8 +162,8 @@ def _paced(p: Placement, nodes: Sequence[NodeState]
     models: list[GpuModel | None] = []
     seen: set[tuple[str, float] | None] = set()
     for n in nodes:
-        if n.name in touched and model_key(n.gpu_model) not in seen:
-            seen.add(model_key(n.gpu_model))
+        if n.name in touched and gpu_model_key(n.gpu_model) not in seen:
+            seen.add(gpu_model_key(n.gpu_model))
             models.append(n.gpu_model)
     return p, min(tflops_of(m) for m in models), models
 

@@ -99,6 +99,7 @@ from typing import Literal, NamedTuple
 
 from gputopo.placement.throughput import Speed, judged_share
 from gputopo.placement.types import GangRequest, NodeState
+from gputopo.topology.gpus import gpu_model_key
 from gputopo.topology.model import Topology
 
 AfterMaxWait = Literal["takeBest", "keepWaiting", "deny"]
@@ -209,7 +210,7 @@ class NodeKind(NamedTuple):
     effective_gbps: float
     network_transport: str
     in_nvlink_domain: bool
-    #: the GPU model (name, TFLOPS: gputopo.placement.generations.model_key); None: unknown
+    #: the GPU model (name, TFLOPS: gputopo.topology.gpus.gpu_model_key); None: unknown
     gpu_model: tuple[str, float] | None = None
 
 
@@ -219,10 +220,8 @@ def node_kind(node: NodeState) -> NodeKind:
     all-reduce sees it (the effective rate and the transport) and whether it is part of a
     multi-node NVLink domain. Not its name, rack, zone or which domain: where a node is,
     is what a placement chooses."""
-    m = node.gpu_model
     return NodeKind(node.topology, node.effective_gbps, node.network_transport,
-                    node.nvlink_domain is not None,
-                    None if m is None else (m.name, m.tflops))
+                    node.nvlink_domain is not None, gpu_model_key(node.gpu_model))
 
 
 def one_node_holds(kind: Hashable, gang: GangRequest) -> bool:
