@@ -97,7 +97,12 @@ from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, S
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
-from gputopo.placement.throughput import Speed, judged_share
+from gputopo.placement.throughput import (
+    DEFAULT_COMPUTE_SHARE,
+    Speed,
+    judged_share,
+    throughput_share,
+)
 from gputopo.placement.types import GangRequest, NodeState
 from gputopo.topology.gpus import gpu_model_key
 from gputopo.topology.model import Topology
@@ -276,16 +281,20 @@ def reference_speed(kinds: Sequence[Hashable],
     kind can hold it alone, both are its best on all of them together.
     ``best_on(ks)``: the gang's best on the nodes of kinds ``ks`` with every GPU free, as
     its slowest GPU's TFLOPS and its bus bandwidth (None when it does not fit there).
-    Kinds are ordered by the share the waiting rule compares (:func:`~gputopo.placement.
-    throughput.judged_share`, against the best compute and bandwidth of any kind): on
-    GPUs of one model that is the bandwidth's order."""
+    Kinds are ordered by the gang's predicted throughput on each (:func:`~gputopo.
+    placement.throughput.throughput_share` with its compute share, the default when it
+    states none, against the best compute and bandwidth of any kind; not the worst case
+    the decision takes, which is no order: at compute share 0 a T4 box wired better than a
+    V100 one would rank above it): on GPUs of one model that is the bandwidth's order."""
     if len(kinds) > 1:
         bests = [best_on(frozenset((k,))) for k in kinds]
         fits = [(b, i) for i, b in enumerate(bests) if b is not None]
         top = Speed(max((b.tflops for b, _ in fits if b.tflops is not None), default=None),
                     max((b.gbps for b, _ in fits), default=0.0))
-        c = gang.compute_share if gang is not None else None
-        alone = sorted(fits, key=lambda bi: (judged_share(bi[0], top, c), bi[0].gbps, bi[1]))
+        c = DEFAULT_COMPUTE_SHARE if gang is None or gang.compute_share is None else \
+            gang.compute_share
+        alone = sorted(fits, key=lambda bi: (throughput_share(bi[0], top, c), bi[0].gbps,
+                                             bi[1]))
         if alone and (gpus is None or (
                 gang is not None and one_node_holds(kinds[alone[0][1]], gang))):
             return alone[0][0]
