@@ -11,7 +11,7 @@ shared piece; callers pass the cluster reader, the pod whose constraints decide 
 and their free GPUs are worked out in :mod:`webhook.placement.fitting`; the reserver keeps
 those answers between gangs, the waiting rule's reference, :func:`gang_nodes` (the nodes a
 gang is judged against) and :meth:`GangReserver.judge` (the solve and its judgement without
-the claim, which the admission step's preview and ``gputopo queue`` take too). About 620
+the claim, which the admission step's preview and ``gputopo queue`` take too). About 630
 lines: those memos and the claim's conflict handling share the reserver's state, and split
 apart they would pass it back and forth.
 """
