@@ -58,6 +58,13 @@ GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
 GPU_COMPUTE_MAJOR_LABEL = "nvidia.com/gpu.compute.major"
 GPU_COMPUTE_MINOR_LABEL = "nvidia.com/gpu.compute.minor"
 
+#: What a job says about its GPUs' work, on the job or its pod template (the policy keys
+#: ``placement.computeShare`` / ``placement.minGpuMemory`` say it for every job a policy
+#: admits; an annotation wins): the share of its step spent computing, "0.8"; the least
+#: memory each GPU must have, "40Gi" or MiB ("40960"). gputopo/placement/job_needs.py.
+COMPUTE_SHARE_ANNOTATION = "gputopo.io/compute-share"
+GPU_MEMORY_ANNOTATION = "gputopo.io/gpu-memory"
+
 # --- resources -------------------------------------------------------------------------
 SOURCE_GPU_RESOURCE = "nvidia.com/gpu"
 TOPOLOGY_GPU_RESOURCE = "aliyun.com/gpu"

@@ -68,3 +68,19 @@ def format_quantity(value: Fraction) -> str:
     if milli.denominator == 1:
         return f"{milli.numerator}m"
     return str(float(value))
+
+
+def gpu_memory_mib(value: object) -> int:
+    """A per-GPU memory need in MiB: a plain number is MiB (as GPU Feature Discovery's
+    ``nvidia.com/gpu.memory`` label writes it, ``"40960"``), a quantity with a unit is bytes
+    (``"40Gi"``, ``"48G"``), rounded up to whole MiB. ValueError unless it is above 0."""
+    if isinstance(value, str) and value.strip().isdigit():
+        mib = int(value.strip())
+    elif isinstance(value, int) and not isinstance(value, bool):
+        mib = value
+    else:
+        q = parse_quantity(value)
+        mib = -(-q.numerator // (q.denominator * 2**20))
+    if mib <= 0:
+        raise ValueError(f"not a GPU memory size above 0: {value!r}")
+    return mib

@@ -380,12 +380,14 @@ def placement_of(pod: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def table_rows(outcomes: Sequence[Outcome]) -> list[list[str]]:
-    """One row per admitted pod: POD, NODE, GPUS, BUS GB/S, WARNINGS (how many; the text
-    goes to stderr), NOTE (why a GPU pod waits gated, was left unplaced or denied)."""
+    """One row per admitted pod: POD, NODE, GPUS, BUS GB/S, SHARE (the placement's
+    predicted throughput as a share of the best placement free now, across GPU models;
+    "-" where no node says its GPU model), WARNINGS (how many; the text goes to stderr),
+    NOTE (why a GPU pod waits gated, was left unplaced or denied)."""
     rows: list[list[str]] = []
     for out in outcomes:
         record = placement_of(out.pod) if out.allowed else None
-        node = gpus = bus = "-"
+        node = gpus = bus = share = "-"
         note = ""
         if not out.allowed:
             note = f"denied: {out.message}"
@@ -394,17 +396,20 @@ def table_rows(outcomes: Sequence[Outcome]) -> list[list[str]]:
             gpus = ",".join(str(g) for g in record.get("gpus") or []) or "-"
             bw = record.get("busBandwidthGBps")
             bus = f"{bw:.1f}" if isinstance(bw, int | float) else "-"
+            best = (record.get("throughput") or {}).get("shareOfBestNow")
+            share = f"{best:.0%}" if isinstance(best, int | float) else "-"
         elif record is not None and record.get("waiting"):
             note = f"waits: {record.get('reason')}"
         elif record is not None:
             note = f"unplaced: {record.get('reason')}"
-        rows.append([out.label.split(" ", 1)[1], node, gpus, bus, str(len(out.warnings)), note])
+        rows.append([out.label.split(" ", 1)[1], node, gpus, bus, share, str(len(out.warnings)),
+                     note])
     return rows
 
 
 def format_table(outcomes: Sequence[Outcome]) -> str:
     """The kubectl-style table of ``mutate -o table``."""
-    header = ["POD", "NODE", "GPUS", "BUS GB/S", "WARNINGS", "NOTE"]
+    header = ["POD", "NODE", "GPUS", "BUS GB/S", "SHARE", "WARNINGS", "NOTE"]
     rows = [header, *table_rows(outcomes)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
     lines = ["   ".join([*(c.ljust(w) for c, w in zip(r[:-1], widths, strict=True)), r[-1]])

@@ -19,6 +19,7 @@ from typing import Any
 
 from gputopo import names
 from gputopo.cluster.source import ClusterReader
+from gputopo.placement.job_needs import needs_annotations
 from gputopo.quantity import parse_quantity
 from webhook import jobset_gangs
 from webhook.policy.schema import OWNER_KINDS
@@ -310,7 +311,9 @@ def resolve_job(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
         uid=ref.uid or str(jmeta.get("uid") or ""), replica_type=rtype, replica_index=index,
         role=rtype.lower() if rtype else None, gang_size=size, gpus_per_pod=gpus,
         requests_gpu=gpus > 0, labels=job_labels, spec=dict(spec), runtime="",
+        annotations=needs_annotations(jmeta),
     )
+
 
 
 def _jobset_gang(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,

@@ -24,6 +24,7 @@ from gputopo.cluster.source import ClusterReader
 from gputopo.errors import InputError
 from gputopo.operators import jobset as js
 from gputopo.operators import trainjob as tj
+from gputopo.placement.job_needs import needs_annotations
 from webhook.steps import JobInfo
 
 #: Where a JobSet or TrainJob gang keeps its replica specs in ``JobInfo.spec``.
@@ -145,4 +146,5 @@ def resolve(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
         replica_index=index, role=rtype.lower() if rtype else None, gang_size=size,
         gpus_per_pod=gpus, requests_gpu=gpus > 0,
         labels={str(k): str(v) for k, v in glabels.items()},
-        spec={POD_SETS: specs, STARTING_GPU_PODS: starting}, runtime=runtime)
+        spec={POD_SETS: specs, STARTING_GPU_PODS: starting}, runtime=runtime,
+        annotations=needs_annotations(gmeta))

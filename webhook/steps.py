@@ -49,6 +49,9 @@ class JobInfo:
     spec: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     #: a TrainJob's ``spec.runtimeRef.name`` ("" for any other job): policies may match it
     runtime: str = ""
+    #: the job's own annotations (what it says of its GPUs' work: gputopo.io/compute-share,
+    #: gputopo.io/gpu-memory; gputopo.placement.job_needs)
+    annotations: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass

@@ -116,6 +116,10 @@ class GangReservation:
     #: is not there yet holds them on its node (gputopo.cluster.reserved_requests); empty in
     #: records written before it was kept
     requests: Mapping[str, int] = field(default_factory=dict)
+    #: the placement's GPU model, predicted step and share of the best free now
+    #: (``Placement.throughput``) for the placement record; empty where no node says its
+    #: GPU model, and in records written before it was kept
+    throughput: Mapping[str, Any] = field(default_factory=dict)
 
     # --- what the placement step reads ---------------------------------------------------
     def slot(self, number: int) -> ReplicaSlot:
@@ -190,6 +194,7 @@ class GangReservation:
             bus_bandwidth_gbps=placement.bus_bandwidth_gbps, reason=placement.reason,
             token=token, ttl_seconds=ttl_seconds, order=tuple(order),
             network=dict(network or {}), requests=dict(requests or {}),
+            throughput=dict(placement.throughput),
         )
 
     def evolve(self, **changes: Any) -> GangReservation:
@@ -225,6 +230,7 @@ class GangReservation:
             **({"order": list(self.order)} if self.order else {}),
             **({"network": dict(self.network)} if self.network else {}),
             **({"requests": dict(self.requests)} if self.requests else {}),
+            **({"throughput": dict(self.throughput)} if self.throughput else {}),
         }
 
     @classmethod
@@ -245,6 +251,8 @@ class GangReservation:
             order=tuple(str(r) for r in data.get("order") or ()),
             network=dict(data["network"]) if isinstance(data.get("network"), Mapping) else {},
             requests=_requests_of(data.get("requests")),
+            throughput=(dict(data["throughput"]) if isinstance(data.get("throughput"), Mapping)
+                        else {}),
         )
 
 

@@ -1,7 +1,9 @@
 """``gputopo nodes``: the activated nodes as a kubectl-style table — the view an operator
 opens first when asking "why did my job not fit?".
 
-Per node: the GPU kind (how its GPUs are wired: NVSwitch, NVLink, PCIe), GPUs used / free,
+Per node: the GPU kind (how its GPUs are wired: NVSwitch, NVLink, PCIe), the GPU model and
+its memory per GPU (GPU Feature Discovery's labels, gputopo.cluster.gpu_facts; a product
+the model table does not know says "(unknown)": it is rated conservatively), GPUs used / free,
 the largest free *well-connected* block (the biggest k for which k free GPUs of the node
 are as well connected as any k GPUs of it can be, :func:`gputopo.placement.objective.
 free_blocks` — a free 4-block on a DGX-1 is an NVLink quad), rack and zone, the network
@@ -42,15 +44,23 @@ class NodeRow:
     nvlink_domain: str = "-"
     cpu: str = "-"  # CPUs requested / allocatable ("80/94"), "-" when the node says nothing
     memory: str = "-"  # memory requested / allocatable ("1Gi/503Gi")
+    #: the GPU model (gputopo.topology.gpus), "-" when nothing says it; a product the table
+    #: does not know is shown as read with "(unknown)" and ``gpu_model_known`` False
+    gpu_model: str = "-"
+    gpu_model_known: bool | None = None
+    gpu_memory_mib: int | None = None  # per GPU, as GFD's nvidia.com/gpu.memory says
 
     def cells(self) -> list[str]:
-        return [self.name, self.kind, f"{self.used}/{self.gpus}", str(self.gpus - self.used),
+        model = self.gpu_model + (" (unknown)" if self.gpu_model_known is False else "")
+        memory = f"{self.gpu_memory_mib}Mi" if self.gpu_memory_mib is not None else "-"
+        return [self.name, self.kind, model, memory, f"{self.used}/{self.gpus}",
+                str(self.gpus - self.used),
                 str(self.largest_block), self.rack, self.zone, self.network,
                 self.nvlink_domain, self.cpu, self.memory, ",".join(self.gangs) or "-"]
 
 
-HEADER = ["NAME", "GPU KIND", "USED", "FREE", "FREE BLOCK", "RACK", "ZONE", "NETWORK",
-          "NVLINK DOMAIN", "CPU", "MEMORY", "GANGS"]
+HEADER = ["NAME", "GPU KIND", "GPU MODEL", "GPU MEMORY", "USED", "FREE", "FREE BLOCK", "RACK",
+          "ZONE", "NETWORK", "NVLINK DOMAIN", "CPU", "MEMORY", "GANGS"]
 
 
 def resource_cell(state: NodeState, resource: str) -> str:
@@ -168,6 +178,9 @@ def node_rows(states: Iterable[NodeState], gangs: Mapping[str, set[str]]) -> lis
             network=network_cell(s), gangs=tuple(sorted(gangs.get(s.name, ()))),
             nvlink_domain=s.nvlink_domain or "-",
             cpu=resource_cell(s, CPU), memory=resource_cell(s, MEMORY),
+            gpu_model=s.gpu_model.name if s.gpu_model is not None else "-",
+            gpu_model_known=s.gpu_model.known if s.gpu_model is not None else None,
+            gpu_memory_mib=s.gpu_model.memory_mib if s.gpu_model is not None else None,
         ))
     return rows
 

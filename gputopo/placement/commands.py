@@ -25,8 +25,9 @@ from typing import Any
 from gputopo.errors import InputError
 from gputopo.operators import expand, is_training_job, with_identity
 from gputopo.operators.trainjob import is_runtime
+from gputopo.placement.generations import solve_models
+from gputopo.placement.job_needs import compute_share_of, with_needs
 from gputopo.placement.objective import ROUND
-from gputopo.placement.solver import solve
 from gputopo.placement.types import (
     GangRequest,
     NodeState,
@@ -40,6 +41,7 @@ from gputopo.placement.waiting import (
     node_kinds,
     reference_bandwidth,
 )
+from gputopo.quantity import gpu_memory_mib
 from gputopo.topology.transport import (
     TRANSPORT_EFFICIENCY,
     TRANSPORT_ORDER,
@@ -72,8 +74,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the share of the line rate NCCL gets over TRANSPORT (tcp, rdma, gdr), as a "
              "policy's placement.transportShare states it, e.g. rdma=0.8; repeatable; a "
              "node's gputopo.io/network-efficiency still wins")
+    p.add_argument(
+        "--compute-share", type=_share, metavar="C",
+        help="the share of the job's step spent computing (0-1), as the policy key "
+             "placement.computeShare or the annotation gputopo.io/compute-share says it: "
+             "how much a faster GPU model speeds the job up (default: the job file's "
+             "annotation, else 0.96)")
+    p.add_argument(
+        "--gpu-memory", type=_memory, metavar="SIZE",
+        help="the least memory each GPU must have (40Gi, or MiB): smaller GPUs, and GPUs "
+             "of unknown memory, are ruled out and named (placement.minGpuMemory)")
+    p.add_argument("--mix-gpu-models", action="store_true",
+                   help="allow the gang across GPU models, paced by the slowest "
+                        "(placement.mixGpuModels)")
     p.add_argument("-o", "--output", choices=("text", "json"), default="text")
     p.set_defaults(func=_place)
+
+
+def _share(raw: str) -> float:
+    try:
+        return compute_share_of(raw)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _memory(raw: str) -> int:
+    try:
+        return gpu_memory_mib(raw)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def transport_shares(items: list[str]) -> TransportShares:
@@ -162,7 +191,17 @@ def gang_of_job_file(path: str) -> tuple[GangRequest, str, dict[str, Any]]:
     if len(set(counts)) > 1:
         raise InputError(f"its GPU pods ask for different GPU counts {sorted(set(counts))}; "
                          f"place takes equal replicas", file=path, obj=what)
-    return GangRequest(replicas=len(counts), gpus_per_replica=counts[0]), what, gpu_pods[0]
+    gang, problems = with_needs(GangRequest(replicas=len(counts), gpus_per_replica=counts[0]),
+                                _annotations(gpu_pods[0]), _annotations(job))
+    if problems:
+        raise InputError("; ".join(problems), file=path, obj=what)
+    return gang, what, gpu_pods[0]
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    found = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return found if isinstance(found, Mapping) else {}
 
 
 def _place(args: argparse.Namespace) -> int:
@@ -179,6 +218,10 @@ def _place(args: argparse.Namespace) -> int:
     else:
         gang = GangRequest(replicas=args.replicas, gpus_per_replica=args.gpus_per_replica)
         pod: dict[str, Any] = {}
+    gang = replace(gang, mix_models=args.mix_gpu_models,
+                   **({"compute_share": args.compute_share}
+                      if args.compute_share is not None else {}),
+                   **({"min_memory_mib": args.gpu_memory} if args.gpu_memory else {}))
     from gputopo.cluster.demo import cluster_or_demo
     from gputopo.cluster.node_resources import solve_fitting
 
@@ -191,7 +234,7 @@ def _place(args: argparse.Namespace) -> int:
         if pod:
             placement = _judged(snapshot, pod, gang, shares)
         else:  # no pod: no constraints, volumes nor requests besides the GPUs
-            placement = solve_fitting(solve, nodes, with_bar(nodes, gang, {}), {})
+            placement = solve_fitting(solve_models, nodes, with_bar(nodes, gang, {}), {})
     except InputError as exc:
         raise InputError(exc.reason, file=snapshot.source) from exc
     if args.output == "json":
@@ -245,7 +288,7 @@ def with_bar(nodes: Sequence[NodeState], gang: GangRequest, demand: Mapping[str,
 
     def best_on(on: frozenset[Hashable]) -> float:
         ref = [n for n in nodes if kinds[n.name] in on] if on else list(nodes)
-        best = solve(empty_nodes(ref, demand, gang), gang)
+        best = solve_models(empty_nodes(ref, demand, gang), gang)
         return best.bus_bandwidth_gbps if best.feasible else 0.0
 
     reference = reference_bandwidth(node_kinds(nodes), best_on, kind_gpus(nodes), gang)
@@ -263,5 +306,22 @@ def render(placement: Placement, node_count: int) -> str:
         gpus = ",".join(str(i) for i in p["gpus"])
         lines.append(f"  replica {p['replica']}: {p['node']:<{width}}  GPUs {gpus}")
     lines.append(f"predicted all-reduce bus bandwidth: {doc['busBandwidthGBps']:.1f} GB/s")
+    if placement.throughput:
+        lines.append(throughput_line(placement.throughput))
     lines.append(f"why: {placement.reason}")
     return "\n".join(lines)
+
+
+def throughput_line(info: Mapping[str, Any]) -> str:
+    """The step-time figure of a placement's ``throughput`` (gputopo.placement.generations)
+    in one line: the GPU model, the step's parts and the share of the best free now."""
+    model = info.get("gpuModel")
+    shown = " + ".join(model) if isinstance(model, list) else str(model)
+    step = info.get("step") or {}
+    stated = "" if info.get("computeShareStated") else " (default)"
+    unknown = " (GPU model unknown: rated conservatively)" if info.get("unknownGpuModel") else ""
+    return (f"GPU model: {shown}{unknown}, {info.get('tflops'):g} TFLOPS; predicted step "
+            f"{step.get('total', 0):.3f} of the best free now = compute "
+            f"{step.get('compute', 0):.3f} + all-reduce {step.get('communication', 0):.3f} "
+            f"(compute share {info.get('computeShare'):g}{stated}); throughput "
+            f"{info.get('shareOfBestNow', 1):.0%} of the best placement free now")

@@ -33,7 +33,8 @@ on that node. Its :class:`Score` is compared lexicographically, larger is better
    chosen starts exactly when the fastest would (docs/placement.md). Why "its node's
    best set": packing must never give a job a worse set on its node than that node could
    (two DGX-1 GPUs linked by PCIe only, say). The bar speaks of bandwidth only: the
-   objective does not know a GPU model's compute speed (docs/placement.md, limits).
+   solver runs on nodes of one GPU model at a time (gputopo.placement.generations
+   chooses between models by throughput; docs/placement.md, "GPU generations").
 1. ``bus_bandwidth``: the predicted all-reduce bus bandwidth of the whole gang,
    :func:`gputopo.topology.cost.gang_bus_bandwidth` over the shares with the gang's span
    (NCCL-like channels inside a node, the slower of the worst share and the effective

@@ -153,6 +153,17 @@ class GangRequest:
     gpus_per_replica: int
     max_replicas_per_node: int | None = None
     good_gbps: float | None = None
+    #: the share of the job's step spent computing when placed well (policy key
+    #: ``placement.computeShare``, annotation ``gputopo.io/compute-share``); None: not
+    #: stated (gputopo.placement.throughput: the default ranks GPU models, the waiting rule
+    #: takes the worst case)
+    compute_share: float | None = None
+    #: whether one gang may span GPU models (``placement.mixGpuModels``); by default never
+    mix_models: bool = False
+    #: the least GPU memory (MiB) each GPU must have (``placement.minGpuMemory``,
+    #: annotation ``gputopo.io/gpu-memory``): smaller GPUs, and GPUs of unknown memory, are
+    #: ruled out (gputopo.placement.generations)
+    min_memory_mib: int | None = None
 
     @property
     def total_gpus(self) -> int:
@@ -180,6 +191,10 @@ class Placement:
 
     ``bus_bandwidth_gbps`` is the predicted all-reduce bus bandwidth of the whole gang
     (GB/s); ``reason`` explains the choice (or why there is none) in a sentence.
+    ``tflops``: the dense FP16/BF16 TFLOPS of the placement's slowest GPU (what paces every
+    synchronous step), None when no node says its GPU model. ``throughput``: the GPU model,
+    the predicted step time's parts and the share of the best placement free now
+    (gputopo.placement.generations), empty when no node says its GPU model.
     """
 
     feasible: bool
@@ -187,6 +202,8 @@ class Placement:
     bus_bandwidth_gbps: float = 0.0
     reason: str = ""
     details: dict[str, Any] = field(default_factory=dict, compare=False)
+    tflops: float | None = None
+    throughput: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         """The ``gputopo place -o json`` shape (CONTRACT.md)."""
@@ -197,4 +214,7 @@ class Placement:
             ],
             "busBandwidthGBps": round(self.bus_bandwidth_gbps, 3),
             "reason": self.reason,
+            **({"throughput": self.throughput} if self.throughput else {}),
+            **({"ruledOutByGpuMemory": self.details["ruledOutByGpuMemory"]}
+               if self.details.get("ruledOutByGpuMemory") else {}),
         }

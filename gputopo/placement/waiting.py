@@ -21,7 +21,16 @@ references, one per bar:
 - the floor of ``takeBest`` (after ``maxWaitSeconds``) against the **slowest** kind.
 
 A job's communication runs at that share; the whole step slows down at most as much
-(compute does not depend on the placement).
+(compute does not depend on the placement — on GPUs of one model).
+
+GPU models (gputopo.placement.generations): a node's kind includes its GPU model, a
+reference is a :class:`~gputopo.placement.throughput.Speed` (the slowest GPU's TFLOPS and
+the bus bandwidth), and the share is :func:`~gputopo.placement.throughput.judged_share`:
+for a job that states no compute share the worst case over every share,
+``min(R/R_ref, B/B_ref)`` — the bandwidth share itself wherever the models are equal, so
+everything below holds unchanged on a cluster of one model (or of none known) — and for a
+job that states one its throughput share. Callers that know no model pass bandwidths
+(:func:`reference_bandwidth`, :func:`starts` with floats), as the benchmarks' replays do.
 
 Why the typical kind for ``minShare``: a gang started on hardware far below most of the
 cluster's holds its GPUs for a long time. Measured against the slowest kind alone, a 32-GPU
@@ -44,9 +53,10 @@ GPU-hours held). Measured against the slowest kind, one-node jobs fill the PCIe 
 first and the NVLink servers on fast networks stay free for the gangs whose speed depends
 on them (goodput 0.90-0.91 at every load of the replay, docs/benchmarks.md). The price: a
 one-node job takes the slowest servers' best set while faster ones are free (8-GPU jobs'
-p95 completion time 3.45 -> 3.69 h at load 0.5). The rule speaks of bandwidth only: where
-the slowest-wired servers also have the slowest GPUs, keep jobs off them with a
-nodeSelector or affinity (nodes a job rules out are no part of either reference).
+p95 completion time 3.45 -> 3.69 h at load 0.5). Where the slowest-wired servers also have
+the slowest GPUs and the nodes say their GPU model, the solver's choice between models
+(gputopo.placement.generations) sends jobs to the faster models first; the reference and
+the share weigh the compute too (above).
 
 Why the slowest kind for the floor, and not the fastest anywhere: the rule guards against
 a *placement* that wastes GPUs, not against older GPUs. Against the fastest kind, a 4-GPU
@@ -87,7 +97,14 @@ from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, S
 from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
+from gputopo.placement.throughput import (
+    DEFAULT_COMPUTE_SHARE,
+    Speed,
+    judged_share,
+    throughput_share,
+)
 from gputopo.placement.types import GangRequest, NodeState
+from gputopo.topology.gpus import gpu_model_key
 from gputopo.topology.model import Topology
 
 AfterMaxWait = Literal["takeBest", "keepWaiting", "deny"]
@@ -143,10 +160,21 @@ def share(bandwidth_gbps: float, best_gbps: float) -> float:
     return bandwidth_gbps / best_gbps
 
 
-def starts(bandwidth_gbps: float, best_gbps: float, need: float | None) -> bool:
+def starts(bandwidth_gbps: float | Speed, best_gbps: float | Speed, need: float | None,
+           compute_share: float | None = None) -> bool:
     """THE decision: a placement of ``bandwidth`` is taken when its share of ``best`` is at
-    least ``need`` (None: the gang may not wait, any feasible placement is taken)."""
-    return need is None or share(bandwidth_gbps, best_gbps) >= need - TOLERANCE
+    least ``need`` (None: the gang may not wait, any feasible placement is taken). Given
+    as :class:`~gputopo.placement.throughput.Speed` (GPU model and bandwidth), the share is
+    :func:`~gputopo.placement.throughput.judged_share` with the job's ``compute_share``:
+    the bandwidth share itself wherever the GPU models are equal."""
+    if need is None:
+        return True
+    if isinstance(bandwidth_gbps, Speed) or isinstance(best_gbps, Speed):
+        got = bandwidth_gbps if isinstance(bandwidth_gbps, Speed) else Speed(None,
+                                                                                bandwidth_gbps)
+        ref = best_gbps if isinstance(best_gbps, Speed) else Speed(None, best_gbps)
+        return judged_share(got, ref, compute_share) >= need - TOLERANCE
+    return share(bandwidth_gbps, best_gbps) >= need - TOLERANCE
 
 
 def rule_from_record(record: object) -> WaitingRule:
@@ -187,16 +215,18 @@ class NodeKind(NamedTuple):
     effective_gbps: float
     network_transport: str
     in_nvlink_domain: bool
+    #: the GPU model (name, TFLOPS: gputopo.topology.gpus.gpu_model_key); None: unknown
+    gpu_model: tuple[str, float] | None = None
 
 
 def node_kind(node: NodeState) -> NodeKind:
-    """What makes two nodes alike for the reference: the GPU wiring (the topology: GPU
-    model, NVLink/NVSwitch, PCIe, sockets), the network as the all-reduce sees it (the
-    effective rate and the transport) and whether it is part of a multi-node NVLink domain.
-    Not its name, rack, zone or which domain: where a node is, is what a placement
-    chooses."""
+    """What makes two nodes alike for the reference: the GPU model (name and throughput),
+    the GPU wiring (the topology: NVLink/NVSwitch, PCIe, sockets), the network as the
+    all-reduce sees it (the effective rate and the transport) and whether it is part of a
+    multi-node NVLink domain. Not its name, rack, zone or which domain: where a node is,
+    is what a placement chooses."""
     return NodeKind(node.topology, node.effective_gbps, node.network_transport,
-                    node.nvlink_domain is not None)
+                    node.nvlink_domain is not None, gpu_model_key(node.gpu_model))
 
 
 def one_node_holds(kind: Hashable, gang: GangRequest) -> bool:
@@ -225,6 +255,22 @@ def reference_bandwidth(kinds: Sequence[Hashable],
                         best_on: Callable[[frozenset[Hashable]], float],
                         gpus: Mapping[Hashable, int] | None = None,
                         gang: GangRequest | None = None) -> float:
+    """THE reference of a gang that may use nodes of ``kinds``, in bus bandwidth:
+    :func:`reference_speed` with ``best_on(ks)`` the gang's best bus bandwidth on the nodes
+    of kinds ``ks`` with every GPU free (0 when it does not fit there). What a caller that
+    knows no GPU model takes (the benchmarks' replays)."""
+    def speed_on(ks: frozenset[Hashable]) -> Speed | None:
+        b = best_on(ks)
+        return Speed(None, b) if b > 0 else None
+
+    ref = reference_speed(kinds, speed_on, gpus, gang)
+    return 0.0 if ref is None else ref.gbps
+
+
+def reference_speed(kinds: Sequence[Hashable],
+                    best_on: Callable[[frozenset[Hashable]], Speed | None],
+                    gpus: Mapping[Hashable, int] | None = None,
+                    gang: GangRequest | None = None) -> Speed | None:
     """THE reference of a gang that may use nodes of ``kinds`` (every kind of the nodes its
     pods may use). Without ``gpus``, the **slowest** kind's: the least of its bests on each
     kind alone that can hold it. With ``gpus`` (each kind's GPU count), the **typical**
@@ -233,11 +279,22 @@ def reference_bandwidth(kinds: Sequence[Hashable],
     ``gang`` that one node of the slowest kind holds (:func:`one_node_holds`): the slowest
     kind's for it too (its all-reduce stays inside one node; module docstring). When no
     kind can hold it alone, both are its best on all of them together.
-    ``best_on(ks)``: the gang's best bus bandwidth on the nodes of kinds ``ks`` with every
-    GPU free (0 when it does not fit there)."""
+    ``best_on(ks)``: the gang's best on the nodes of kinds ``ks`` with every GPU free, as
+    its slowest GPU's TFLOPS and its bus bandwidth (None when it does not fit there).
+    Kinds are ordered by the gang's predicted throughput on each (:func:`~gputopo.
+    placement.throughput.throughput_share` with its compute share, the default when it
+    states none, against the best compute and bandwidth of any kind; not the worst case
+    the decision takes, which is no order: at compute share 0 a T4 box wired better than a
+    V100 one would rank above it): on GPUs of one model that is the bandwidth's order."""
     if len(kinds) > 1:
-        alone = sorted((b, i) for i, b in enumerate(best_on(frozenset((k,))) for k in kinds)
-                       if b > 0)
+        bests = [best_on(frozenset((k,))) for k in kinds]
+        fits = [(b, i) for i, b in enumerate(bests) if b is not None]
+        top = Speed(max((b.tflops for b, _ in fits if b.tflops is not None), default=None),
+                    max((b.gbps for b, _ in fits), default=0.0))
+        c = DEFAULT_COMPUTE_SHARE if gang is None or gang.compute_share is None else \
+            gang.compute_share
+        alone = sorted(fits, key=lambda bi: (throughput_share(bi[0], top, c), bi[0].gbps,
+                                             bi[1]))
         if alone and (gpus is None or (
                 gang is not None and one_node_holds(kinds[alone[0][1]], gang))):
             return alone[0][0]

@@ -63,6 +63,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     e.add_argument("--trays", type=int, default=2, metavar="N",
                    help="with --span nvlink-domain: how many nodes of the domain (default 2)")
+    e.add_argument("--gpu-model", metavar="PRODUCT",
+                   help="the GPUs' product as GPU Feature Discovery's nvidia.com/gpu.product "
+                        "or nvidia-smi names it (Tesla-V100-SXM2-16GB, NVIDIA A100-SXM4-80GB): "
+                        "its dense FP16/BF16 TFLOPS are shown beside the step")
+    e.add_argument("--compute-share", type=float, metavar="C",
+                   help="the share of the job's step spent computing when placed well (0-1; "
+                        "default 0.96, docs/placement.md): splits the predicted step into "
+                        "compute and all-reduce")
     e.add_argument("-o", "--output", choices=("text", "json"), default="text")
     e.set_defaults(func=_explain)
 
@@ -116,6 +124,7 @@ def _explain(args: argparse.Namespace) -> int:
         result["fabric"] = fabric_explanation(topo, args.trays)
     else:
         result["network"] = network_explanation(args.network_gbps, args.transport, args.span)
+    result["step"] = step_explanation(result, args.gpu_model, args.compute_share)
     if args.output == "json":
         print(json.dumps(result, indent=2))
     else:
@@ -187,7 +196,45 @@ def render_explanation(r: dict[str, Any]) -> str:
             f"(span factor {net['spanFactor']:g}); a gang spread over nodes gets at most "
             f"min(its node shares, {net['effectiveGBps']:g} GB/s)"
         )
+    if r.get("step") is not None:
+        lines.append(_step_line(r["step"]))
     return "\n".join(lines)
+
+
+def step_explanation(result: dict[str, Any], product: str | None,
+                     compute_share: float | None) -> dict[str, Any]:
+    """The predicted step of a job on these GPUs relative to the same job on the node's
+    best set of that size (1.0), in parts (gputopo.placement.throughput): the compute does
+    not depend on which GPUs of one node, the all-reduce scales with the bus bandwidth."""
+    from gputopo.placement.throughput import DEFAULT_COMPUTE_SHARE, Speed, step
+    from gputopo.topology.gpus import gpu_model
+
+    c = DEFAULT_COMPUTE_SHARE if compute_share is None else compute_share
+    if not 0 <= c <= 1:
+        raise InputError(f"--compute-share {c:g}: must be a number from 0 to 1")
+    one = len(result["gpus"]) == 1
+    bus = 0.0 if one else result["busBandwidthGBps"]
+    best = 0.0 if one else result["best"]["busBandwidthGBps"]
+    parts = step(Speed(None, bus), Speed(None, best), c)
+    out: dict[str, Any] = {"computeShare": c, "computeShareStated": compute_share is not None,
+                           "compute": round(parts.compute, 4),
+                           "communication": round(parts.communication, 4),
+                           "total": round(parts.total, 4)}
+    if product:
+        model = gpu_model(product)
+        out.update(model.to_json())
+    return out
+
+
+def _step_line(st: dict[str, Any]) -> str:
+    model = ""
+    if "model" in st:
+        unknown = ", not in the table: rated conservatively" if st.get("unknownModel") else ""
+        model = f" on {st['model']} ({st['tflops']:g} TFLOPS dense FP16/BF16{unknown})"
+    stated = "" if st["computeShareStated"] else ", the default"
+    return (f"step{model}: {st['total']:.3f} of the same job on this node's best set = "
+            f"compute {st['compute']:.3f} + all-reduce {st['communication']:.3f} "
+            f"(compute share {st['computeShare']:g}{stated})")
 
 
 def _gpu_list(text: str) -> list[int]:

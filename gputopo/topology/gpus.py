@@ -60,6 +60,13 @@ class GpuModel:
         return out
 
 
+def gpu_model_key(model: GpuModel | None) -> tuple[str, float] | None:
+    """What makes two nodes' GPUs one model for a gang (gputopo.placement.generations): the
+    name and the throughput, not the memory (GFD's label differs by a few MiB between
+    boards of one model); None for a node whose model nothing says."""
+    return None if model is None else (model.name, model.tflops)
+
+
 @dataclass(frozen=True)
 class GpuIdentity:
     """Who one GPU of a node is: its driver ``index``, NVML ``uuid`` ("GPU-…") and PCI bus

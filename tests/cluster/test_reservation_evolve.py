@@ -50,6 +50,8 @@ VALUES = {
                                max_size=2),
     "requests": st.dictionaries(st.sampled_from(["cpu", "memory", "pods"]),
                                 st.integers(0, 10**12), max_size=3),
+    "throughput": st.dictionaries(st.sampled_from(["gpuModel", "tflops"]),
+                                  st.text(max_size=5), max_size=2),
 }
 assert set(VALUES) == set(FIELDS)  # a new field must be generated here too
 reservations = st.builds(GangReservation, **VALUES)

@@ -36,7 +36,10 @@ def commands(path: Path) -> list[list[str]]:
     return out
 
 
-JOBS = sorted(p for p in EXAMPLES.glob("*.yaml") if p.name != "tke-cluster.yaml")
+JOBS = sorted(p for p in EXAMPLES.glob("*.yaml") if not p.name.endswith("-cluster.yaml"))
+#: cluster files (Nodes and bound pods) whose header commands must run too
+CLUSTERS = sorted(p for p in EXAMPLES.glob("*-cluster.yaml")
+                  if p.name != "tke-cluster.yaml")  # tke-taco-mpijob.yaml runs that one
 #: pods per example (the others: 2)
 ROWS = {"arena-tf-resnet50-mpijob.yaml": 5, "arena-tf-vgg16-mpijob.yaml": 5,
         "tke-taco-mpijob.yaml": 5, "jobset-pytorch.yaml": 4}
@@ -46,6 +49,18 @@ def test_every_job_example_has_commands():
     assert len(JOBS) == 7
     for path in JOBS:
         assert commands(path), path.name
+
+
+@pytest.mark.parametrize("path", CLUSTERS, ids=lambda p: p.name)
+def test_every_cluster_example_command_runs(path, capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    argvs = commands(path)
+    assert argvs, path.name
+    for argv in argvs:
+        code = main(argv)
+        _, err = capsys.readouterr()
+        assert code == 0, (argv, err)
+        assert "Traceback" not in err
 
 
 @pytest.mark.parametrize("path", JOBS, ids=lambda p: p.name)

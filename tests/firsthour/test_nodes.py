@@ -38,10 +38,11 @@ def test_nodes_shows_used_gpus_the_largest_free_block_and_the_gang(tmp_path, cap
     a, b = rows["cn-shanghai.192.168.16.172"], rows["cn-shanghai.192.168.16.173"]
     # CPU and memory its pods request of its allocatable: the mutated pods ask for none,
     # the bound pod counts all the same (as one of the node's pods)
-    assert a[1:] == ["8x", "NVLink", "4/8", "4", "4", "rack-1", "cn-shanghai-b", "25G/tcp",
-                     "-", "0/94", "0/503Gi", "default/tensorflow-topo-4-vgg16"]
+    # no GPU model known (the demo's nodes carry no GPU Feature Discovery labels): "-"
+    assert a[1:] == ["8x", "NVLink", "-", "-", "4/8", "4", "4", "rack-1", "cn-shanghai-b",
+                     "25G/tcp", "-", "0/94", "0/503Gi", "default/tensorflow-topo-4-vgg16"]
     # one loose GPU taken from a DGX-1 quad leaves the other quad: block 4, not 8
-    assert b[3:6] == ["1/8", "7", "4"] and b[-1] == "ml/solo"
+    assert b[5:8] == ["1/8", "7", "4"] and b[-1] == "ml/solo"
     assert main(["nodes", "--cluster", str(cluster), "-o", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert {r["name"]: r["largest_block"] for r in doc} == {
@@ -59,7 +60,7 @@ def test_nodes_shows_used_gpus_the_largest_free_block_and_the_gang(tmp_path, cap
 def test_nodes_on_the_demo_cluster(capsys):
     assert main(["nodes"]) == 0
     rows = _rows(capsys.readouterr().out)
-    assert all(r[3:6] == ["0/8", "8", "8"] for r in rows.values()) and len(rows) == 2
+    assert all(r[5:8] == ["0/8", "8", "8"] for r in rows.values()) and len(rows) == 2
 
 
 def test_nodes_live_lists_the_api_server(tmp_path, capsys, monkeypatch):
@@ -80,7 +81,7 @@ def test_nodes_live_lists_the_api_server(tmp_path, capsys, monkeypatch):
         write_kubeconfig(cfg, kube.url)
         assert main(["nodes", "--live", "--kubeconfig", str(cfg)]) == 0
     rows = _rows(capsys.readouterr().out)
-    assert rows["cn-shanghai.192.168.16.172"][3:6] == ["2/8", "6", "4"]
+    assert rows["cn-shanghai.192.168.16.172"][5:8] == ["2/8", "6", "4"]
     assert rows["cn-shanghai.192.168.16.172"][-1] == "default/solo"
 
 
@@ -119,7 +120,7 @@ def test_nodes_shows_the_network_placement_reads_and_says_what_it_ignored(tmp_pa
     assert main(["nodes", "--cluster", str(cluster)]) == 0
     out, err = capsys.readouterr()
     rows = _rows(out)
-    assert {name: rows[name][8] for name in cases} == {n: c[1] for n, c in cases.items()}
+    assert {name: rows[name][10] for name in cases} == {n: c[1] for n, c in cases.items()}
     said = [line for line in err.splitlines() if "warning" in line]
     assert said == [
         f"gputopo: warning: {cluster}: node typos: gputopo.io/network-transport 'roce' is not "
@@ -128,3 +129,23 @@ def test_nodes_shows_the_network_placement_reads_and_says_what_it_ignored(tmp_pa
         f"a share greater than 0 and at most 1: ignored (the transport's share applies)",
         f"gputopo: warning: {cluster}: node typos: gputopo.io/network-gbps '100Gb' is not a "
         f"positive number of Gbit/s: read as 25"], err
+
+
+def test_nodes_shows_gpu_model_and_memory(tmp_path, capsys):
+    """GPU Feature Discovery's labels in the GPU MODEL and GPU MEMORY columns and in the
+    JSON; a product the model table does not know is said to be unknown."""
+    docs = [d for d in yaml.safe_load_all(
+        (REPO / "examples" / "mixed-generations-cluster.yaml").read_text()) if d]
+    docs[2]["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-Quantum-X9"
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(yaml.safe_dump_all(docs))
+    assert main(["nodes", "--cluster", str(cluster)]) == 0
+    rows = _rows(capsys.readouterr().out)
+    assert rows["dgx-a100-0"][3:5] == ["A100-SXM4-80GB", "81920Mi"]
+    assert rows["dgx1-v100-0"][3:5] == ["V100-SXM2-16GB", "16160Mi"]
+    assert rows["pcie-t4-0"][3:6] == ["NVIDIA-Quantum-X9", "(unknown)", "15360Mi"]
+    assert main(["nodes", "--cluster", str(cluster), "-o", "json"]) == 0
+    doc = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert doc["dgx-a100-0"]["gpu_model"] == "A100-SXM4-80GB"
+    assert doc["dgx-a100-0"]["gpu_memory_mib"] == 81920
+    assert doc["pcie-t4-0"]["gpu_model_known"] is False

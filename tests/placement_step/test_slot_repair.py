@@ -62,3 +62,21 @@ def test_the_slot_node_problem_names_a_missing_or_refusing_node() -> None:
     assert slot_node_problem(_named(cordoned, "a"), tolerated, slot) == ""
     assert "no longer admits" in slot_node_problem(_named(NODES, "a"),
                                                    {"nodeSelector": {"pool": "x"}}, slot)
+
+
+def test_a_moved_slot_stays_on_the_gpu_model_of_its_gang() -> None:
+    """A V100 gang's slot moves to another V100 node, not to a free A100 nearer by rack;
+    with mixGpuModels it may go anywhere."""
+    from dataclasses import replace
+
+    from gputopo.topology.gpus import MODELS
+
+    v100, a100 = MODELS["V100-SXM2-16GB"], MODELS["A100-SXM4-80GB"]
+    nodes = [replace(NODES[0], gpu_model=v100), replace(NODES[1], gpu_model=a100),
+             replace(NODES[2], gpu_model=a100), replace(NODES[3], gpu_model=v100)]
+    others = [ReplicaSlot(1, "a", (0,))]
+    scopes = [[n.name for n in s] for s in repair_scopes(nodes, others, per_node=1)]
+    assert scopes == [["d"]]
+    mixed = [[n.name for n in s] for s in repair_scopes(nodes, others, per_node=1,
+                                                        mix_models=True)]
+    assert mixed == [["b"], ["b", "c"], ["b", "c", "d"]]

@@ -163,3 +163,27 @@ def test_explain_uses_the_transport_s_share(
     net = json.loads(out)["network"]
     assert net["transport"] == transport and net["transportEfficiency"] == share
     assert net["effectiveGbps"] == pytest.approx(100 * share)
+
+
+def test_explain_shows_the_step_and_its_parts(capsys: pytest.CaptureFixture[str]) -> None:
+    """The step of a job on a scattered set against the node's best set of that size: the
+    compute is the same, the all-reduce takes bus-bandwidth-many times longer."""
+    code, out, _ = run(capsys, "topology", "explain", "--topology",
+                       str(FIXTURES / "dgx1-v100.txt"), "--gpus", "0,1,2,5",
+                       "--gpu-model", "Tesla-V100-SXM2-16GB", "--compute-share", "0.8",
+                       "-o", "json")
+    assert code == 0
+    doc = json.loads(out)
+    step = doc["step"]
+    ratio = doc["best"]["busBandwidthGBps"] / doc["busBandwidthGBps"]
+    assert step["compute"] == 0.8
+    assert step["communication"] == pytest.approx(0.2 * ratio, abs=1e-3)
+    assert step["model"] == "V100-SXM2-16GB" and step["tflops"] == 125
+    code, out, _ = run(capsys, "topology", "explain", "--topology",
+                       str(FIXTURES / "dgx1-v100.txt"), "--gpus", "0,1,2,3")
+    assert "step: 1.000 of the same job on this node's best set = compute 0.960 + " \
+           "all-reduce 0.040 (compute share 0.96, the default)" in out
+    code, _, err = run(capsys, "topology", "explain", "--topology",
+                       str(FIXTURES / "dgx1-v100.txt"), "--gpus", "0,1",
+                       "--compute-share", "1.5")
+    assert code == 2 and "--compute-share" in err

@@ -159,3 +159,28 @@ def test_the_waiting_rule_keys_default_and_are_checked():
     _, errors = validate_document(above, source="p.yaml")
     assert [(e.obj, e.reason) for e in errors] == [
         ("spec.placement.floorShare", "must not exceed minShare (0.6); got 0.7")]
+
+
+def test_gpu_generation_keys_are_read_and_every_bad_one_is_named():
+    """``computeShare`` (0-1), ``mixGpuModels`` (bool), ``minGpuMemory`` (a quantity, or
+    MiB as nvidia.com/gpu.memory writes it): read into the settings; bad values are all
+    reported at once with their field paths."""
+    policy, errors = validate_document(GOOD, source="p.yaml")
+    assert errors == [] and policy is not None
+    p = policy.placement
+    assert (p.compute_share, p.mix_gpu_models, p.min_gpu_memory_mib) == (None, False, None)
+    set_ = {**GOOD, "spec": {**GOOD["spec"], "placement": {
+        "computeShare": 0.7, "mixGpuModels": True, "minGpuMemory": "40Gi"}}}
+    policy, errors = validate_document(set_, source="p.yaml")
+    assert errors == [] and policy is not None
+    p = policy.placement
+    assert (p.compute_share, p.mix_gpu_models, p.min_gpu_memory_mib) == (0.7, True, 40960)
+    mib = {**GOOD, "spec": {**GOOD["spec"], "placement": {"minGpuMemory": 16160}}}
+    policy, errors = validate_document(mib, source="p.yaml")
+    assert errors == [] and policy is not None and policy.placement.min_gpu_memory_mib == 16160
+    bad = {**GOOD, "spec": {**GOOD["spec"], "placement": {
+        "computeShare": 1.2, "mixGpuModels": "yes", "minGpuMemory": "lots"}}}
+    _, errors = validate_document(bad, source="p.yaml")
+    assert {e.obj for e in errors} == {"spec.placement.computeShare",
+                                       "spec.placement.mixGpuModels",
+                                       "spec.placement.minGpuMemory"}

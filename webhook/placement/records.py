@@ -80,6 +80,8 @@ def placed_record(key: GangKey, replica: ReplicaKey, res: GangReservation, slot:
         "busBandwidthGBps": round(res.bus_bandwidth_gbps, 3),
         "reason": res.reason,
     }
+    if res.throughput:
+        record["throughput"] = dict(res.throughput)
     if network is not None:
         record["network"] = network
     elif res.network:
@@ -106,6 +108,10 @@ def waiting_record(key: GangKey, gang: GangRequest, settings: PlacementSettings,
                  **({"fixedPorts": sorted([p, n] for p, n in fixed_ports)}
                     if fixed_ports else {}),
                  **({"transportShare": dict(settings.transport_share)}
-                    if settings.transport_share else {})},
+                    if settings.transport_share else {}),
+                 **({"computeShare": gang.compute_share}
+                    if gang.compute_share is not None else {}),
+                 **({"minGpuMemoryMiB": gang.min_memory_mib} if gang.min_memory_mib else {}),
+                 **({"mixGpuModels": True} if gang.mix_models else {})},
         **({"network": plan.to_json()} if plan is not None else {}),
     }

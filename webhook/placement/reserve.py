@@ -11,7 +11,7 @@ shared piece; callers pass the cluster reader, the pod whose constraints decide 
 and their free GPUs are worked out in :mod:`webhook.placement.fitting`; the reserver keeps
 those answers between gangs, the waiting rule's reference, :func:`gang_nodes` (the nodes a
 gang is judged against) and :meth:`GangReserver.judge` (the solve and its judgement without
-the claim, which the admission step's preview and ``gputopo queue`` take too). About 620
+the claim, which the admission step's preview and ``gputopo queue`` take too). About 630
 lines: those memos and the claim's conflict handling share the reserver's state, and split
 apart they would pass it back and forth.
 """
@@ -44,8 +44,10 @@ from gputopo.cluster.reservations import (
 )
 from gputopo.cluster.reserved_requests import pending_limits
 from gputopo.cluster.source import ClusterReader
+from gputopo.placement.generations import solve_models
 from gputopo.placement.objective import ROUND
-from gputopo.placement.solver import GroupedNodes, solve
+from gputopo.placement.solver import GroupedNodes
+from gputopo.placement.throughput import Speed, judged_share
 from gputopo.placement.types import (
     GangRequest,
     NodeState,
@@ -57,7 +59,7 @@ from gputopo.placement.waiting import (
     DEFAULT_MIN_SHARE,
     kind_gpus,
     node_kind,
-    reference_bandwidth,
+    reference_speed,
     starts,
 )
 from gputopo.topology.transport import TransportShares
@@ -106,7 +108,9 @@ class Unplaced:
 
 
 def default_solver() -> Solver:
-    return solve
+    """The solver with the GPU-generation rules (gputopo.placement.generations): on a
+    cluster of one GPU model, the exact solver's answer itself."""
+    return solve_models
 
 
 def usable_pair(fit: list[NodeState], free: Sequence[NodeState],
@@ -348,42 +352,53 @@ class GangReserver:
     def ideal_bandwidth(self, nodes: Sequence[NodeState], gang: GangRequest,
                         demand: Mapping[str, int] | None = None, *,
                         reference: bool = False, typical: bool = True) -> float:
-        """The bus bandwidth the gang would get on ``nodes`` with every GPU free (cached per
-        gang shape and node set: the same for every gang of that shape) and no other pod
-        there: ``demand``, one pod's non-GPU requests, still limits how many of the gang a
-        node holds (two pods of 60 CPUs never share a node of 94, however empty).
+        """The bus bandwidth of :meth:`ideal_speed` (0 when the gang does not fit)."""
+        speed = self.ideal_speed(nodes, gang, demand, reference=reference, typical=typical)
+        return 0.0 if speed is None else speed.gbps
+
+    def ideal_speed(self, nodes: Sequence[NodeState], gang: GangRequest,
+                    demand: Mapping[str, int] | None = None, *,
+                    reference: bool = False, typical: bool = True) -> Speed | None:
+        """What the gang would get on ``nodes`` with every GPU free (its slowest GPU's
+        TFLOPS and its bus bandwidth; None when it does not fit; cached per gang shape and
+        node set: the same for every gang of that shape) and no other pod there:
+        ``demand``, one pod's non-GPU requests, still limits how many of the gang a node
+        holds (two pods of 60 CPUs never share a node of 94, however empty).
         ``reference``: the waiting rule's reference instead (gputopo.placement.waiting
-        ``reference_bandwidth`` over every kind of ``nodes``: one figure for the gang,
+        ``reference_speed`` over every kind of ``nodes``: one figure for the gang,
         whatever the placement; cached per kind): the typical kind's, or with ``typical``
         False the slowest kind's (the floor of ``takeBest``: ``waiting.against_typical``).
 
         The node set is everything the solver reads of a node but its used GPUs (name,
         topology, zone, rack, effective network: line rate, transport, the node's and the
-        policy's share); the same node objects as last time skip building that signature
-        (a pointer walk instead of a 1,000-entry tuple and its hash)."""
+        policy's share, GPU model); the same node objects as last time skip building that
+        signature (a pointer walk instead of a 1,000-entry tuple and its hash)."""
         last = self._ideal_last
         if last is None or not same_nodes(last[0], nodes):
             sig = tuple((n.name, id(n.topology), n.zone, n.rack, n.network_gbps,
-                         n.network_transport, n.effective_gbps, n.nvlink_domain)
+                         n.network_transport, n.effective_gbps, n.nvlink_domain,
+                         id(n.gpu_model))
                         for n in nodes)
             found = self._ideal.get(sig)
             if found is None:
                 if len(self._ideal) >= FIT_MEMO_SIZE:
                     self._ideal.clear()
-                # the entry holds the nodes: their topologies' ids cannot be reused
+                # the entry holds the nodes: their topologies' and models' ids cannot be
+                # reused
                 found = self._ideal[sig] = (list(nodes), {}, {}, {})
             last = self._ideal_last = (list(nodes), found[1], found[2], found[3])
         per_gang, kinds, gpus = last[1], last[2], last[3]
         asks = tuple(sorted(demand.items())) if demand else ()
 
-        def best_on(on: frozenset[Hashable]) -> float:
-            hit = per_gang.get((gang, asks, on))
-            if hit is None:
-                # the nodes of kinds ``on`` (all of them when no kind is asked for)
-                ref = [n for n in nodes if kinds[n.name] in on] if on else nodes
-                best = self.solver(empty_nodes(ref, demand or {}, gang), gang)
-                hit = per_gang[(gang, asks, on)] = (
-                    best.bus_bandwidth_gbps if best.feasible else 0.0)
+        def best_on(on: frozenset[Hashable]) -> Speed | None:
+            key = (gang, asks, on)
+            if key in per_gang:
+                return per_gang[key]
+            # the nodes of kinds ``on`` (all of them when no kind is asked for)
+            ref = [n for n in nodes if kinds[n.name] in on] if on else nodes
+            best = self.solver(empty_nodes(ref, demand or {}, gang), gang)
+            hit = per_gang[key] = (Speed(best.tflops, best.bus_bandwidth_gbps)
+                                   if best.feasible else None)
             return hit
 
         if not reference:
@@ -392,28 +407,36 @@ class GangReserver:
         # of 1,000 nodes deduplicated again was ~100 us, twice per new gang since the solve
         # takes its bar from it (good_bar) and not_good judges by it
         which = (gang, asks, "typical" if typical else "slowest")
-        hit = per_gang.get(which)
-        if hit is None:
+        if which not in per_gang:
             if not kinds:
                 kinds.update((n.name, node_kind(n)) for n in nodes)
                 gpus.update(kind_gpus(nodes))
-            hit = per_gang[which] = reference_bandwidth(
+            per_gang[which] = reference_speed(
                 list(dict.fromkeys(kinds.values())), best_on, gpus if typical else None, gang)
-        return hit
+        return per_gang[which]
 
     def not_good(self, placement: Placement, nodes: Sequence[NodeState], gang: GangRequest,
                  good_share: float, demand: Mapping[str, int] | None = None, *,
                  typical: bool = True) -> Unplaced | None:
         """Why a feasible ``placement`` is not good enough to take now (below ``good_share``
         of the waiting rule's reference for the gang, the typical kind's or not:
-        :func:`starts`), or None."""
+        :func:`starts`, throughput shares: gputopo.placement.throughput), or None."""
         spread = sorted({s.node for s in placement.slots})
-        ideal = self.ideal_bandwidth(nodes, gang, demand, reference=True, typical=typical)
-        if starts(placement.bus_bandwidth_gbps, ideal, good_share):
+        ideal = self.ideal_speed(nodes, gang, demand, reference=True, typical=typical)
+        got = Speed(placement.tflops, placement.bus_bandwidth_gbps)
+        if ideal is None or starts(got, ideal, good_share, gang.compute_share):
             return None
+        if ideal.tflops is not None and placement.tflops is not None and \
+                placement.tflops != ideal.tflops:
+            share = judged_share(got, ideal, gang.compute_share)
+            return Unplaced(
+                f"best free now gives {placement.bus_bandwidth_gbps:.1f} GB/s bus bandwidth "
+                f"on {placement.tflops:g}-TFLOPS GPUs ({len(spread)} node(s)): "
+                f"{share:.0%} of a good placement's throughput ({ideal.gbps:.1f} GB/s on "
+                f"{ideal.tflops:g}-TFLOPS GPUs; waits for at least {good_share:.0%} of it)")
         return Unplaced(
             f"best free now gives {placement.bus_bandwidth_gbps:.1f} GB/s bus bandwidth "
-            f"({len(spread)} node(s)); a good placement gives {ideal:.1f} GB/s (waits for "
+            f"({len(spread)} node(s)); a good placement gives {ideal.gbps:.1f} GB/s (waits for "
             f"at least {good_share:.0%} of it)")
 
     def good_bar(self, nodes: Sequence[NodeState], gang: GangRequest, share: float,

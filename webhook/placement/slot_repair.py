@@ -17,6 +17,7 @@ from typing import Any
 
 from gputopo.cluster.node_fit import PodConstraints
 from gputopo.placement.types import NodeState, ReplicaSlot
+from gputopo.topology.gpus import gpu_model_key
 
 
 def slot_node_problem(state: NodeState | None, pod_spec: Mapping[str, Any],
@@ -39,17 +40,24 @@ def slot_node_problem(state: NodeState | None, pod_spec: Mapping[str, Any],
 
 
 def repair_scopes(free: Sequence[NodeState], others: Sequence[ReplicaSlot],
-                  per_node: int) -> list[list[NodeState]]:
+                  per_node: int, *, mix_models: bool = False) -> list[list[NodeState]]:
     """Candidate node sets for the moved replica, nearest to the rest of the gang first.
 
     ``free`` are the nodes the pod fits with every reserved GPU marked used; ``others``
     the gang's other slots; a node already holding ``per_node`` of them is left out (the
-    host-port cap of the gang).
+    host-port cap of the gang). Unless the gang may span GPU models (``mix_models``), only
+    nodes of the GPU model of its other slots' nodes (gputopo.placement.generations: the
+    slowest GPU paces every step).
     """
     count: dict[str, int] = {}
     for s in others:
         count[s.node] = count.get(s.node, 0) + 1
     room = [n for n in free if count.get(n.name, 0) < per_node]
+    if not mix_models:
+        models = {gpu_model_key(n.gpu_model) for n in free if n.name in count}
+        if len(models) == 1:
+            (model,) = models
+            room = [n for n in room if gpu_model_key(n.gpu_model) == model]
     near = [n for n in room if n.name in count]
     by_name = {n.name: n for n in free}
     homes = [by_name[name] for name in count if name in by_name]

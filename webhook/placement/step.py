@@ -34,6 +34,7 @@ import contextlib
 import logging
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import Any
 
 from gputopo import names
@@ -51,6 +52,7 @@ from gputopo.cluster.reservations import (
     pick_slot,
 )
 from gputopo.cluster.source import node_state_named
+from gputopo.placement.job_needs import needs_annotations, with_needs
 from gputopo.placement.types import GangRequest, ReplicaSlot
 from gputopo.placement.waiting import after_max_wait_text
 from webhook import events, metrics
@@ -213,8 +215,14 @@ class PlacementStep:
         spread = spread_of(ctx.pod)  # the user's own anti-affinity and spread rules
         if spread.per_node is not None:
             ctx.warnings.append(f"placement: {what}: {spread.why}")
-        gang = GangRequest(job.gang_size, gpus,
-                           max_replicas_per_node=tighter(net.need.cap, spread.per_node))
+        gang, problems = with_needs(
+            GangRequest(job.gang_size, gpus,
+                        max_replicas_per_node=tighter(net.need.cap, spread.per_node)),
+            needs_annotations(ctx.pod.get("metadata") or {}), job.annotations,
+            compute_share=settings.compute_share, min_memory_mib=settings.min_gpu_memory_mib,
+            mix_models=settings.mix_gpu_models)
+        ctx.warnings.extend(f"placement: {what}: {p}; the policy's value applies"
+                            for p in problems)
         preview = ctx.audit or ctx.request.dry_run
         if spread.unjudged:
             outcome: Granted | Unplaced = Unplaced(
@@ -307,13 +315,15 @@ class PlacementStep:
     ) -> GangReservation | Unplaced:
         """Move ``slot`` to the best free GPUs for one replica near the rest of the gang
         (see :mod:`webhook.placement.slot_repair`); re-solve when another gang takes them first."""
-        one = GangRequest(1, gang.gpus_per_replica)
+        # one replica with the gang's needs (GPU memory, compute share)
+        one = replace(gang, replicas=1, max_replicas_per_node=None, good_gbps=None)
         others = [s for s in res.slots if s.replica != slot.replica]
         for _ in range(self.max_attempts):
             fit, free, excluded = self.reserver.fit_and_free(
                 ctx.cluster, ctx.pod, placement_settings(ctx.policy).transport_share)
             choice = None
-            for scope in repair_scopes(free, others, gang.per_node):
+            for scope in repair_scopes(free, others, gang.per_node,
+                                       mix_models=gang.mix_models):
                 placement = solve_fitting(self.solver, scope, one, pod_demand(ctx.pod))
                 if placement.feasible:
                     choice = placement.slots[0]
@@ -481,8 +491,8 @@ class PlacementStep:
         wait = settings.when_full == WHEN_FULL_WAIT and not why.lasting
         if wait and self.can_wait:
             plan, cap = network.waiting_plan(net.need)
-            gated = GangRequest(gang.replicas, gang.gpus_per_replica,
-                                max_replicas_per_node=tighter(cap, spread_of(ctx.pod).per_node))
+            gated = replace(gang, good_gbps=None,
+                            max_replicas_per_node=tighter(cap, spread_of(ctx.pod).per_node))
             record.update(waiting_record(key, gated, settings, plan, net.need.fixed))
             ctx.warnings.extend(network_writes.apply(
                 ctx.pod, ctx.original, plan, net.job, replica.wire(), containers))

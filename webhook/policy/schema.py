@@ -144,6 +144,16 @@ class PlacementSettings:
     #: ``minShare``, ``afterMaxWait``, ``floorShare``: when a gang that may wait takes the
     #: placement it can get (gputopo.placement.waiting)
     waiting: WaitingRule = field(default_factory=WaitingRule)
+    #: ``computeShare``: the share of a job's step spent computing (0-1) for the jobs this
+    #: policy admits (gputopo.placement.throughput); None: not stated (the default ranks
+    #: GPU models, the waiting rule takes the worst case). The job's annotation
+    #: ``gputopo.io/compute-share`` wins.
+    compute_share: float | None = None
+    #: ``mixGpuModels``: a gang may span GPU models, paced by the slowest (default: never)
+    mix_gpu_models: bool = False
+    #: ``minGpuMemory``: the least memory (MiB) each GPU must have ("40Gi" or MiB in the
+    #: policy); the job's annotation ``gputopo.io/gpu-memory`` wins
+    min_gpu_memory_mib: int | None = None
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from gputopo.placement.waiting import (
     DEFAULT_MIN_SHARE,
     WaitingRule,
 )
-from gputopo.quantity import parse_quantity
+from gputopo.quantity import gpu_memory_mib, parse_quantity
 from gputopo.topology.transport import (
     TRANSPORT_EFFICIENCY,
     TRANSPORT_ORDER,
@@ -299,7 +299,8 @@ def _placement(raw: Any, err: _Errors) -> s.PlacementSettings:
     p = _mapping(raw, path, err)
     _keys(p, ("enabled", "whenFull", "maxWaitSeconds", "podGroup", "onUnplaceable",
               "network", "hostPorts", "gpuEnv", "transportShare", "computeDomain", "minShare",
-              "afterMaxWait", "floorShare"), path, err)
+              "afterMaxWait", "floorShare", "computeShare", "mixGpuModels", "minGpuMemory"),
+          path, err)
     when_full = _choice(p.get("whenFull"), f"{path}.whenFull", err, ("wait", "admit", "deny"),
                         None)
     old = _choice(p.get("onUnplaceable"), f"{path}.onUnplaceable", err, ("admit", "deny"),
@@ -331,7 +332,34 @@ def _placement(raw: Any, err: _Errors) -> s.PlacementSettings:
         compute_domain=_choice(p.get("computeDomain"), f"{path}.computeDomain", err,
                                ("create", "off"), "off"),
         waiting=_waiting_rule(p, path, err),
+        compute_share=_compute_share(p.get("computeShare"), f"{path}.computeShare", err),
+        mix_gpu_models=bool(_bool(p.get("mixGpuModels"), f"{path}.mixGpuModels", err,
+                                  False)),
+        min_gpu_memory_mib=_gpu_memory(p.get("minGpuMemory"), f"{path}.minGpuMemory", err),
     )
+
+
+def _compute_share(raw: Any, path: str, err: _Errors) -> float | None:
+    """``computeShare``: a number from 0 to 1 (gputopo.placement.throughput)."""
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int | float) or not 0 <= raw <= 1:
+        err.add(path, f"must be a number from 0 to 1 (the share of a job's step spent "
+                      f"computing); got {raw!r}")
+        return None
+    return float(raw)
+
+
+def _gpu_memory(raw: Any, path: str, err: _Errors) -> int | None:
+    """``minGpuMemory``: a quantity ("40Gi") or MiB (40960), above 0."""
+    if raw is None:
+        return None
+    try:
+        return gpu_memory_mib(raw)
+    except ValueError:
+        err.add(path, f"must be a memory size per GPU: a quantity such as 40Gi, or MiB as "
+                      f"nvidia.com/gpu.memory writes it; got {raw!r}")
+        return None
 
 
 def _waiting_rule(p: Mapping[str, Any], path: str, err: _Errors) -> WaitingRule:

@@ -26,6 +26,7 @@ from typing import Any
 
 from gputopo import names
 from gputopo.cluster.reservations import GangKey, ReplicaKey
+from gputopo.placement.job_needs import recorded_needs
 from gputopo.placement.types import GangRequest
 from gputopo.placement.waiting import WaitingRule, rule_from_record
 from gputopo.topology.transport import TRANSPORT_EFFICIENCY, TransportShares, order_problem
@@ -114,7 +115,8 @@ def waiting_gangs(pods: Iterable[Mapping[str, Any]]) -> list[WaitingGang]:
             cap = g.get("maxReplicasPerNode")
             request = GangRequest(replicas=int(g["replicas"]),
                                   gpus_per_replica=int(g["gpusPerReplica"]),
-                                  max_replicas_per_node=int(cap) if cap is not None else None)
+                                  max_replicas_per_node=int(cap) if cap is not None else None,
+                                  **recorded_needs(g))
             since = float(rec.get("since") or 0.0)
             max_wait = float(rec.get("maxWaitSeconds") or 0.0)
         except (KeyError, TypeError, ValueError):
