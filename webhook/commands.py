@@ -108,9 +108,8 @@ def _mutate(args: argparse.Namespace) -> int:
             chosen = platform(args.platform)
             policies = gather_policies(default_policies_dir(), chosen.policies, Path(tmp))
         # can_wait: the live webhook's answer (a queue runs there), gated gangs included
-        admitter = build_admitter(policies, cluster,
-                                  placement=make_placement_step(can_wait=True),
-                                  reload_interval_s=0)
+        step = make_placement_step(can_wait=True)
+        admitter = build_admitter(policies, cluster, placement=step, reload_interval_s=0)
     try:
         outcomes = admit_all(admitter, cluster, pods)
     finally:
@@ -128,6 +127,9 @@ def _mutate(args: argparse.Namespace) -> int:
             docs.append({"pod": out.label.split(" ", 1)[1], "patch": out.patch})
         else:
             docs.append(out.pod)
+    if args.output == "yaml":  # after the pods: the ResourceClaims the webhook would create
+        made = getattr(step.claims, "claims", {})
+        docs.extend(made.values())
     if args.output == "table":
         sys.stdout.write(format_table(outcomes))
     else:

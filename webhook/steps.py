@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gputopo.cluster.dra import DraAsk
 from gputopo.cluster.source import ClusterReader
 from webhook.policy.schema import Policy
 from webhook.review import AdmissionRequest
@@ -49,6 +50,9 @@ class JobInfo:
     spec: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     #: a TrainJob's ``spec.runtimeRef.name`` ("" for any other job): policies may match it
     runtime: str = ""
+    #: what this pod's DRA claims ask of GPUs (gputopo.cluster.dra), None without claims;
+    #: its GPUs are counted in ``gpus_per_pod``
+    dra: DraAsk | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass

@@ -37,6 +37,8 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from gputopo import names
+from gputopo.cluster.dra import DraAsk, dra_containers
+from gputopo.cluster.dra_claims import ClaimList, ClaimWriter
 from gputopo.cluster.node_resources import pod_demand, solve_fitting
 from gputopo.cluster.node_volumes import pod_volumes
 from gputopo.cluster.pod_spread import spread_of, tighter
@@ -54,7 +56,7 @@ from gputopo.cluster.source import node_state_named
 from gputopo.placement.types import GangRequest, ReplicaSlot
 from gputopo.placement.waiting import after_max_wait_text
 from webhook import events, metrics
-from webhook.placement import network, network_writes, node_choice
+from webhook.placement import dra_slot, network, network_writes, node_choice
 from webhook.placement.compute_domain import ComputeDomains
 from webhook.placement.fitting import HeldMemo
 from webhook.placement.mutations import (
@@ -125,7 +127,10 @@ class PlacementStep:
         settle_seconds: float = DEFAULT_SETTLE_SECONDS,
         can_wait: bool = False,
         recorder: events.EventRecorder | None = None,
+        claims: ClaimWriter | None = None,
     ) -> None:
+        #: where the ResourceClaims that pin DRA replicas go (the API, or the dry run's list)
+        self.claims: ClaimWriter = claims if claims is not None else ClaimList()
         self.store: ReservationStore = store if store is not None else InMemoryReservationStore()
         self.reserver = GangReserver(self.store, solver=solver, max_attempts=max_attempts,
                                      settle_seconds=settle_seconds)
@@ -169,6 +174,10 @@ class PlacementStep:
         # the GPU containers, found once: writing the slot and the network plan changes
         # their env and ports, never which containers ask for GPUs (~190 bytecodes a look)
         containers = gpu_containers(ctx.pod, resources)
+        ask = job.dra if job.dra is not None and job.dra.gpus > 0 else None
+        if ask is not None:  # GPUs through DRA claims: their containers too
+            containers += [c for c in dra_containers(ctx.pod, ask)
+                           if not any(c is k for k in containers)]
         if not containers:
             return
         what = f"{job.kind} {job.namespace}/{job.name}"
@@ -219,6 +228,11 @@ class PlacementStep:
         if spread.unjudged:
             outcome: Granted | Unplaced = Unplaced(
                 f"{spread.unjudged}; left to the scheduler unpinned", lasting=True)
+        elif ask is not None and (ask.why_not or ask.gpus != gpus):
+            why = ask.why_not or ("it asks for GPUs both as an extended resource and "
+                                  "through DRA claims")
+            outcome = Unplaced(f"{why}; its GPUs are left to the scheduler's DRA allocator",
+                               lasting=True)
         elif len(set(counts.values())) > 1:
             shown = ", ".join(f"{t}: {n}" for t, n in sorted(counts.items()))
             outcome = Unplaced(
@@ -231,8 +245,11 @@ class PlacementStep:
         else:
             with store_deadline(self.store):
                 outcome = self._grant(ctx, key, replica, gang, net)
+        if isinstance(outcome, Granted) and ask is not None:
+            outcome = self._dra_claims(ctx, key, replica, outcome, ask, preview=preview)
         if isinstance(outcome, Granted):
-            self._write_slot(ctx, key, replica, outcome, net, containers, preview=preview)
+            self._write_slot(ctx, key, replica, outcome, net, containers, preview=preview,
+                             dra=ask is not None)
         else:
             self._unplaced(ctx, key, replica, gang, outcome, settings, net, containers,
                            preview=preview)
@@ -406,9 +423,36 @@ class PlacementStep:
                        plan=net.plan_for(res.network, res.slots))
 
     # --- writing -------------------------------------------------------------------------
+    def _dra_claims(self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey,
+                    granted: Granted, ask: DraAsk, *, preview: bool) -> Granted | Unplaced:
+        """The slot's pinned claims made (kept for ``gputopo mutate``, created in the
+        API by the server) and the pod pointed at them (webhook/placement/dra_slot.py);
+        Unplaced when they cannot be (the pod then keeps its templates, unpinned)."""
+        job = ctx.job
+        assert job is not None
+        slot = granted.slot
+        claims, why = dra_slot.slot_claims(
+            ctx.cluster, ask, node=slot.node, gpus=slot.gpus, namespace=key.namespace,
+            job=key.name, replica=replica.wire(),
+            owner=dra_slot.owner_of(job.api_version, job.kind, job.name, key.uid))
+        if why is None and not preview:
+            problems = self.claims.ensure(claims)
+            why = "; ".join(problems) if problems else None
+        if why is not None:
+            return Unplaced(f"the GPUs chosen cannot be pinned by a claim: {why}",
+                            lasting=True)
+        dra_slot.name_claims(ctx.pod, ask, job=key.name, replica=replica.wire())
+        if preview:
+            ctx.warnings.append(
+                f"placement: would create ResourceClaim(s) "
+                f"{', '.join(c['metadata']['name'] for c in claims)} pinning GPUs "
+                f"{gpu_list(slot.gpus)} of node {slot.node}")
+        return granted
+
     def _write_slot(
         self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, granted: Granted,
         net: network.GangNetwork, containers: list[dict[str, Any]], *, preview: bool,
+        dra: bool = False,
     ) -> None:
         res, slot = granted.reservation, granted.slot
         visible = res.visible_gpus(slot.node)
@@ -421,7 +465,9 @@ class PlacementStep:
             apply_slot(ctx.pod, node=slot.node, gpu_group=slot.gpus, gpu_visible=visible,
                        record=record, gpu_resources=_gpu_resources(policy),
                        warn_scheduler=_scheduler_unhandled(policy),
-                       gpu_env=placement_settings(policy).gpu_env, containers=containers)
+                       gpu_env=placement_settings(policy).gpu_env,
+                       # DRA: the driver makes only the claimed devices visible (CDI)
+                       containers=[] if dra else containers)
         )
         if plan is not None:
             ctx.warnings.extend(network_writes.apply(
@@ -490,6 +536,11 @@ class PlacementStep:
                 ctx.pod, record=record, gpu_resources=_gpu_resources(ctx.policy),
                 warn_scheduler=_scheduler_unhandled(ctx.policy), gpu_env=settings.gpu_env,
                 containers=containers))
+            ask = ctx.job.dra if ctx.job is not None else None
+            if ask is not None and ask.gpus and ask.why_not is None:
+                # spec.resourceClaims is immutable after CREATE: the names now, the claims
+                # when the queue places the gang (webhook/placement/dra_slot.py)
+                dra_slot.name_claims(ctx.pod, ask, job=key.name, replica=replica.wire())
             prefix = "placement (audit): would gate" if ctx.audit else "placement:"
             ctx.warnings.append(
                 f"{prefix} {what} ({demand}) waits for a placement: {why.reason}; its pods "

@@ -1,0 +1,86 @@
+"""A DRA replica's slot in its pod: the pod's GPU claims pointed at claims that pin its GPUs.
+
+Why: with Dynamic Resource Allocation the node pin alone does not choose GPUs (the
+scheduler's allocator takes the first devices that match, in slice order), and the
+visible-devices env means nothing (the driver hands out devices through CDI). So for a pod
+whose GPUs come from ResourceClaimTemplates, the slot becomes, per GPU claim of the pod, a
+ResourceClaim ``<job>-<replica>-<pod claim>`` that only the slot's devices satisfy (a CEL
+selector on the driver's ``uuid``, gputopo.cluster.dra), owned by the job so that it goes
+with it; the pod's ``spec.resourceClaims`` entry names it instead of the template. That
+entry is immutable after CREATE, so a waiting (gated) pod gets the names at admission too,
+and the placement queue makes the claims when it places the gang, before the gate comes off
+(:func:`claims_for`, from the templates kept in the pod annotation
+``gputopo.io/claim-templates``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gputopo.cluster import dra
+from gputopo.cluster.source import ClusterReader, node_state_named
+
+#: pod annotation: pod claim name -> the ResourceClaimTemplate gputopo replaced
+TEMPLATES_ANNOTATION = "gputopo.io/claim-templates"
+#: claim annotation: the node and GPU indices the claim pins, for people and the queue
+PIN_ANNOTATION = "gputopo.io/gpu-pin"
+
+
+def owner_of(api_version: str, kind: str, name: str, uid: str) -> dict[str, Any]:
+    """The ownerReference a pinned claim carries (the job: it goes with the job)."""
+    return {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid}
+
+
+def slot_claims(cluster: ClusterReader, ask: dra.DraAsk, *, node: str,
+                gpus: Sequence[int], namespace: str, job: str, replica: str,
+                owner: Mapping[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
+    """The claims that pin ``gpus`` of ``node`` for the pod's GPU claims, or why not."""
+    state = node_state_named(cluster, node)
+    devices = state.dra_devices if state is not None else None
+    if not devices:
+        return [], f"node {node} has no DRA GPU devices known to gputopo"
+    missing = [g for g in gpus if g not in devices]
+    if missing:
+        return [], f"GPU(s) {missing} of node {node} have no DRA device"
+    chosen = [devices[g] for g in gpus]
+    pin = json.dumps({"node": node, "gpus": list(gpus)}, separators=(",", ":"))
+    made = dra.pinned_claims(ask, chosen, namespace=namespace, job=job, replica=replica,
+                             owner=owner, annotations={PIN_ANNOTATION: pin})
+    return list(made.values()), None
+
+
+def name_claims(pod: dict[str, Any], ask: dra.DraAsk, *, job: str, replica: str) -> None:
+    """Point the pod's GPU claims at their pinned claims' names and keep the templates
+    they replace in :data:`TEMPLATES_ANNOTATION` (written at CREATE: the entry is
+    immutable after)."""
+    dra.point_pod_at_claims(pod, {c: dra.claim_name(job, replica, c)
+                                  for c in ask.templates})
+    meta = pod.setdefault("metadata", {})
+    ann = meta.get("annotations")
+    if not isinstance(ann, dict):
+        ann = meta["annotations"] = {}
+    ann[TEMPLATES_ANNOTATION] = dra.templates_annotation(ask)
+
+
+def ask_of_waiting(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
+                   classes: Sequence[str] = dra.DEFAULT_GPU_CLASSES) -> dra.DraAsk | None:
+    """A gated pod's GPU claims as they were before :func:`name_claims` (its templates
+    from the annotation), for the queue; None for a pod gputopo did not rename."""
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
+    ann = meta.get("annotations") if isinstance(meta.get("annotations"), Mapping) else {}
+    raw = ann.get(TEMPLATES_ANNOTATION)
+    try:
+        templates = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        return None
+    if not isinstance(templates, dict) or not templates:
+        return None
+    spec = {"resourceClaims": [{"name": k, "resourceClaimTemplateName": v}
+                               for k, v in templates.items() if isinstance(v, str)]}
+    return dra.pod_dra_gpus(spec, namespace, cluster, classes)
+
+
+__all__ = ["PIN_ANNOTATION", "TEMPLATES_ANNOTATION", "ask_of_waiting", "name_claims",
+           "owner_of", "slot_claims"]
