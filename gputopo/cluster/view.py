@@ -39,8 +39,10 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from gputopo import names
+from gputopo.cluster import dra
 from gputopo.cluster import objects as ob
 from gputopo.cluster.gang_record_feed import GANG_SELECTOR, GangRecordFeed
+from gputopo.cluster.gpu_facts import gpu_identities_of
 from gputopo.cluster.informer import (
     TRANSPORT_ERRORS,
     Informer,
@@ -131,6 +133,10 @@ class ClusterView:
         self._base: dict[str, NodeState | None] = {}  # node → state without usage (None: bad)
         self._final: dict[str, NodeState] = {}  # node → state with its used GPUs
         self._states: tuple[NodeState, ...] | None = None
+        #: node -> its GPU driver's devices (gputopo.cluster.dra), redone after a slice,
+        #: claim or node changes (``_dra_dirty``); only nodes whose answer changed rebuilt
+        self._dra: dict[str, dra.DraNode] = {}
+        self._dra_dirty = False
         #: Namespace name -> opted in, for every Namespace the watch holds (kept by
         #: _changed; filled in place, never replaced: the memory-only reader hands out its
         #: ``get``). Why: see :attr:`MemoryOnlyReader.namespace_opted_in`.
@@ -181,6 +187,14 @@ class ClusterView:
             kinds.append(WatchedKind(
                 f"{plural}.{version}", f"{group}/{version}", kind,
                 custom.list_cluster_custom_object, (group, version, plural), optional=True))
+        group, version = dra.RESOURCE_API.split("/")
+        for plural, kind in (("resourceslices", "ResourceSlice"),
+                             ("resourceclaims", "ResourceClaim"),
+                             ("resourceclaimtemplates", "ResourceClaimTemplate")):
+            # Dynamic Resource Allocation (gputopo.cluster.dra): optional, as before 1.34
+            kinds.append(WatchedKind(plural, dra.RESOURCE_API, kind,
+                                     custom.list_cluster_custom_object,
+                                     (group, version, plural), optional=True))
         self._informers = {k.name: Informer(self, k) for k in kinds}
         self._reconciler = threading.Thread(target=self._reconcile_loop,
                                             name="reservation-reconciler", daemon=True)
@@ -229,6 +243,9 @@ class ClusterView:
             listener(kind.name)
         if kind.name == "nodes":
             self._invalidate_node(str(ob.meta(obj).get("name", "")))
+            self._dra_dirty = True  # its uuids tie its devices to indices
+        elif kind.name in ("resourceslices", "resourceclaims"):
+            self._dra_dirty = True
         elif kind.name == "node-reports":
             name = str(ob.meta(obj).get("name", ""))
             if name.endswith(names.ACK_REPORT_SUFFIX):
@@ -513,6 +530,8 @@ class ClusterView:
         node changed (webhook/placement/reserve.py ``same_nodes``).
         """
         with self._lock:
+            if self._dra_dirty:
+                self._dra_refresh()
             if self._states is not None:
                 return self._states
             reports = self._informers["node-reports"].store
@@ -548,6 +567,22 @@ class ClusterView:
             self._by_name = {n.name: n for n in out}
             return self._states
 
+    def _dra_refresh(self) -> None:
+        """The DRA inventory again (call under the lock); nodes whose answer changed are
+        rebuilt at the next :meth:`node_states`."""
+        self._dra_dirty = False
+        slices = list(self._informers["resourceslices"].store.values())
+        fresh: dict[str, dra.DraNode] = {}
+        if slices:
+            nodes = self._informers["nodes"].store
+            fresh = dra.gpu_inventory(
+                slices, self._informers["resourceclaims"].store.values(),
+                {n: gpu_identities_of(obj) for (_, n), obj in nodes.items()})
+        for name in set(fresh) | set(self._dra):
+            if fresh.get(name) != self._dra.get(name):
+                self._invalidate_node(name)
+        self._dra = fresh
+
     def node_state(self, name: str) -> NodeState | None:
         """One node of :meth:`node_states` by name (a dict lookup, not a pass over every
         node: the placement step checks a slot's node for every pod it admits)."""
@@ -559,7 +594,7 @@ class ClusterView:
     def _build(self, name: str, node: dict[str, Any], report: dict[str, Any] | None
                ) -> NodeState | None:
         try:
-            state = ob.node_state(node, (), report)
+            state = ob.node_state(node, (), report, dra=self._dra.get(name))
         except TopologyError as exc:
             reason = ("no_topology" if exc.reason.startswith("no ") else
                       "allocatable" if exc.reason.startswith("allocatable") else "bad_topology")

@@ -15,9 +15,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 import dra_cluster as dc
+import yaml
 
 SCHED_NAME = "gpu-topology-scheduler"
 

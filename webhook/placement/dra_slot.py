@@ -33,6 +33,24 @@ def owner_of(api_version: str, kind: str, name: str, uid: str) -> dict[str, Any]
     return {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid}
 
 
+#: apiVersion of each job kind a gang is keyed by, for a claim's ownerReference
+_JOB_API = {"PyTorchJob": "kubeflow.org/v1", "TFJob": "kubeflow.org/v1",
+            "MPIJob": "kubeflow.org/v2beta1", "TrainJob": "trainer.kubeflow.org/v1alpha1",
+            "JobSet": "jobset.x-k8s.io/v1alpha2"}
+
+
+def owner_for(key: Any, pod: Mapping[str, Any]) -> dict[str, Any]:
+    """The gang's job as an ownerReference, for the queue (which keys gangs by namespace,
+    kind, name and uid): the pod's own controller reference when it names the job, else
+    the kind's served version."""
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
+    for ref in meta.get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("kind") == key.kind and \
+                ref.get("uid") == key.uid:
+            return owner_of(str(ref.get("apiVersion")), key.kind, key.name, key.uid)
+    return owner_of(_JOB_API.get(key.kind, "kubeflow.org/v1"), key.kind, key.name, key.uid)
+
+
 def slot_claims(cluster: ClusterReader, ask: dra.DraAsk, *, node: str,
                 gpus: Sequence[int], namespace: str, job: str, replica: str,
                 owner: Mapping[str, Any]) -> tuple[list[dict[str, Any]], str | None]:

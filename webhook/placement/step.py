@@ -38,7 +38,7 @@ from typing import Any
 
 from gputopo import names
 from gputopo.cluster.dra import DraAsk, dra_containers
-from gputopo.cluster.dra_claims import ClaimList, ClaimWriter
+from gputopo.cluster.dra_claims import ClaimList, ClaimWriter, KubernetesClaims
 from gputopo.cluster.node_resources import pod_demand, solve_fitting
 from gputopo.cluster.node_volumes import pod_volumes
 from gputopo.cluster.pod_spread import spread_of, tighter
@@ -621,12 +621,14 @@ def placement_step_for(cluster: object, *, can_wait: bool = False,
     Kubernetes Events of each outcome (webhook/events.py).
     """
     store = getattr(cluster, "reservations", None)
-    if store is not None:
-        return PlacementStep(store, can_wait=can_wait, recorder=recorder)
     api = getattr(cluster, "api_client", None)
+    # the ResourceClaims that pin DRA replicas: created in the API where there is one
+    claims = KubernetesClaims(api) if api is not None else None
+    if store is not None:
+        return PlacementStep(store, can_wait=can_wait, recorder=recorder, claims=claims)
     if api is not None:
         from gputopo.cluster.k8s_reservations import KubernetesReservationStore
 
         return PlacementStep(KubernetesReservationStore(api), can_wait=can_wait,
-                             recorder=recorder)
+                             recorder=recorder, claims=claims)
     return PlacementStep()
