@@ -1,0 +1,43 @@
+"""``generate manifests --platform dra``: no device plugin, DRA RBAC, DynamicResources kept."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _generate(tmp: Path) -> dict[str, list[dict]]:
+    out = tmp / "m"
+    p = subprocess.run(["python", "-m", "gputopo", "generate", "manifests", "--platform", "dra",
+                        "-o", str(out)], capture_output=True, text=True, cwd=REPO,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return {f.name: [d for d in yaml.safe_load_all(f.read_text()) if d]
+            for f in out.iterdir()}
+
+
+def test_dra_platform_ships_no_device_plugin_and_keeps_dynamic_resources(tmp_path: Path
+                                                                         ) -> None:
+    files = _generate(tmp_path)
+    assert "device-plugin.yaml" not in files
+    assert "reporter.yaml" in files  # the uuid / PCI bus id of each GPU index come from it
+    [cm] = [d for d in files["scheduler.yaml"] if d["kind"] == "ConfigMap"]
+    config = yaml.safe_load(next(iter(cm["data"].values())))
+    for profile in config["profiles"]:
+        for point in (profile.get("plugins") or {}).values():
+            names = [p["name"] for p in (point or {}).get("disabled") or []]
+            assert "DynamicResources" not in names
+            assert "*" not in names or point.get("enabled")  # only queueSort-like swaps
+    rules = [r for d in files["webhook-rbac.yaml"] if d["kind"] == "ClusterRole"
+             for r in d["rules"] if "resource.k8s.io" in r["apiGroups"]]
+    verbs = {res: set(r["verbs"]) for r in rules for res in r["resources"]}
+    assert verbs == {"resourceslices": {"list", "watch"},
+                     "resourceclaimtemplates": {"list", "watch"},
+                     "resourceclaims": {"get", "list", "watch", "create", "delete"}}
+    [pol] = [d for d in files["policies.yaml"] if d["kind"] == "ConfigMap"]
+    assert any("dra-gpu-topology" in k for k in pol["data"])
