@@ -88,11 +88,11 @@ def rbac(*, ack_reports: bool = True) -> list[dict[str, Any]]:
         # Dynamic Resource Allocation (gputopo/cluster/dra.py): each node's GPU devices and
         # the claims that hold them are watched; a DRA pod's claim templates are watched
         # (its GPU count); the claims that pin a replica's GPUs are created, read back on a
-        # name clash, and replaced (delete) only when their slot moved and no pod holds them
+        # name clash (never deleted: they go with the job)
         k8s.rule(["resource.k8s.io"], ["resourceslices", "resourceclaimtemplates"],
                  ["list", "watch"]),
         k8s.rule(["resource.k8s.io"], ["resourceclaims"],
-                 ["get", "list", "watch", "create", "delete"]),
+                 ["get", "list", "watch", "create"]),
         # Kubernetes Events of each placement outcome on the pods and jobs (webhook/events.py):
         # created only, one per object and reason per minute at most, never patched
         k8s.rule([""], ["events"], ["create"]),

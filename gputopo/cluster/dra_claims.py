@@ -7,8 +7,8 @@ pods, so that a dry run can be applied or checked as it stands). Neither knows w
 
 Creating is idempotent per name: a claim of that name already there with the same spec
 (the same slot: a pod re-created for it, another webhook replica) is success; one with
-another spec that no pod holds yet (the slot moved) is replaced; one a pod holds is left
-and reported (its devices are that pod's until it ends).
+another spec (the slot moved) is reported, never deleted: gputopo deletes nothing but its
+own reservations (docs/rbac.md), and the claim goes with its job.
 """
 
 from __future__ import annotations
@@ -84,16 +84,8 @@ class KubernetesClaims:
                                                           _request_timeout=TIMEOUT_SECONDS)
             if _same(have.get("spec") or {}, claim["spec"]):
                 return None
-            status = have.get("status") or {}
-            if status.get("reservedFor") or status.get("allocation"):
-                return (f"ResourceClaim {ns}/{name} exists with other devices and is in use; "
-                        f"left as it is")
-            self._api.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name,
-                                                      _request_timeout=TIMEOUT_SECONDS)
-            self._api.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, claim,
-                                                      _request_timeout=TIMEOUT_SECONDS)
-            log.info("dra: replaced ResourceClaim %s/%s (its slot moved)", ns, name)
-            return None
+            return (f"ResourceClaim {ns}/{name} exists with other devices (its slot "
+                    f"moved); gputopo does not delete claims: delete it to pin the new GPUs")
         except self._error as exc:
             return f"ResourceClaim {ns}/{name} not made: HTTP {exc.status} {exc.reason}"
         except Exception as exc:
