@@ -41,3 +41,37 @@ def test_dra_platform_ships_no_device_plugin_and_keeps_dynamic_resources(tmp_pat
                      "resourceclaims": {"get", "list", "watch", "create"}}
     [pol] = [d for d in files["policies.yaml"] if d["kind"] == "ConfigMap"]
     assert any("dra-gpu-topology" in k for k in pol["data"])
+
+
+def test_the_reporter_writes_each_gpus_uuid_and_bus_id_that_tie_dra_devices(
+        tmp_path: Path) -> None:
+    """``topology report`` from recorded NVML answers (uuids included): the annotation's
+    ``gpus[i]`` carry ``uuid`` and ``pciBusId``, and a slice's devices tie to them."""
+    import json
+
+    from gputopo.cluster.dra import gpu_inventory
+    from gputopo.cluster.gpu_facts import gpu_identities_of
+
+    data = json.loads((REPO / "tests" / "topology" / "data" / "dgx1-v100-nvml.json")
+                      .read_text())
+    for i, dev in enumerate(data["devices"]):
+        dev["uuid"] = f"GPU-{i:08d}-aaaa-bbbb-cccc-dddddddddddd"
+    rec = tmp_path / "nvml.json"
+    rec.write_text(json.dumps(data))
+    p = subprocess.run(["python", "-m", "gputopo", "topology", "report", "--nvml-recorded",
+                        str(rec), "--node", "n1", "--dry-run", "--transport", "off"],
+                       capture_output=True, text=True, cwd=REPO,
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    assert p.returncode == 0, p.stderr
+    ann = json.loads(p.stdout)["patch"]["metadata"]["annotations"]
+    node = {"metadata": {"name": "n1", "annotations": ann}}
+    ids = gpu_identities_of(node)
+    assert [g.uuid for g in ids] == [d["uuid"] for d in data["devices"]]
+    assert all(g.pci_bus_id and g.pci_bus_id.startswith("0000:") and
+               len(g.pci_bus_id.split(":")[0]) == 4 for g in ids)
+    # a device known by its PCI bus id alone (no uuid attribute) ties too
+    slice_ = {"spec": {"driver": "gpu.nvidia.com", "nodeName": "n1", "pool": {"name": "n1"},
+                       "devices": [{"name": "gpu-0", "attributes": {
+                           "resource.kubernetes.io/pciBusID": {"string": ids[5].pci_bus_id}}}]}}
+    inv = gpu_inventory([slice_], [], {"n1": ids})
+    assert inv["n1"].devices[5].name == "gpu-0"
