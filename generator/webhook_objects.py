@@ -89,8 +89,8 @@ def rbac(*, ack_reports: bool = True) -> list[dict[str, Any]]:
         # the claims that hold them are watched; a DRA pod's claim templates are watched
         # (its GPU count); the claims that pin a replica's GPUs are created, read back on a
         # name clash (never deleted: they go with the job)
-        k8s.rule(["resource.k8s.io"], ["resourceslices", "resourceclaimtemplates"],
-                 ["list", "watch"]),
+        k8s.rule(["resource.k8s.io"], ["resourceslices"], ["list", "watch"]),
+        k8s.rule(["resource.k8s.io"], ["resourceclaimtemplates"], ["get", "list", "watch"]),
         k8s.rule(["resource.k8s.io"], ["resourceclaims"],
                  ["get", "list", "watch", "create"]),
         # Kubernetes Events of each placement outcome on the pods and jobs (webhook/events.py):

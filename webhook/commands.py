@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gputopo.errors import InputError
+from gputopo.platforms import PLATFORMS
 from gputopo.yamlio import WIDE, dump_documents
 
 
@@ -34,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="cluster file (default: the embedded demo cluster)")
     mutate.add_argument("--policies", metavar="DIR", type=Path,
                         help="policy directory (default: the shipped policies)")
-    mutate.add_argument("--platform", choices=("ack", "tke", "generic"),
+    mutate.add_argument("--platform", choices=tuple(PLATFORMS),
                         help="admit with the policies `generate manifests --platform` ships "
                              "(default: every shipped policy, or --policies)")
     mutate.add_argument("--namespace", metavar="NS", default="default",

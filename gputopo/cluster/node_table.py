@@ -1,7 +1,9 @@
 """``gputopo nodes``: the activated nodes as a kubectl-style table — the view an operator
 opens first when asking "why did my job not fit?".
 
-Per node: the GPU kind (how its GPUs are wired: NVSwitch, NVLink, PCIe), GPUs used / free,
+Per node: the GPU kind (how its GPUs are wired: NVSwitch, NVLink, PCIe), what hands its
+GPUs out (``device-plugin``: an extended resource; ``dra``: its DRA driver's ResourceSlices,
+gputopo.cluster.dra), GPUs used / free,
 the largest free *well-connected* block (the biggest k for which k free GPUs of the node
 are as well connected as any k GPUs of it can be, :func:`gputopo.placement.objective.
 free_blocks` — a free 4-block on a DGX-1 is an NVLink quad), rack and zone, the network
@@ -42,14 +44,15 @@ class NodeRow:
     nvlink_domain: str = "-"
     cpu: str = "-"  # CPUs requested / allocatable ("80/94"), "-" when the node says nothing
     memory: str = "-"  # memory requested / allocatable ("1Gi/503Gi")
+    handout: str = "device-plugin"  # how its GPUs are handed out: device-plugin or dra
 
     def cells(self) -> list[str]:
-        return [self.name, self.kind, f"{self.used}/{self.gpus}", str(self.gpus - self.used),
+        return [self.name, self.kind, self.handout, f"{self.used}/{self.gpus}", str(self.gpus - self.used),
                 str(self.largest_block), self.rack, self.zone, self.network,
                 self.nvlink_domain, self.cpu, self.memory, ",".join(self.gangs) or "-"]
 
 
-HEADER = ["NAME", "GPU KIND", "USED", "FREE", "FREE BLOCK", "RACK", "ZONE", "NETWORK",
+HEADER = ["NAME", "GPU KIND", "GPUS BY", "USED", "FREE", "FREE BLOCK", "RACK", "ZONE", "NETWORK",
           "NVLINK DOMAIN", "CPU", "MEMORY", "GANGS"]
 
 
@@ -168,6 +171,7 @@ def node_rows(states: Iterable[NodeState], gangs: Mapping[str, set[str]]) -> lis
             network=network_cell(s), gangs=tuple(sorted(gangs.get(s.name, ()))),
             nvlink_domain=s.nvlink_domain or "-",
             cpu=resource_cell(s, CPU), memory=resource_cell(s, MEMORY),
+            handout=s.gpu_handout,
         ))
     return rows
 

@@ -37,7 +37,7 @@ def test_dra_platform_ships_no_device_plugin_and_keeps_dynamic_resources(tmp_pat
              for r in d["rules"] if "resource.k8s.io" in r["apiGroups"]]
     verbs = {res: set(r["verbs"]) for r in rules for res in r["resources"]}
     assert verbs == {"resourceslices": {"list", "watch"},
-                     "resourceclaimtemplates": {"list", "watch"},
+                     "resourceclaimtemplates": {"get", "list", "watch"},
                      "resourceclaims": {"get", "list", "watch", "create"}}
     [pol] = [d for d in files["policies.yaml"] if d["kind"] == "ConfigMap"]
     assert any("dra-gpu-topology" in k for k in pol["data"])
