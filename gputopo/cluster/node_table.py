@@ -47,7 +47,8 @@ class NodeRow:
     handout: str = "device-plugin"  # how its GPUs are handed out: device-plugin or dra
 
     def cells(self) -> list[str]:
-        return [self.name, self.kind, self.handout, f"{self.used}/{self.gpus}", str(self.gpus - self.used),
+        return [self.name, self.kind, self.handout, f"{self.used}/{self.gpus}",
+                str(self.gpus - self.used),
                 str(self.largest_block), self.rack, self.zone, self.network,
                 self.nvlink_domain, self.cpu, self.memory, ",".join(self.gangs) or "-"]
 
