@@ -39,7 +39,8 @@ def test_nodes_shows_used_gpus_the_largest_free_block_and_the_gang(tmp_path, cap
     # CPU and memory its pods request of its allocatable: the mutated pods ask for none,
     # the bound pod counts all the same (as one of the node's pods)
     assert a[1:] == ["8x", "NVLink", "device-plugin", "4/8", "4", "4", "rack-1",
-                     "cn-shanghai-b", "25G/tcp", "-", "0/94", "0/503Gi", "default/tensorflow-topo-4-vgg16"]
+                     "cn-shanghai-b", "25G/tcp", "-", "0/94", "0/503Gi",
+                     "default/tensorflow-topo-4-vgg16"]
     # one loose GPU taken from a DGX-1 quad leaves the other quad: block 4, not 8
     assert b[4:7] == ["1/8", "7", "4"] and b[-1] == "ml/solo"
     assert main(["nodes", "--cluster", str(cluster), "-o", "json"]) == 0
