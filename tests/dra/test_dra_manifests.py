@@ -75,3 +75,27 @@ def test_the_reporter_writes_each_gpus_uuid_and_bus_id_that_tie_dra_devices(
                            "resource.kubernetes.io/pciBusID": {"string": ids[5].pci_bus_id}}}]}}
     inv = gpu_inventory([slice_], [], {"n1": ids})
     assert inv["n1"].devices[5].name == "gpu-0"
+
+
+def test_gpu_device_classes_policy_key_is_checked(tmp_path: Path) -> None:
+    from webhook.policy.loader import load_policies
+
+    base = (REPO / "policies" / "platforms" / "dra" / "dra-gpu-topology.yaml").read_text()
+    for bad, words in (("[]", "at least one DeviceClass"), ("[Not_A_Name]", "DNS subdomain"),
+                       ("gpu.nvidia.com", "must be a list")):
+        d = tmp_path / f"p{len(words)}"
+        d.mkdir()
+        (d / "p.yaml").write_text(base.replace(
+            "    podGroup: create\n", f"    podGroup: create\n    gpuDeviceClasses: {bad}\n"))
+        try:
+            load_policies(d)
+        except Exception as exc:  # PolicySetError: every problem, with its field path
+            assert "spec.placement.gpuDeviceClasses" in str(exc) and words in str(exc), exc
+        else:
+            raise AssertionError(f"gpuDeviceClasses: {bad} accepted")
+    ok = tmp_path / "ok"
+    ok.mkdir()
+    (ok / "p.yaml").write_text(base.replace(
+        "    podGroup: create\n", "    podGroup: create\n    gpuDeviceClasses: [a.b, c]\n"))
+    [policy] = load_policies(ok)
+    assert policy.placement.gpu_device_classes == ("a.b", "c")
