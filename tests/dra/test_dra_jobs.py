@@ -189,3 +189,24 @@ def test_mixed_cluster_each_pod_where_its_request_is_served(tmp_path: Path) -> N
     assert recs["d-master-0"]["node"] == "dra-node"
     assert recs["dp-master-0"]["node"] == "plugin-node"
     assert len(claims) == 1
+
+
+def test_an_extended_resource_pod_on_dra_only_nodes_says_why_it_is_not_pinned(
+        tmp_path: Path) -> None:
+    """KEP-5004: on DRA nodes the scheduler meets ``nvidia.com/gpu`` from DRA devices
+    through its own claim; gputopo cannot pin that, and the record says so (the pod is
+    admitted unpinned, not gated for ever); the real scheduler then binds it that way."""
+    nodes = dc.nodes(("dgx-a",))
+    job = dc.pytorchjob("ext", 1, "x")
+    spec = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    del spec["resourceClaims"]
+    spec["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 2}}
+    pods, claims, _ = _run(tmp_path, [*nodes, dc.device_class(), dc.resource_slice("dgx-a")],
+                           [job], "--platform", "dra")
+    [rec] = [_record(p) for p in pods]
+    assert not rec["placed"] and "KEP-5004" in rec["reason"], rec
+    assert "schedulingGates" not in pods[0]["spec"] and claims == []
+    [result] = _schedule(tmp_path, nodes, [dc.device_class(), dc.resource_slice("dgx-a")],
+                         pods)
+    assert result["status"] == "Bound"
+    assert [c.get("extendedResource") for c in result["claims"]] == [True]

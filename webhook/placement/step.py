@@ -37,7 +37,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from gputopo import names
-from gputopo.cluster.dra import DraAsk, dra_containers
+from gputopo.cluster.dra import DraAsk, dra_containers, has_gpu_resource
 from gputopo.cluster.dra_claims import ClaimList, ClaimWriter, KubernetesClaims
 from gputopo.cluster.node_resources import pod_demand, solve_fitting
 from gputopo.cluster.node_volumes import pod_volumes
@@ -245,6 +245,8 @@ class PlacementStep:
         else:
             with store_deadline(self.store):
                 outcome = self._grant(ctx, key, replica, gang, net)
+        if isinstance(outcome, Unplaced) and ask is None and not outcome.lasting:
+            outcome = _extended_on_dra(ctx, outcome, resources)
         if isinstance(outcome, Granted) and ask is not None:
             outcome = self._dra_claims(ctx, key, replica, outcome, ask, preview=preview)
         if isinstance(outcome, Granted):
@@ -571,6 +573,26 @@ class PlacementStep:
         )
         if not preview:
             metrics.PLACEMENTS.labels(result="unplaced").inc()
+
+
+def _extended_on_dra(ctx: AdmissionContext, why: Unplaced, resources: frozenset[str]
+                     ) -> Unplaced:
+    """A pod asking a GPU extended resource that found no place, on a cluster whose GPU
+    nodes the pod fits are all DRA nodes: there the scheduler meets ``nvidia.com/gpu`` from
+    DRA devices through a claim of its own (KEP-5004, a DeviceClass's
+    ``extendedResourceName``; beta and on in 1.36), which gputopo cannot pin. Said in the
+    record, and lasting (waiting for a device-plugin node would be for ever); read only on
+    this rare path."""
+    nodes = ctx.cluster.node_states()
+    if not nodes or any(n.gpu_handout != "dra" for n in nodes):
+        return why
+    asked = sorted(r for r in resources if has_gpu_resource(ctx.pod, (r,)))
+    return Unplaced(
+        f"every GPU node here hands out its GPUs through DRA, where this pod's "
+        f"{', '.join(asked) or 'GPU resource'} is met by the scheduler's own claim "
+        f"(KEP-5004 extendedResourceName), which gputopo cannot pin; ask for GPUs with a "
+        f"ResourceClaimTemplate of a GPU DeviceClass (gpu.nvidia.com) to have them placed",
+        lasting=True)
 
 
 def store_deadline(store: object) -> AbstractContextManager[None]:
