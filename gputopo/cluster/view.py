@@ -41,8 +41,8 @@ from kubernetes.client.rest import ApiException
 from gputopo import names
 from gputopo.cluster import dra
 from gputopo.cluster import objects as ob
+from gputopo.cluster.dra_index import DraIndex
 from gputopo.cluster.gang_record_feed import GANG_SELECTOR, GangRecordFeed
-from gputopo.cluster.gpu_facts import gpu_identities_of
 from gputopo.cluster.informer import (
     TRANSPORT_ERRORS,
     Informer,
@@ -133,10 +133,9 @@ class ClusterView:
         self._base: dict[str, NodeState | None] = {}  # node → state without usage (None: bad)
         self._final: dict[str, NodeState] = {}  # node → state with its used GPUs
         self._states: tuple[NodeState, ...] | None = None
-        #: node -> its GPU driver's devices (gputopo.cluster.dra), redone after a slice,
-        #: claim or node changes (``_dra_dirty``); only nodes whose answer changed rebuilt
-        self._dra: dict[str, dra.DraNode] = {}
-        self._dra_dirty = False
+        #: each node's GPU driver's devices (gputopo.cluster.dra), kept up to date change by
+        #: change; only nodes whose answer changed are rebuilt
+        self._dra = DraIndex(lambda name: self._informers["nodes"].store.get(("", name)))
         #: Namespace name -> opted in, for every Namespace the watch holds (kept by
         #: _changed; filled in place, never replaced: the memory-only reader hands out its
         #: ``get``). Why: see :attr:`MemoryOnlyReader.namespace_opted_in`.
@@ -242,10 +241,13 @@ class ClusterView:
         for listener in self.listeners:
             listener(kind.name)
         if kind.name == "nodes":
-            self._invalidate_node(str(ob.meta(obj).get("name", "")))
-            self._dra_dirty = True  # its uuids tie its devices to indices
-        elif kind.name in ("resourceslices", "resourceclaims"):
-            self._dra_dirty = True
+            name = str(ob.meta(obj).get("name", ""))
+            self._invalidate_node(name)
+            self._dra.node_changed(name, new)  # its uuids tie its devices to indices
+        elif kind.name == "resourceslices":
+            self._dra.slice_changed(old, new)
+        elif kind.name == "resourceclaims":
+            self._dra.claim_changed(old, new)
         elif kind.name == "node-reports":
             name = str(ob.meta(obj).get("name", ""))
             if name.endswith(names.ACK_REPORT_SUFFIX):
@@ -530,8 +532,9 @@ class ClusterView:
         node changed (webhook/placement/reserve.py ``same_nodes``).
         """
         with self._lock:
-            if self._dra_dirty:
-                self._dra_refresh()
+            if self._dra.dirty:
+                for name in self._dra.refresh():
+                    self._invalidate_node(name)
             if self._states is not None:
                 return self._states
             reports = self._informers["node-reports"].store
@@ -566,22 +569,6 @@ class ClusterView:
             self._states = tuple(out)
             self._by_name = {n.name: n for n in out}
             return self._states
-
-    def _dra_refresh(self) -> None:
-        """The DRA inventory again (call under the lock); nodes whose answer changed are
-        rebuilt at the next :meth:`node_states`."""
-        self._dra_dirty = False
-        slices = list(self._informers["resourceslices"].store.values())
-        fresh: dict[str, dra.DraNode] = {}
-        if slices:
-            nodes = self._informers["nodes"].store
-            fresh = dra.gpu_inventory(
-                slices, self._informers["resourceclaims"].store.values(),
-                {n: gpu_identities_of(obj) for (_, n), obj in nodes.items()})
-        for name in set(fresh) | set(self._dra):
-            if fresh.get(name) != self._dra.get(name):
-                self._invalidate_node(name)
-        self._dra = fresh
 
     def node_state(self, name: str) -> NodeState | None:
         """One node of :meth:`node_states` by name (a dict lookup, not a pass over every

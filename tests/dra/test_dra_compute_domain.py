@@ -14,10 +14,10 @@ import dra_cluster as dc
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "placement_step"))
-from test_compute_domain import pod_claim_problems, tray  # noqa: E402
+from test_compute_domain import pod_claim_problems, tray
 
-from gputopo import names  # noqa: E402
-from gputopo.yamlio import dump, load_documents  # noqa: E402
+from gputopo import names
+from gputopo.yamlio import dump, load_documents
 
 
 def _dra_tray(name: str, clique: int) -> tuple[dict[str, Any], dict[str, Any]]:
