@@ -210,3 +210,14 @@ def test_an_extended_resource_pod_on_dra_only_nodes_says_why_it_is_not_pinned(
                          pods)
     assert result["status"] == "Bound"
     assert [c.get("extendedResource") for c in result["claims"]] == [True]
+
+
+def test_a_missing_claim_template_is_said_never_guessed(tmp_path: Path) -> None:
+    nodes = dc.nodes(("dgx-a",))
+    pods, claims, err = _run(tmp_path, [*nodes, dc.device_class(), dc.resource_slice("dgx-a")],
+                             [dc.pytorchjob("lost", 1, "no-such-template")])
+    assert "ResourceClaimTemplate default/no-such-template (claim 'gpus') not found" in err
+    assert pods[0]["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == \
+        "no-such-template"
+    assert "gputopo.io/placement" not in (pods[0]["metadata"].get("annotations") or {})
+    assert claims == []

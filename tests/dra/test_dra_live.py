@@ -65,7 +65,9 @@ def test_admission_creates_the_pinned_claims_in_the_api(kube: KubeApiDouble) -> 
     _cluster(kube)
     with live_admitter(kube) as (admitter, view):
         assert wait_for(lambda: all(n.gpu_handout == "dra" for n in view.node_states()))
-        for pod in _pods(kube, "train", 2):
+        pods = _pods(kube, "train", 2)
+        uid = pods[0]["metadata"]["ownerReferences"][0]["uid"]
+        for pod in pods:
             admitted, _ = admit_and_create(admitter, kube, pod)
             [entry] = admitted["spec"]["resourceClaims"]
             assert entry["resourceClaimName"] == f"{pod['metadata']['name']}-gpus"
@@ -73,7 +75,8 @@ def test_admission_creates_the_pinned_claims_in_the_api(kube: KubeApiDouble) -> 
     assert sorted(claims) == ["train-master-0-gpus", "train-worker-0-gpus"]
     for claim in claims.values():
         ref = claim["metadata"]["ownerReferences"][0]
-        assert (ref["kind"], ref["name"]) == ("PyTorchJob", "train")  # goes with the job
+        # the job's uid: the garbage collector deletes the claim with the job
+        assert (ref["kind"], ref["name"], ref["uid"]) == ("PyTorchJob", "train", uid)
         expr = claim["spec"]["devices"]["requests"][0]["exactly"]["selectors"][0]["cel"]
         assert expr["expression"].count("'GPU-") == 4
 
