@@ -304,7 +304,12 @@ def resolve_job(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
     if problems:
         raise BadGpuCount("; ".join(problems) + ": not placed, GPU resource not renamed")
     claims = ClaimGpus(namespace, cluster, device_classes)
-    asked = claims.ask(pspec) if pspec.get("resourceClaims") else None
+    asked = None
+    if pspec.get("resourceClaims"):
+        # a pod whose claims gputopo already pointed at pinned claims (re-admitted) is
+        # judged by the templates it asked first
+        replaced = dra.replaced_templates(pod)
+        asked = claims.ask(dra.with_templates(pspec, replaced) if replaced else pspec)
     if asked is not None:
         gpus += asked.gpus
     via_batch = (ref.api_version, ref.kind) == BATCH_JOB

@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gputopo import names
 from gputopo.topology.gpus import GpuIdentity, normal_bus_id
 
 RESOURCE_API = "resource.k8s.io/v1"
@@ -188,6 +189,36 @@ def pod_dra_gpus(spec: Mapping[str, Any], namespace: str, cluster: Any,
     return DraAsk(sum(r.count for r in requests), tuple(requests), why, templates, sources)
 
 
+def replaced_templates(pod: Mapping[str, Any]) -> dict[str, str]:
+    """Pod claim name -> the template gputopo replaced by a pinned claim, from the pod's
+    ``gputopo.io/claim-templates`` annotation (empty when none or unreadable)."""
+    raw = _map(_map(pod, "metadata"), "annotations").get(names.CLAIM_TEMPLATES_ANNOTATION)
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else None
+    except ValueError:
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str) and v}
+
+
+def with_templates(spec: Mapping[str, Any], templates: Mapping[str, str]) -> dict[str, Any]:
+    """``spec`` with the claims ``templates`` names read from their templates again: what
+    the pod asked before gputopo pointed them at pinned claims (a re-admitted or waiting
+    pod is judged as it was first)."""
+    out = dict(spec)
+    entries = []
+    for e in _list(spec, "resourceClaims"):
+        if isinstance(e, Mapping) and e.get("name") in templates:
+            e = {"name": e["name"], "resourceClaimTemplateName": templates[e["name"]]}
+        entries.append(e)
+    if not any(isinstance(e, Mapping) and e.get("name") == k for e in entries
+               for k in templates):
+        entries += [{"name": k, "resourceClaimTemplateName": v} for k, v in templates.items()]
+    out["resourceClaims"] = entries
+    return out
+
+
 def dra_containers(pod: Mapping[str, Any], ask: DraAsk) -> list[dict[str, Any]]:
     """The containers (init containers first, as ``gpu_containers``) that use the pod's
     GPU claims (``resources.claims[].name``)."""
@@ -266,7 +297,12 @@ def _current_slices(slices: Iterable[Mapping[str, Any]], drivers: frozenset[str]
 
 def pinned_uuids(claim: Mapping[str, Any]) -> list[str]:
     """The uuids an unallocated claim's requests are pinned to by a ``uuid in [...]``
-    selector (gputopo's pins, and a user's written the same way)."""
+    selector: a user's claim that no pod holds yet still speaks for those GPUs. Not
+    gputopo's own claims (annotation ``gputopo.io/gpu-pin``): until they are allocated
+    their gang's reservation holds the GPUs, and a pod re-created for its slot must find
+    them free to name the same claim again."""
+    if names.GPU_PIN_ANNOTATION in _map(_map(claim, "metadata"), "annotations"):
+        return []
     out: list[str] = []
     for req in _list(_map(_map(claim, "spec"), "devices"), "requests"):
         for sel in _list(_map(req, "exactly"), "selectors"):

@@ -221,3 +221,21 @@ def test_a_missing_claim_template_is_said_never_guessed(tmp_path: Path) -> None:
         "no-such-template"
     assert "gputopo.io/placement" not in (pods[0]["metadata"].get("annotations") or {})
     assert claims == []
+
+
+def test_a_placed_dra_pod_readmitted_with_its_claim_there_changes_nothing(
+        tmp_path: Path) -> None:
+    """Its claim names gputopo's pinned claim now; it is judged by the template it asked
+    first (annotation gputopo.io/claim-templates), not as a pod naming its own claim."""
+    nodes = dc.nodes(("dgx-a",))
+    cluster = [*nodes, dc.device_class(), dc.resource_slice("dgx-a")]
+    job = dc.pytorchjob("again", 2, "four-gpus")
+    pods, claims, _ = _run(tmp_path, cluster, [job, dc.template()])
+    owner = pods[0]["metadata"]["ownerReferences"][0]
+    job["metadata"]["uid"] = owner["uid"]
+    c = dc.write(tmp_path / "c2.yaml", [*cluster, *claims])
+    j = dc.write(tmp_path / "j2.yaml", [job, dc.template(), *pods])
+    r = dc.mutate("--cluster", str(c), "-o", "patch", str(j))
+    assert r.returncode == 0, r.stderr
+    patches = [d for d in yaml.safe_load_all(r.stdout) if d]
+    assert [p["patch"] for p in patches] == [[], []], patches

@@ -19,13 +19,14 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gputopo import names
 from gputopo.cluster import dra
 from gputopo.cluster.source import ClusterReader, node_state_named
 
 #: pod annotation: pod claim name -> the ResourceClaimTemplate gputopo replaced
-TEMPLATES_ANNOTATION = "gputopo.io/claim-templates"
-#: claim annotation: the node and GPU indices the claim pins, for people and the queue
-PIN_ANNOTATION = "gputopo.io/gpu-pin"
+TEMPLATES_ANNOTATION = names.CLAIM_TEMPLATES_ANNOTATION
+#: claim annotation: the node and GPU indices the claim pins, for people
+PIN_ANNOTATION = names.GPU_PIN_ANNOTATION
 
 
 def owner_of(api_version: str, kind: str, name: str, uid: str) -> dict[str, Any]:
@@ -86,18 +87,11 @@ def ask_of_waiting(pod: Mapping[str, Any], namespace: str, cluster: ClusterReade
                    classes: Sequence[str] = dra.DEFAULT_GPU_CLASSES) -> dra.DraAsk | None:
     """A gated pod's GPU claims as they were before :func:`name_claims` (its templates
     from the annotation), for the queue; None for a pod gputopo did not rename."""
-    meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}
-    ann = meta.get("annotations") if isinstance(meta.get("annotations"), Mapping) else {}
-    raw = ann.get(TEMPLATES_ANNOTATION)
-    try:
-        templates = json.loads(raw) if isinstance(raw, str) else None
-    except ValueError:
+    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    replaced = dra.replaced_templates(pod)
+    if not replaced:
         return None
-    if not isinstance(templates, dict) or not templates:
-        return None
-    spec = {"resourceClaims": [{"name": k, "resourceClaimTemplateName": v}
-                               for k, v in templates.items() if isinstance(v, str)]}
-    return dra.pod_dra_gpus(spec, namespace, cluster, classes)
+    return dra.pod_dra_gpus(dra.with_templates(spec, replaced), namespace, cluster, classes)
 
 
 __all__ = ["PIN_ANNOTATION", "TEMPLATES_ANNOTATION", "ask_of_waiting", "name_claims",
