@@ -532,17 +532,21 @@ class PlacementStep:
             gated = GangRequest(gang.replicas, gang.gpus_per_replica,
                                 max_replicas_per_node=tighter(cap, spread_of(ctx.pod).per_node))
             record.update(waiting_record(key, gated, settings, plan, net.need.fixed))
+            dra_ask = ctx.job.dra if ctx.job is not None else None
+            if dra_ask is not None and dra_ask.gpus and dra_ask.why_not is None:
+                # which of its claims' requests are GPUs, for the queue (placement.
+                # gpuDeviceClasses of the policy that admitted it)
+                record["gang"]["gpuDeviceClasses"] = list(settings.gpu_device_classes)
             ctx.warnings.extend(network_writes.apply(
                 ctx.pod, ctx.original, plan, net.job, replica.wire(), containers))
             ctx.warnings.extend(apply_waiting(
                 ctx.pod, record=record, gpu_resources=_gpu_resources(ctx.policy),
                 warn_scheduler=_scheduler_unhandled(ctx.policy), gpu_env=settings.gpu_env,
                 containers=containers))
-            ask = ctx.job.dra if ctx.job is not None else None
-            if ask is not None and ask.gpus and ask.why_not is None:
+            if dra_ask is not None and dra_ask.gpus and dra_ask.why_not is None:
                 # spec.resourceClaims is immutable after CREATE: the names now, the claims
                 # when the queue places the gang (webhook/placement/dra_slot.py)
-                dra_slot.name_claims(ctx.pod, ask, job=key.name, replica=replica.wire())
+                dra_slot.name_claims(ctx.pod, dra_ask, job=key.name, replica=replica.wire())
             prefix = "placement (audit): would gate" if ctx.audit else "placement:"
             ctx.warnings.append(
                 f"{prefix} {what} ({demand}) waits for a placement: {why.reason}; its pods "

@@ -41,7 +41,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from gputopo import names
-from gputopo.cluster.dra import ClaimUnknown
+from gputopo.cluster.dra import DEFAULT_GPU_CLASSES, ClaimUnknown
 from gputopo.cluster.dra_claims import ClaimWriter, KubernetesClaims
 from gputopo.cluster.metrics import RESERVATION_RELEASES
 from gputopo.cluster.reservations import (
@@ -220,12 +220,21 @@ class PlacementQueue:
         webhook/placement/dra_slot.py), made before any gate comes off; why not, if so."""
         key = gang.key
         for wp in gang.pods:
+            gang_rec = wp.record.get("gang") if isinstance(wp.record.get("gang"), dict) else {}
+            classes = gang_rec.get("gpuDeviceClasses")
             try:
-                ask = dra_slot.ask_of_waiting(wp.pod, key.namespace, self.cluster)
+                ask = dra_slot.ask_of_waiting(
+                    wp.pod, key.namespace, self.cluster,
+                    tuple(map(str, classes)) if isinstance(classes, list) and classes
+                    else DEFAULT_GPU_CLASSES)
             except ClaimUnknown as exc:
                 return f"{wp.replica.wire()}: {exc}"
-            if ask is None or not ask.gpus:
+            if ask is None:
                 continue
+            if not ask.gpus or ask.why_not:
+                # its claims name pinned claims that would never be made: not released
+                return (f"{wp.replica.wire()}: its claim templates no longer ask for GPUs "
+                        f"gputopo can pin ({ask.why_not or 'no GPU request'})")
             slot = slots[wp.replica]
             claims, why = dra_slot.slot_claims(
                 self.cluster, ask, node=slot.node, gpus=slot.gpus, namespace=key.namespace,
