@@ -6,6 +6,7 @@ gang gets its claims from the placement queue before its gates come off.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,3 +107,27 @@ def test_a_waiting_dra_gang_gets_its_claims_when_the_queue_places_it(
     for pod in kube.objects("v1", "Pod"):
         name = pod["spec"]["resourceClaims"][0]["resourceClaimName"]
         assert not gated(pod) and name in claims
+
+
+def test_claims_the_api_refused_at_admission_are_made_by_the_queue(
+        kube: KubeApiDouble) -> None:
+    """The API refuses the claims at admission (403 here): the gang is gated, not pinned to
+    claims that do not exist, and the queue makes them when it releases the gang."""
+    _cluster(kube)
+    with live_admitter(kube, can_wait=True) as (admitter, view):
+        assert wait_for(lambda: len(view.node_states()) == 2)
+        kube.forbidden = {"resourceclaims"}
+        for pod in _pods(kube, "later", 2):
+            admitted, warnings = admit_and_create(admitter, kube, pod)
+            assert gated(admitted), warnings
+            rec = json.loads(admitted["metadata"]["annotations"]["gputopo.io/placement"])
+            assert "were not made" in rec["reason"] and "403" in rec["reason"]
+        assert _claims(kube) == {}
+        kube.forbidden = set()
+        queue = PlacementQueue(view.api_client, view, view.reservations, identity="test")
+        assert len(queue.run_once().placed) == 1
+    claims = _claims(kube)
+    assert sorted(claims) == ["later-master-0-gpus", "later-worker-0-gpus"]
+    for pod in kube.objects("v1", "Pod"):
+        assert not gated(pod)
+        assert pod["spec"]["resourceClaims"][0]["resourceClaimName"] in claims

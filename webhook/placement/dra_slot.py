@@ -21,7 +21,12 @@ from typing import Any
 
 from gputopo import names
 from gputopo.cluster import dra
+from gputopo.cluster.dra_claims import ClaimWriter
+from gputopo.cluster.reservations import GangKey, ReplicaKey
 from gputopo.cluster.source import ClusterReader, node_state_named
+from webhook.placement.records import Granted
+from webhook.placement.reserve import Unplaced
+from webhook.steps import AdmissionContext
 
 #: pod annotation: pod claim name -> the ResourceClaimTemplate gputopo replaced
 TEMPLATES_ANNOTATION = names.CLAIM_TEMPLATES_ANNOTATION
@@ -94,5 +99,52 @@ def ask_of_waiting(pod: Mapping[str, Any], namespace: str, cluster: ClusterReade
     return dra.pod_dra_gpus(dra.with_templates(spec, replaced), namespace, cluster, classes)
 
 
-__all__ = ["PIN_ANNOTATION", "TEMPLATES_ANNOTATION", "ask_of_waiting", "name_claims",
-           "owner_of", "slot_claims"]
+def pin_slot(ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, granted: Granted,
+             ask: dra.DraAsk, claims: ClaimWriter, *, preview: bool) -> Granted | Unplaced:
+    """The placement step's DRA half of writing a slot: the slot's pinned claims made
+    (``claims``: the API, or ``gputopo mutate``'s list; nothing in a preview) and the pod
+    pointed at them. Unplaced when they cannot be: lasting when the slot's devices are not
+    known (the pod keeps its templates, left to the scheduler), passing when the API failed
+    (a gang that may wait is gated, and the queue makes the claims later)."""
+    job = ctx.job
+    assert job is not None
+    slot = granted.slot
+    made, why = slot_claims(ctx.cluster, ask, node=slot.node, gpus=slot.gpus,
+                            namespace=key.namespace, job=key.name, replica=replica.wire(),
+                            owner=owner_of(job.api_version, job.kind, job.name, key.uid))
+    if why is not None:
+        return Unplaced(f"the GPUs chosen cannot be pinned by a claim: {why}", lasting=True)
+    problems = [] if preview else claims.ensure(made)
+    if problems:
+        return Unplaced(f"the claims pinning the GPUs chosen were not made: "
+                        f"{'; '.join(problems)}")
+    name_claims(ctx.pod, ask, job=key.name, replica=replica.wire())
+    if preview:
+        ctx.warnings.append(
+            f"placement: would create ResourceClaim(s) "
+            f"{', '.join(c['metadata']['name'] for c in made)} pinning GPUs "
+            f"{','.join(map(str, slot.gpus))} of node {slot.node}")
+    return granted
+
+
+def extended_on_dra(ctx: AdmissionContext, why: Unplaced, resources: frozenset[str]
+                    ) -> Unplaced:
+    """A pod asking a GPU extended resource that found no place, on a cluster whose GPU
+    nodes are all DRA nodes: there the scheduler meets ``nvidia.com/gpu`` from DRA devices
+    through a claim of its own (KEP-5004, a DeviceClass's ``extendedResourceName``; beta
+    and on in 1.36), which gputopo cannot pin. Said in the record, and lasting (waiting for
+    a device-plugin node would be for ever); read only on this rare path."""
+    nodes = ctx.cluster.node_states()
+    if not nodes or any(n.gpu_handout != dra.DRA for n in nodes):
+        return why
+    asked = sorted(r for r in resources if dra.has_gpu_resource(ctx.pod, (r,)))
+    return Unplaced(
+        f"every GPU node here hands out its GPUs through DRA, where this pod's "
+        f"{', '.join(asked) or 'GPU resource'} is met by the scheduler's own claim "
+        f"(KEP-5004 extendedResourceName), which gputopo cannot pin; ask for GPUs with a "
+        f"ResourceClaimTemplate of a GPU DeviceClass (gpu.nvidia.com) to have them placed",
+        lasting=True)
+
+
+__all__ = ["PIN_ANNOTATION", "TEMPLATES_ANNOTATION", "ask_of_waiting", "extended_on_dra",
+           "name_claims", "owner_for", "owner_of", "pin_slot", "slot_claims"]

@@ -37,7 +37,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from gputopo import names
-from gputopo.cluster.dra import DraAsk, dra_containers, has_gpu_resource
+from gputopo.cluster.dra import dra_containers
 from gputopo.cluster.dra_claims import ClaimList, ClaimWriter, KubernetesClaims
 from gputopo.cluster.node_resources import pod_demand, solve_fitting
 from gputopo.cluster.node_volumes import pod_volumes
@@ -246,9 +246,10 @@ class PlacementStep:
             with store_deadline(self.store):
                 outcome = self._grant(ctx, key, replica, gang, net)
         if isinstance(outcome, Unplaced) and ask is None and not outcome.lasting:
-            outcome = _extended_on_dra(ctx, outcome, resources)
+            outcome = dra_slot.extended_on_dra(ctx, outcome, resources)
         if isinstance(outcome, Granted) and ask is not None:
-            outcome = self._dra_claims(ctx, key, replica, outcome, ask, preview=preview)
+            outcome = dra_slot.pin_slot(ctx, key, replica, outcome, ask, self.claims,
+                                        preview=preview)
         if isinstance(outcome, Granted):
             self._write_slot(ctx, key, replica, outcome, net, containers, preview=preview,
                              dra=ask is not None)
@@ -425,32 +426,6 @@ class PlacementStep:
                        plan=net.plan_for(res.network, res.slots))
 
     # --- writing -------------------------------------------------------------------------
-    def _dra_claims(self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey,
-                    granted: Granted, ask: DraAsk, *, preview: bool) -> Granted | Unplaced:
-        """The slot's pinned claims made (kept for ``gputopo mutate``, created in the
-        API by the server) and the pod pointed at them (webhook/placement/dra_slot.py);
-        Unplaced when they cannot be (the pod then keeps its templates, unpinned)."""
-        job = ctx.job
-        assert job is not None
-        slot = granted.slot
-        claims, why = dra_slot.slot_claims(
-            ctx.cluster, ask, node=slot.node, gpus=slot.gpus, namespace=key.namespace,
-            job=key.name, replica=replica.wire(),
-            owner=dra_slot.owner_of(job.api_version, job.kind, job.name, key.uid))
-        if why is None and not preview:
-            problems = self.claims.ensure(claims)
-            why = "; ".join(problems) if problems else None
-        if why is not None:
-            return Unplaced(f"the GPUs chosen cannot be pinned by a claim: {why}",
-                            lasting=True)
-        dra_slot.name_claims(ctx.pod, ask, job=key.name, replica=replica.wire())
-        if preview:
-            ctx.warnings.append(
-                f"placement: would create ResourceClaim(s) "
-                f"{', '.join(c['metadata']['name'] for c in claims)} pinning GPUs "
-                f"{gpu_list(slot.gpus)} of node {slot.node}")
-        return granted
-
     def _write_slot(
         self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, granted: Granted,
         net: network.GangNetwork, containers: list[dict[str, Any]], *, preview: bool,
@@ -577,26 +552,6 @@ class PlacementStep:
         )
         if not preview:
             metrics.PLACEMENTS.labels(result="unplaced").inc()
-
-
-def _extended_on_dra(ctx: AdmissionContext, why: Unplaced, resources: frozenset[str]
-                     ) -> Unplaced:
-    """A pod asking a GPU extended resource that found no place, on a cluster whose GPU
-    nodes the pod fits are all DRA nodes: there the scheduler meets ``nvidia.com/gpu`` from
-    DRA devices through a claim of its own (KEP-5004, a DeviceClass's
-    ``extendedResourceName``; beta and on in 1.36), which gputopo cannot pin. Said in the
-    record, and lasting (waiting for a device-plugin node would be for ever); read only on
-    this rare path."""
-    nodes = ctx.cluster.node_states()
-    if not nodes or any(n.gpu_handout != "dra" for n in nodes):
-        return why
-    asked = sorted(r for r in resources if has_gpu_resource(ctx.pod, (r,)))
-    return Unplaced(
-        f"every GPU node here hands out its GPUs through DRA, where this pod's "
-        f"{', '.join(asked) or 'GPU resource'} is met by the scheduler's own claim "
-        f"(KEP-5004 extendedResourceName), which gputopo cannot pin; ask for GPUs with a "
-        f"ResourceClaimTemplate of a GPU DeviceClass (gpu.nvidia.com) to have them placed",
-        lasting=True)
 
 
 def store_deadline(store: object) -> AbstractContextManager[None]:
