@@ -203,6 +203,11 @@ def _place(args: argparse.Namespace) -> int:
     shares = transport_shares(args.transport_share)
     snapshot = cluster_or_demo(args.cluster)
     nodes = with_transport_shares(snapshot.node_states(), shares)
+    if pod:  # a job's pods go to nodes that hand GPUs out as they ask (device plugin, DRA)
+        from gputopo.cluster.node_fit import PodConstraints
+
+        handout = PodConstraints.of(pod.get("spec") or {}).handout
+        nodes = [n for n in nodes if n.gpu_handout == handout]
     for warning in snapshot.warnings:
         print(f"gputopo: warning: {snapshot.source}: {warning}", file=sys.stderr)
     try:

@@ -239,3 +239,17 @@ def test_a_placed_dra_pod_readmitted_with_its_claim_there_changes_nothing(
     assert r.returncode == 0, r.stderr
     patches = [d for d in yaml.safe_load_all(r.stdout) if d]
     assert [p["patch"] for p in patches] == [[], []], patches
+
+
+def test_place_on_a_mixed_cluster_uses_the_nodes_of_the_jobs_kind(tmp_path: Path) -> None:
+    cluster = dc.write(tmp_path / "c.yaml", [
+        *dc.nodes(("plugin-node", "dra-node"), dra=(False, True)), dc.device_class(),
+        dc.resource_slice("dra-node")])
+    for job, node in (("dra-pytorchjob.yaml", "dra-node"),
+                      ("trainjob-torch-distributed.yaml", "plugin-node")):
+        p = subprocess.run(["python", "-m", "gputopo", "place", "--cluster", str(cluster),
+                            "-o", "json", str(dc.REPO / "examples" / job)],
+                           capture_output=True, text=True, cwd=dc.REPO, timeout=60,
+                           env={**dc.os.environ, "PYTHONPATH": str(dc.REPO)})
+        assert p.returncode == 0, p.stderr
+        assert {r["node"] for r in json.loads(p.stdout)["placements"]} == {node}, job
