@@ -203,19 +203,14 @@ def replaced_templates(pod: Mapping[str, Any]) -> dict[str, str]:
 
 
 def with_templates(spec: Mapping[str, Any], templates: Mapping[str, str]) -> dict[str, Any]:
-    """``spec`` with the claims ``templates`` names read from their templates again: what
-    the pod asked before gputopo pointed them at pinned claims (a re-admitted or waiting
-    pod is judged as it was first)."""
+    """``spec`` with its claims that ``templates`` names read from those templates again:
+    what the pod asked before gputopo pointed them at pinned claims (a re-admitted or
+    waiting pod is judged as it was first)."""
     out = dict(spec)
-    entries = []
-    for e in _list(spec, "resourceClaims"):
-        if isinstance(e, Mapping) and e.get("name") in templates:
-            e = {"name": e["name"], "resourceClaimTemplateName": templates[e["name"]]}
-        entries.append(e)
-    if not any(isinstance(e, Mapping) and e.get("name") == k for e in entries
-               for k in templates):
-        entries += [{"name": k, "resourceClaimTemplateName": v} for k, v in templates.items()]
-    out["resourceClaims"] = entries
+    out["resourceClaims"] = [
+        {"name": e["name"], "resourceClaimTemplateName": templates[e["name"]]}
+        if isinstance(e, Mapping) and e.get("name") in templates else e
+        for e in _list(spec, "resourceClaims")]
     return out
 
 
