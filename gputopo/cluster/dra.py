@@ -312,6 +312,12 @@ def pinned_uuids(claim: Mapping[str, Any]) -> list[str]:
 _PIN = re.compile(r"\.uuid\s+in\s+\[([^\]]*)\]")
 
 
+def _tainted(device: Mapping[str, Any]) -> bool:
+    """A taint that keeps new claims off the device (DRADeviceTaints)."""
+    return any(isinstance(t, Mapping) and t.get("effect") in _BLOCKING_EFFECTS
+               for t in _list(device, "taints"))
+
+
 def gpu_inventory(slices: Iterable[Mapping[str, Any]], claims: Iterable[Mapping[str, Any]],
                   identities: Mapping[str, Sequence[GpuIdentity]], *,
                   drivers: Iterable[str] = (NVIDIA_GPU_DRIVER,)) -> dict[str, DraNode]:
@@ -336,13 +342,21 @@ def gpu_inventory(slices: Iterable[Mapping[str, Any]], claims: Iterable[Mapping[
             if not isinstance(d, Mapping) or not isinstance(d.get("name"), str):
                 continue
             kind = _attr(d, "type", driver)
-            if kind is not None and kind != "gpu":
-                continue  # a MIG or VFIO device: not a whole GPU
-            uuid = _attr(d, "uuid", driver)
+            whole = kind is None or kind == "gpu"
+            # a part of a GPU (a MIG device: its parent's uuid and PCI bus id) or the GPU
+            # passed through (VFIO: its own bus id) is not offered, but given out it
+            # makes its GPU not free
+            uuid = _attr(d, "uuid" if whole else "parentUUID", driver)
             bus = _attr(d, PCI_BUS_ID_ATTRIBUTE, driver)
             index = uuids.get(uuid) if uuid else None
             if index is None and bus:
                 index = buses.get(normal_bus_id(bus))
+            if not whole:
+                if index is not None:
+                    where[(driver, pool, d["name"])] = (node, index)
+                    if _tainted(d):
+                        used.setdefault(node, set()).add(index)
+                continue
             if index is None:
                 unmatched[node] = unmatched.get(node, 0) + 1
                 continue
@@ -350,8 +364,7 @@ def gpu_inventory(slices: Iterable[Mapping[str, Any]], claims: Iterable[Mapping[
             where[(driver, pool, d["name"])] = (node, index)
             if uuid:
                 by_uuid[uuid] = (node, index)
-            if any(isinstance(t, Mapping) and t.get("effect") in _BLOCKING_EFFECTS
-                   for t in _list(d, "taints")):
+            if _tainted(d):
                 used.setdefault(node, set()).add(index)
     for claim in claims:
         results = _list(_map(_map(_map(claim, "status"), "allocation"), "devices"), "results")

@@ -57,6 +57,24 @@ def test_allocated_pinned_and_tainted_devices_are_used(tmp_path: Path) -> None:
     assert rows["dgx-a"]["used"] == 4 and rows["dgx-a"]["handout"] == "dra"
 
 
+def test_a_mig_device_given_out_makes_its_gpu_not_free(tmp_path: Path) -> None:
+    """NVIDIA's driver publishes MIG devices with their parent's uuid (``parentUUID``) and
+    PCI bus id; one allocated (or tainted) takes its whole GPU out of what gputopo offers."""
+    s = dc.resource_slice("dgx-a")
+    for parent, name, taint in ((2, "gpu-mig-a", False), (6, "gpu-mig-b", True)):
+        mig = copy.deepcopy(s["spec"]["devices"][0])
+        mig["name"] = name
+        mig["attributes"] = {"type": {"string": "mig"},
+                             "parentUUID": {"string": dc.uuid("dgx-a", parent)},
+                             "profile": {"string": "1g.10gb"}}
+        if taint:
+            mig["taints"] = [{"key": "k", "effect": "NoExecute"}]
+        s["spec"]["devices"].append(mig)
+    claim = _claim("mig", results=["gpu-mig-a"])
+    rows, _ = _nodes(tmp_path, [*dc.nodes(("dgx-a",)), s, claim])
+    assert rows["dgx-a"]["gpus"] == 8 and rows["dgx-a"]["used"] == 2
+
+
 def test_an_older_pool_generation_and_mig_devices_are_not_counted(tmp_path: Path) -> None:
     old = dc.resource_slice("dgx-a")
     old["metadata"]["name"] = "old"
