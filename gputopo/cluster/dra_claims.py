@@ -50,6 +50,13 @@ def _same(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
+def _owners(obj: Mapping[str, Any]) -> set[str]:
+    """The uids an object's ownerReferences name."""
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    return {str(r.get("uid")) for r in meta.get("ownerReferences") or []
+            if isinstance(r, Mapping)}
+
+
 class KubernetesClaims:
     """The server's writer: ResourceClaims through the official client's CustomObjectsApi
     (``resource.k8s.io/v1`` is served like any group; no typed client needed)."""
@@ -82,6 +89,9 @@ class KubernetesClaims:
         try:
             have = self._api.get_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name,
                                                           _request_timeout=TIMEOUT_SECONDS)
+            if _owners(have) != _owners(claim):
+                return (f"ResourceClaim {ns}/{name} exists and belongs to another owner "
+                        f"({', '.join(sorted(_owners(have))) or 'none'}); not taken over")
             if _same(have.get("spec") or {}, claim["spec"]):
                 return None
             return (f"ResourceClaim {ns}/{name} exists with other devices (its slot "

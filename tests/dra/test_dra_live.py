@@ -131,3 +131,33 @@ def test_claims_the_api_refused_at_admission_are_made_by_the_queue(
     for pod in kube.objects("v1", "Pod"):
         assert not gated(pod)
         assert pod["spec"]["resourceClaims"][0]["resourceClaimName"] in claims
+
+
+def test_a_claim_of_that_name_owned_by_another_job_is_never_taken_over(
+        kube: KubeApiDouble) -> None:
+    from k8s_double import api_client
+
+    from gputopo.cluster.dra_claims import KubernetesClaims
+
+    def claim(uid: str, uuid: str) -> dict[str, Any]:
+        return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                "metadata": {"name": "j-worker-0-gpus", "namespace": "default",
+                             "ownerReferences": [{"apiVersion": "kubeflow.org/v1",
+                                                  "kind": "PyTorchJob", "name": "j",
+                                                  "uid": uid}]},
+                "spec": {"devices": {"requests": [{"name": "g", "exactly": {
+                    "deviceClassName": "gpu.nvidia.com", "count": 1, "selectors": [
+                        {"cel": {"expression": f"device.attributes['gpu.nvidia.com'].uuid "
+                                               f"in ['{uuid}']"}}]}}]}}}
+
+    api = api_client(kube.url)
+    try:
+        writer = KubernetesClaims(api)
+        assert writer.ensure([claim("u-1", "GPU-a")]) == []
+        assert writer.ensure([claim("u-1", "GPU-a")]) == []  # the same slot again
+        [other] = writer.ensure([claim("u-2", "GPU-a")])  # a namesake job's
+        assert "another owner" in other
+        [moved] = writer.ensure([claim("u-1", "GPU-b")])  # the slot moved
+        assert "other devices" in moved
+    finally:
+        api.close()
