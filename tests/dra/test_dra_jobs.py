@@ -189,6 +189,14 @@ def test_mixed_cluster_each_pod_where_its_request_is_served(tmp_path: Path) -> N
     assert recs["d-master-0"]["node"] == "dra-node"
     assert recs["dp-master-0"]["node"] == "plugin-node"
     assert len(claims) == 1
+    results = {r["pod"]: r for r in _schedule(
+        tmp_path, nodes, [dc.device_class(), dc.resource_slice("dra-node"), *claims], pods)}
+    assert results["default/d-master-0"]["node"] == "dra-node"
+    assert _devices(results["default/d-master-0"]) == _minors(recs["d-master-0"]["gpus"])
+    # the device plugin's pod: nvidia.com/gpu from the node's allocatable, no claim
+    assert results["default/dp-master-0"]["status"] == "Bound"
+    assert results["default/dp-master-0"]["node"] == "plugin-node"
+    assert results["default/dp-master-0"]["claims"] in ([], None)
 
 
 def test_an_extended_resource_pod_on_dra_only_nodes_says_why_it_is_not_pinned(
