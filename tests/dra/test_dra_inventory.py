@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -111,3 +112,14 @@ def test_a_gpu_the_driver_does_not_publish_is_not_free(tmp_path: Path) -> None:
     del s["spec"]["devices"][0]  # gpu-0, index 4: unhealthy, say, and withdrawn
     rows, _ = _nodes(tmp_path, [*dc.nodes(("dgx-a",)), s])
     assert rows["dgx-a"]["used"] == 1
+
+
+def test_claim_names_are_object_names_and_stay_apart() -> None:
+    from gputopo.cluster.dra import claim_name
+
+    assert claim_name("train", "worker/3", "gpus") == "train-worker-3-gpus"
+    assert claim_name("Big_Job", "Master/0", "g") == "big-job-master-0-g"
+    long_a = claim_name("j" * 300, "worker/1", "gpus")
+    long_b = claim_name("j" * 300, "worker/2", "gpus")
+    assert len(long_a) <= 253 and long_a != long_b
+    assert re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", long_a)
