@@ -85,6 +85,14 @@ def rbac(*, ack_reports: bool = True) -> list[dict[str, Any]]:
         # placement.computeDomain: create: a gang's ComputeDomain (NVIDIA DRA driver), made
         # once per gang; deleted with the job by its ownerReference, never by gputopo
         k8s.rule(["resource.nvidia.com"], ["computedomains"], ["create"]),
+        # Dynamic Resource Allocation (gputopo/cluster/dra.py): each node's GPU devices and
+        # the claims that hold them are watched; a DRA pod's claim templates are watched
+        # (its GPU count); the claims that pin a replica's GPUs are created, read back on a
+        # name clash (never deleted: they go with the job)
+        k8s.rule(["resource.k8s.io"], ["resourceslices"], ["list", "watch"]),
+        k8s.rule(["resource.k8s.io"], ["resourceclaimtemplates"], ["get", "list", "watch"]),
+        k8s.rule(["resource.k8s.io"], ["resourceclaims"],
+                 ["get", "list", "watch", "create"]),
         # Kubernetes Events of each placement outcome on the pods and jobs (webhook/events.py):
         # created only, one per object and reason per minute at most, never patched
         k8s.rule([""], ["events"], ["create"]),

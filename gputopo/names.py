@@ -151,4 +151,9 @@ MANAGED_BY_VALUE = "gputopo"
 #: Pod annotation the device plugin writes once the kubelet allocated GPUs to the pod: the
 #: device IDs (GPU indices) it was actually given, "4,5". Present = allocated.
 ALLOCATED_GPUS_ANNOTATION = "gputopo.io/allocated-gpus"
+#: Dynamic Resource Allocation (gputopo/cluster/dra.py): on a pod, pod claim name -> the
+#: ResourceClaimTemplate gputopo replaced by a pinned claim (JSON); on that claim, the node
+#: and GPU indices it pins (JSON)
+CLAIM_TEMPLATES_ANNOTATION = "gputopo.io/claim-templates"
+GPU_PIN_ANNOTATION = "gputopo.io/gpu-pin"
 DEVICE_PLUGIN_NAME = "gputopo-device-plugin"

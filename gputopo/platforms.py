@@ -60,6 +60,15 @@ PLATFORMS: dict[str, Platform] = {
         gpu_resource=names.SOURCE_GPU_RESOURCE,
         gpu_enforcement=_GPUTOPO_PLUGIN,
     ),
+    "dra": Platform(
+        name="dra",
+        policies=("platforms/dra/dra-gpu-topology.yaml",),
+        gpu_resource=names.SOURCE_GPU_RESOURCE,
+        gpu_enforcement="a ResourceClaim per replica that only its chosen GPUs satisfy (a "
+                        "CEL selector on the uuid NVIDIA's DRA driver publishes), allocated "
+                        "by the scheduler's DynamicResources plugin and prepared by the "
+                        "driver; no device plugin (gputopo/cluster/dra.py)",
+    ),
 }
 DEFAULT_PLATFORM = "ack"
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gputopo.errors import InputError
+from gputopo.platforms import PLATFORMS
 from gputopo.yamlio import WIDE, dump_documents
 
 
@@ -36,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="cluster file (default: the embedded demo cluster)")
     mutate.add_argument("--policies", metavar="DIR", type=Path,
                         help="policy directory (default: the shipped policies)")
-    mutate.add_argument("--platform", choices=("ack", "tke", "generic"),
+    mutate.add_argument("--platform", choices=tuple(PLATFORMS),
                         help="admit with the policies `generate manifests --platform` ships "
                              "(default: every shipped policy, or --policies)")
     mutate.add_argument("--namespace", metavar="NS", default="default",
@@ -110,9 +111,8 @@ def _mutate(args: argparse.Namespace) -> int:
             chosen = platform(args.platform)
             policies = gather_policies(default_policies_dir(), chosen.policies, Path(tmp))
         # can_wait: the live webhook's answer (a queue runs there), gated gangs included
-        admitter = build_admitter(policies, cluster,
-                                  placement=make_placement_step(can_wait=True),
-                                  reload_interval_s=0)
+        step = make_placement_step(can_wait=True)
+        admitter = build_admitter(policies, cluster, placement=step, reload_interval_s=0)
     try:
         outcomes = admit_all(admitter, cluster, pods)
     finally:
@@ -130,6 +130,9 @@ def _mutate(args: argparse.Namespace) -> int:
             docs.append({"pod": out.label.split(" ", 1)[1], "patch": out.patch})
         else:
             docs.append(out.pod)
+    if args.output == "yaml":  # after the pods: the ResourceClaims the webhook would create
+        made = getattr(step.claims, "claims", {})
+        docs.extend(made.values())
     if args.output == "table":
         sys.stdout.write(format_table(outcomes))
     else:

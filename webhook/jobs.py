@@ -12,12 +12,14 @@ is read through the ClusterReader.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gputopo import names
+from gputopo.cluster import dra
 from gputopo.cluster.source import ClusterReader
 from gputopo.placement.job_needs import needs_annotations
 from gputopo.quantity import parse_quantity
@@ -222,10 +224,12 @@ def _replicas(spec: Mapping[str, Any]) -> int:
     return raw
 
 
-def gang_size(specs: Mapping[str, Any], gpu_resources: Iterable[str]) -> int:
+def gang_size(specs: Mapping[str, Any], gpu_resources: Iterable[str],
+              claims: ClaimGpus | None = None) -> int:
     """Number of GPU-requesting pods of a job: replicas of the specs whose template asks
-    for a GPU. ValueError when the spec is malformed or a template's GPU count is not a
-    valid whole number (we never guess a size)."""
+    for a GPU (an extended resource, or through ``claims``: a template's DRA GPUs).
+    ValueError when the spec is malformed or a template's GPU count is not a valid whole
+    number (we never guess a size)."""
     names_ = tuple(gpu_resources)
     total = 0
     for key, rs in specs.items():
@@ -236,6 +240,8 @@ def gang_size(specs: Mapping[str, Any], gpu_resources: Iterable[str]) -> int:
         gpus, problems = checked_pod_gpus(tspec, names_)
         if problems:
             raise ValueError(f"replica spec {key}: {problems[0]}")
+        if claims is not None and tspec.get("resourceClaims"):
+            gpus += claims(tspec)
         if gpus > 0:
             total += _replicas(rs)
     return total
@@ -251,8 +257,34 @@ def _check_uid(ref: OwnerRef, obj: Mapping[str, Any], namespace: str) -> None:
                           f"the pod names {ref.uid or 'no uid'}")
 
 
+class ClaimGpus:
+    """GPUs a pod spec asks for through its DRA claims (gputopo.cluster.dra), its
+    templates and claims read in ``namespace`` of ``cluster``; a template or claim the
+    cluster does not hold is :class:`JobNotFound` (the count is never guessed)."""
+
+    def __init__(self, namespace: str, cluster: ClusterReader,
+                 classes: Iterable[str] = dra.DEFAULT_GPU_CLASSES) -> None:
+        self.namespace, self.cluster, self.classes = namespace, cluster, tuple(classes)
+
+    def ask(self, spec: Mapping[str, Any]) -> dra.DraAsk | None:
+        try:
+            return dra.pod_dra_gpus(spec, self.namespace, self.cluster, self.classes,
+                                    ignore=(CHANNEL_CLAIM,))
+        except dra.ClaimUnknown as exc:
+            raise JobNotFound(str(exc)) from None
+
+    def __call__(self, spec: Mapping[str, Any]) -> int:
+        found = self.ask(spec)
+        return found.gpus if found is not None else 0
+
+
+#: The NVLink channel claim gputopo adds itself (webhook/placement/compute_domain.py)
+CHANNEL_CLAIM = "nvlink-imex"
+
+
 def resolve_job(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
-                gpu_resources: Iterable[str], *, owner: OwnerRef | None = None
+                gpu_resources: Iterable[str], *, owner: OwnerRef | None = None,
+                device_classes: Iterable[str] = dra.DEFAULT_GPU_CLASSES
                 ) -> JobInfo | None:
     """The job of a pod, or None when the pod is not a training-job pod.
 
@@ -272,6 +304,15 @@ def resolve_job(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
     gpus, problems = checked_pod_gpus(pspec, names_)
     if problems:
         raise BadGpuCount("; ".join(problems) + ": not placed, GPU resource not renamed")
+    claims = ClaimGpus(namespace, cluster, device_classes)
+    asked = None
+    if pspec.get("resourceClaims"):
+        # a pod whose claims gputopo already pointed at pinned claims (re-admitted) is
+        # judged by the templates it asked first
+        replaced = dra.replaced_templates(pod)
+        asked = claims.ask(dra.with_templates(pspec, replaced) if replaced else pspec)
+    if asked is not None:
+        gpus += asked.gpus
     via_batch = (ref.api_version, ref.kind) == BATCH_JOB
     if via_batch:
         batch = cluster.object(api_version=ref.api_version, kind=ref.kind,
@@ -281,7 +322,8 @@ def resolve_job(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
         _check_uid(ref, batch, namespace)
         parent = controller_ref(batch)
         if parent is not None and (parent.api_version, parent.kind) == jobset_gangs.JOBSET:
-            return _jobset_gang(pod, namespace, cluster, parent, gpus, names_)
+            found = _jobset_gang(pod, namespace, cluster, parent, gpus, names_, claims)
+            return found if asked is None else replace(found, dra=asked)
         if parent is None or (parent.api_version, parent.kind) not in OWNER_KINDS:
             return None  # an ordinary batch Job, not an MPIJob launcher
         ref = parent
@@ -295,7 +337,7 @@ def resolve_job(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
     if not isinstance(specs, dict):
         raise JobNotFound(f"{ref.kind} {namespace}/{ref.name} has no replica specs")
     try:
-        size = gang_size(specs, names_)
+        size = gang_size(specs, names_, claims)
     except ValueError as exc:
         raise JobNotFound(f"{ref.kind} {namespace}/{ref.name}: {exc}") from None
     meta = raw if isinstance(raw := pod.get("metadata"), dict) else {}
@@ -310,19 +352,21 @@ def resolve_job(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
         api_version=ref.api_version, kind=ref.kind, name=ref.name, namespace=namespace,
         uid=ref.uid or str(jmeta.get("uid") or ""), replica_type=rtype, replica_index=index,
         role=rtype.lower() if rtype else None, gang_size=size, gpus_per_pod=gpus,
-        requests_gpu=gpus > 0, labels=job_labels, spec=dict(spec), runtime="",
+        requests_gpu=gpus > 0, labels=job_labels, spec=dict(spec), runtime="", dra=asked,
         annotations=needs_annotations(jmeta),
     )
 
 
 
 def _jobset_gang(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
-                 parent: OwnerRef, gpus: int, gpu_resources: tuple[str, ...]) -> JobInfo:
+                 parent: OwnerRef, gpus: int, gpu_resources: tuple[str, ...],
+                 claims: ClaimGpus) -> JobInfo:
     """The gang of a pod whose batch Job a JobSet controls (webhook/jobset_gangs.py)."""
     ref = {"apiVersion": parent.api_version, "kind": parent.kind, "name": parent.name,
            "uid": parent.uid}
     try:
-        return jobset_gangs.resolve(pod, namespace, cluster, ref, gpus, gang_size,
+        return jobset_gangs.resolve(pod, namespace, cluster, ref, gpus,
+                                    functools.partial(gang_size, claims=claims),
                                     gpu_resources)
     except jobset_gangs.GangUnknown as exc:
         raise JobNotFound(str(exc)) from None

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gputopo import names
+from gputopo.cluster.dra import DEFAULT_GPU_CLASSES
 from gputopo.cluster.source import ClusterReader, WouldBlock
 from webhook import metrics
 from webhook.jobs import JobNotFound, controller_ref, is_job_owner, resolve_job
@@ -187,8 +188,14 @@ class Admitter:
             return Decision(outcome="skipped")  # not a job's pod: nothing reads it
         check_pod_object(pod)  # BadReview: HTTP 400 (a pod we read must be sound)
         gpu_resources = frozenset().union(*(p.gpu_resources for p in policies))
+        spec = pod.get("spec")
+        # a DRA pod's GPU classes (placement.gpuDeviceClasses): only pods with claims ask
+        classes = (frozenset().union(*(p.placement.gpu_device_classes for p in policies))
+                   if isinstance(spec, dict) and spec.get("resourceClaims")
+                   else DEFAULT_GPU_CLASSES)
         try:
-            job = resolve_job(pod, ns_name, cluster, gpu_resources, owner=ref)
+            job = resolve_job(pod, ns_name, cluster, gpu_resources, owner=ref,
+                              device_classes=classes)
         except JobNotFound as exc:  # a JobSet pod gets the unplaced record (unknown_gang)
             return unplaced_jobset_pod(pod, ns_name, exc.message, policies=policies,
                                        namespace_labels=ns_labels, gpu_resources=gpu_resources

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gputopo.cluster.dra import DraAsk
 from gputopo.cluster.source import ClusterReader
 from webhook.policy.schema import Policy
 from webhook.review import AdmissionRequest
@@ -52,6 +53,9 @@ class JobInfo:
     #: the job's own annotations (what it says of its GPUs' work: gputopo.io/compute-share,
     #: gputopo.io/gpu-memory; gputopo.placement.job_needs)
     annotations: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    #: what this pod's DRA claims ask of GPUs (gputopo.cluster.dra), None without claims;
+    #: its GPUs are counted in ``gpus_per_pod``
+    dra: DraAsk | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass

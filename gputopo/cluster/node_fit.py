@@ -20,6 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gputopo import names
+
+#: GPU extended resources (the device plugin's): a pod asking one is no DRA pod
+GPU_RESOURCE_NAMES = frozenset({names.SOURCE_GPU_RESOURCE, names.TOPOLOGY_GPU_RESOURCE})
 #: Taint effects that keep a pod that does not tolerate them off a node.
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
@@ -143,6 +147,9 @@ class PodConstraints:
     selector: Mapping[str, Any] | None
     terms: list[Any] | None
     tolerations: list[Any]
+    #: how the pod's GPUs must be handed out: ``device-plugin`` or ``dra`` (a pod whose
+    #: GPUs come through claims, gputopo.cluster.dra); nodes of the other kind never fit
+    handout: str = "device-plugin"
 
     @classmethod
     def of(cls, pod_spec: Mapping[str, Any]) -> PodConstraints:
@@ -151,7 +158,9 @@ class PodConstraints:
         required = node_aff.get("requiredDuringSchedulingIgnoredDuringExecution")
         terms = _list(required, "nodeSelectorTerms") if isinstance(required, Mapping) else []
         return cls(selector=selector if isinstance(selector, Mapping) and selector else None,
-                   terms=terms or None, tolerations=_list(pod_spec, "tolerations"))
+                   terms=terms or None, tolerations=_list(pod_spec, "tolerations"),
+                   handout=_handout(pod_spec) if pod_spec.get("resourceClaims") else
+                   "device-plugin")
 
     def admits(self, node: NodeFacts) -> bool:
         """True when neither the selector, the required node affinity nor a taint the pod
@@ -166,6 +175,18 @@ class PodConstraints:
             return True
         return all(any(_tolerates(t, taint) for t in self.tolerations)
                    for taint in node.blocking_taints)
+
+
+def _handout(pod_spec: Mapping[str, Any]) -> str:
+    """``dra`` for a pod with claims and no GPU extended resource, else ``device-plugin``
+    (a pod asking ``nvidia.com/gpu`` beside other claims, an RDMA NIC say)."""
+    for key in ("containers", "initContainers"):
+        for c in _list(pod_spec, key):
+            res = _mapping(c, "resources") if isinstance(c, Mapping) else {}
+            for part in ("limits", "requests"):
+                if any(k in GPU_RESOURCE_NAMES for k in _mapping(res, part)):
+                    return "device-plugin"
+    return "dra"
 
 
 def node_fits(pod_spec: Mapping[str, Any], node: Mapping[str, Any]) -> bool:

@@ -347,7 +347,8 @@ def empty_nodes(nodes: Sequence[NodeState], demand: Mapping[str, int],
                       network_gbps=n.network_gbps, network_transport=n.network_transport,
                       facts=n.facts, network_efficiency=n.network_efficiency,
                       transport_share=n.transport_share, nvlink_domain=n.nvlink_domain,
-                      gpu_model=n.gpu_model, gpu_ids=n.gpu_ids)
+                      gpu_model=n.gpu_model, gpu_ids=n.gpu_ids, gpu_handout=n.gpu_handout,
+                      dra_devices=n.dra_devices)
         if demand and n.resources is not None:
             count, _ = NodeResources(n.resources.allocatable, {}).fits(demand, gang.per_node)
             if count < gang.per_node:

@@ -3,7 +3,9 @@ opens first when asking "why did my job not fit?".
 
 Per node: the GPU kind (how its GPUs are wired: NVSwitch, NVLink, PCIe), the GPU model and
 its memory per GPU (GPU Feature Discovery's labels, gputopo.cluster.gpu_facts; a product
-the model table does not know says "(unknown)": it is rated conservatively), GPUs used / free,
+the model table does not know says "(unknown)": it is rated conservatively), what hands its
+GPUs out (``device-plugin``: an extended resource; ``dra``: its DRA driver's ResourceSlices,
+gputopo.cluster.dra), GPUs used / free,
 the largest free *well-connected* block (the biggest k for which k free GPUs of the node
 are as well connected as any k GPUs of it can be, :func:`gputopo.placement.objective.
 free_blocks` — a free 4-block on a DGX-1 is an NVLink quad), rack and zone, the network
@@ -49,18 +51,19 @@ class NodeRow:
     gpu_model: str = "-"
     gpu_model_known: bool | None = None
     gpu_memory_mib: int | None = None  # per GPU, as GFD's nvidia.com/gpu.memory says
+    handout: str = "device-plugin"  # how its GPUs are handed out: device-plugin or dra
 
     def cells(self) -> list[str]:
         model = self.gpu_model + (" (unknown)" if self.gpu_model_known is False else "")
         memory = f"{self.gpu_memory_mib}Mi" if self.gpu_memory_mib is not None else "-"
-        return [self.name, self.kind, model, memory, f"{self.used}/{self.gpus}",
+        return [self.name, self.kind, model, memory, self.handout, f"{self.used}/{self.gpus}",
                 str(self.gpus - self.used),
                 str(self.largest_block), self.rack, self.zone, self.network,
                 self.nvlink_domain, self.cpu, self.memory, ",".join(self.gangs) or "-"]
 
 
-HEADER = ["NAME", "GPU KIND", "GPU MODEL", "GPU MEMORY", "USED", "FREE", "FREE BLOCK", "RACK",
-          "ZONE", "NETWORK", "NVLINK DOMAIN", "CPU", "MEMORY", "GANGS"]
+HEADER = ["NAME", "GPU KIND", "GPU MODEL", "GPU MEMORY", "GPUS BY", "USED", "FREE",
+          "FREE BLOCK", "RACK", "ZONE", "NETWORK", "NVLINK DOMAIN", "CPU", "MEMORY", "GANGS"]
 
 
 def resource_cell(state: NodeState, resource: str) -> str:
@@ -181,6 +184,7 @@ def node_rows(states: Iterable[NodeState], gangs: Mapping[str, set[str]]) -> lis
             gpu_model=s.gpu_model.name if s.gpu_model is not None else "-",
             gpu_model_known=s.gpu_model.known if s.gpu_model is not None else None,
             gpu_memory_mib=s.gpu_model.memory_mib if s.gpu_model is not None else None,
+            handout=s.gpu_handout,
         ))
     return rows
 

@@ -16,6 +16,7 @@ from kubernetes.client.rest import ApiException
 
 from gputopo import names
 from gputopo.cluster import objects as ob
+from gputopo.cluster.dra import RESOURCE_API
 from gputopo.cluster.informer import TRANSPORT_ERRORS
 from gputopo.cluster.reservations import GangKey
 
@@ -38,6 +39,12 @@ def get_object(api_client: client.ApiClient, api_version: str, kind: str,
     if (api_version, kind) == ("storage.k8s.io/v1", "StorageClass"):
         return client.StorageV1Api(api_client).read_storage_class(name, **t)
     group, _, version = api_version.partition("/")
+    # a DRA pod's claim templates and claims (gputopo.cluster.dra), when not watched yet
+    plural = {"ResourceClaimTemplate": "resourceclaimtemplates",
+              "ResourceClaim": "resourceclaims"}.get(kind)
+    if api_version == RESOURCE_API and plural and namespace:
+        return client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+            group, version, namespace, plural, name, **t)
     if names.GANG_OWNER_RESOURCES.get(kind, ("", ""))[0] == group and namespace:
         plural = names.GANG_OWNER_RESOURCES[kind][1]
         return client.CustomObjectsApi(api_client).get_namespaced_custom_object(

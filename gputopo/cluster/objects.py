@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gputopo import names
+from gputopo.cluster.dra import DEVICE_PLUGIN, DRA, DraNode
 from gputopo.cluster.gpu_facts import gpu_identities_of, gpu_model_of
 from gputopo.cluster.node_fit import NodeFacts
 from gputopo.cluster.node_resources import GPU_RESOURCES, Requests, node_resources, pod_requests
@@ -202,7 +203,14 @@ def _topology_from_text(raw: str) -> Topology:
     solver's (topology, used) dictionary lookups identity hits instead of deep compares
     (measured at 1,000 nodes: snapshot node_states 170 -> 9 ms, one solve 68 -> 7 ms).
     Topology is frozen, so sharing is safe; errors are not cached (raised every time)."""
-    return Topology.from_annotation(raw)
+    topo = Topology.from_annotation(raw)
+    # The reporter writes each GPU's uuid into the text, so every node's text differs;
+    # equal topologies are still handed out as one object (the identity hits above)
+    return _SHARED.setdefault(topo, topo)
+
+
+#: one Topology object per distinct wiring (uuids and bus ids are not part of equality)
+_SHARED: dict[Topology, Topology] = {}
 
 
 def network_gbps(node: Mapping[str, Any]) -> float:
@@ -285,9 +293,11 @@ def node_state(
     ack_report: Mapping[str, Any] | None = None,
     host_ports: Iterable[tuple[str, int]] = (),
     requested: Iterable[Mapping[str, int]] = (),
+    dra: DraNode | None = None,
 ) -> NodeState:
     """A NodeState for an activated node; TopologyError when its data cannot be used.
-    ``requested``: the requests of the pods on it (:func:`requests_held_by_pod`)."""
+    ``requested``: the requests of the pods on it (:func:`requests_held_by_pod`); ``dra``:
+    its GPU driver's devices when DRA hands its GPUs out (gputopo.cluster.dra)."""
     name = meta(node).get("name")
     if not isinstance(name, str) or not name:
         raise TopologyError("node has no metadata.name")
@@ -304,6 +314,14 @@ def node_state(
     lab = labels(node)
     known = set(topo.indices)
     held = set(used)
+    if dra is not None:
+        if dra.unmatched and not dra.devices:
+            raise TopologyError(
+                f"its {dra.unmatched} DRA GPU device(s) match no GPU of its topology by uuid "
+                f"or PCI bus id (the reporter writes both into {names.TOPOLOGY_ANNOTATION})")
+        # a GPU of the topology the driver does not publish (or publishes untied) is
+        # not handed out: as good as in use
+        held |= dra.used | (known - set(dra.devices))
     if ack_report is not None:
         # GPUs the ACK report marks unhealthy are never handed out: as good as in use.
         from gputopo.topology.ack_report import unhealthy_gpus
@@ -325,4 +343,6 @@ def node_state(
         resources=node_resources(node, requested, skip=GPU_RESOURCES),
         gpu_model=gpu_model_of(node),
         gpu_ids=gpu_identities_of(node),
+        gpu_handout=DRA if dra is not None else DEVICE_PLUGIN,
+        dra_devices=dra.devices if dra is not None else None,
     )

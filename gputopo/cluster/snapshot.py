@@ -14,6 +14,8 @@ from typing import Any
 
 from gputopo import names
 from gputopo.cluster import objects as ob
+from gputopo.cluster.dra import DraNode, gpu_inventory
+from gputopo.cluster.gpu_facts import gpu_identities_of
 from gputopo.cluster.source import namespace_opted_in
 from gputopo.errors import InputError, TopologyError
 from gputopo.placement.types import NodeState
@@ -143,6 +145,7 @@ class ClusterSnapshot:
         }
         states: list[NodeState] = []
         self.warnings = []
+        dra = self._dra_inventory()
         for node in self.of_kind("Node"):
             if not ob.is_activated(node):
                 continue
@@ -150,7 +153,8 @@ class ClusterSnapshot:
             report = reports.get(f"{name}{names.ACK_REPORT_SUFFIX}")
             try:
                 states.append(ob.node_state(node, used.get(name, ()), report,
-                                             ports.get(name, ()), requested.get(name, ())))
+                                             ports.get(name, ()), requested.get(name, ()),
+                                             dra.get(name)))
             except TopologyError as exc:
                 self.warnings.append(f"node {name}: left out of placement: {exc.reason}")
                 continue
@@ -159,6 +163,16 @@ class ClusterSnapshot:
         self._states = tuple(states)
         self._by_name = {n.name: n for n in states}
         return self._states
+
+    def _dra_inventory(self) -> dict[str, DraNode]:
+        """Per node, the GPU driver's devices and the used ones (gputopo.cluster.dra);
+        empty when the objects hold no ResourceSlice."""
+        slices = self.of_kind("ResourceSlice")
+        if not slices:
+            return {}
+        identities = {str(ob.meta(n).get("name")): gpu_identities_of(n)
+                      for n in self.of_kind("Node")}
+        return gpu_inventory(slices, self.of_kind("ResourceClaim"), identities)
 
     def node_state(self, name: str) -> NodeState | None:
         """One node of :meth:`node_states` by name (a dict lookup: see ClusterView)."""

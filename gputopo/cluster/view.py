@@ -39,7 +39,9 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from gputopo import names
+from gputopo.cluster import dra
 from gputopo.cluster import objects as ob
+from gputopo.cluster.dra_index import DraIndex
 from gputopo.cluster.gang_record_feed import GANG_SELECTOR, GangRecordFeed
 from gputopo.cluster.informer import (
     TRANSPORT_ERRORS,
@@ -131,6 +133,9 @@ class ClusterView:
         self._base: dict[str, NodeState | None] = {}  # node → state without usage (None: bad)
         self._final: dict[str, NodeState] = {}  # node → state with its used GPUs
         self._states: tuple[NodeState, ...] | None = None
+        #: each node's GPU driver's devices (gputopo.cluster.dra), kept up to date change by
+        #: change; only nodes whose answer changed are rebuilt
+        self._dra = DraIndex(lambda name: self._informers["nodes"].store.get(("", name)))
         #: Namespace name -> opted in, for every Namespace the watch holds (kept by
         #: _changed; filled in place, never replaced: the memory-only reader hands out its
         #: ``get``). Why: see :attr:`MemoryOnlyReader.namespace_opted_in`.
@@ -181,6 +186,14 @@ class ClusterView:
             kinds.append(WatchedKind(
                 f"{plural}.{version}", f"{group}/{version}", kind,
                 custom.list_cluster_custom_object, (group, version, plural), optional=True))
+        group, version = dra.RESOURCE_API.split("/")
+        for plural, kind in (("resourceslices", "ResourceSlice"),
+                             ("resourceclaims", "ResourceClaim"),
+                             ("resourceclaimtemplates", "ResourceClaimTemplate")):
+            # Dynamic Resource Allocation (gputopo.cluster.dra): optional, as before 1.34
+            kinds.append(WatchedKind(plural, dra.RESOURCE_API, kind,
+                                     custom.list_cluster_custom_object,
+                                     (group, version, plural), optional=True))
         self._informers = {k.name: Informer(self, k) for k in kinds}
         self._reconciler = threading.Thread(target=self._reconcile_loop,
                                             name="reservation-reconciler", daemon=True)
@@ -228,7 +241,13 @@ class ClusterView:
         for listener in self.listeners:
             listener(kind.name)
         if kind.name == "nodes":
-            self._invalidate_node(str(ob.meta(obj).get("name", "")))
+            name = str(ob.meta(obj).get("name", ""))
+            self._invalidate_node(name)
+            self._dra.node_changed(name, new)  # its uuids tie its devices to indices
+        elif kind.name == "resourceslices":
+            self._dra.slice_changed(old, new)
+        elif kind.name == "resourceclaims":
+            self._dra.claim_changed(old, new)
         elif kind.name == "node-reports":
             name = str(ob.meta(obj).get("name", ""))
             if name.endswith(names.ACK_REPORT_SUFFIX):
@@ -513,6 +532,9 @@ class ClusterView:
         node changed (webhook/placement/reserve.py ``same_nodes``).
         """
         with self._lock:
+            if self._dra.dirty:
+                for name in self._dra.refresh():
+                    self._invalidate_node(name)
             if self._states is not None:
                 return self._states
             reports = self._informers["node-reports"].store
@@ -559,7 +581,7 @@ class ClusterView:
     def _build(self, name: str, node: dict[str, Any], report: dict[str, Any] | None
                ) -> NodeState | None:
         try:
-            state = ob.node_state(node, (), report)
+            state = ob.node_state(node, (), report, dra=self._dra.get(name))
         except TopologyError as exc:
             reason = ("no_topology" if exc.reason.startswith("no ") else
                       "allocatable" if exc.reason.startswith("allocatable") else "bad_topology")

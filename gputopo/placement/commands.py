@@ -184,8 +184,26 @@ def gang_of_job_file(path: str) -> tuple[GangRequest, str, dict[str, Any]]:
         pods = [o for o in expand(job, runtimes=runtimes) if o["kind"] == "Pod"]
     except InputError as exc:
         raise InputError(exc.reason, file=path, obj=what) from None
-    gpu_pods = [p for p in pods if _pod_gpus(p, what) > 0]
-    counts = [_pod_gpus(p, what) for p in gpu_pods]
+    # a DRA pod's GPUs: its claims' templates, read from the same file
+    from gputopo.cluster.dra import ClaimUnknown, pod_dra_gpus
+    from gputopo.cluster.snapshot import ClusterSnapshot
+
+    ns = job["metadata"]["namespace"]
+    templates = ClusterSnapshot.from_objects([
+        {**d, "metadata": {"namespace": ns, **d["metadata"]}} for d in docs
+        if d.get("kind") in ("ResourceClaimTemplate", "ResourceClaim")
+        and isinstance(d.get("metadata"), dict)])
+
+    def gpus_of(pod: dict[str, Any]) -> int:
+        try:
+            asked = pod_dra_gpus(pod.get("spec") or {}, ns, templates)
+        except ClaimUnknown as exc:
+            raise InputError(f"{exc} in the file", file=path, obj=what) from None
+        return _pod_gpus(pod, what) + (asked.gpus if asked is not None else 0)
+
+    counts = [gpus_of(p) for p in pods]
+    gpu_pods = [p for p, n in zip(pods, counts, strict=True) if n > 0]
+    counts = [n for n in counts if n > 0]
     if not counts:
         raise InputError("no pod of the job asks for a GPU", file=path, obj=what)
     if len(set(counts)) > 1:
@@ -228,6 +246,11 @@ def _place(args: argparse.Namespace) -> int:
     shares = transport_shares(args.transport_share)
     snapshot = cluster_or_demo(args.cluster)
     nodes = with_transport_shares(snapshot.node_states(), shares)
+    if pod:  # a job's pods go to nodes that hand GPUs out as they ask (device plugin, DRA)
+        from gputopo.cluster.node_fit import PodConstraints
+
+        handout = PodConstraints.of(pod.get("spec") or {}).handout
+        nodes = [n for n in nodes if n.gpu_handout == handout]
     for warning in snapshot.warnings:
         print(f"gputopo: warning: {snapshot.source}: {warning}", file=sys.stderr)
     try:

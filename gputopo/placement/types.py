@@ -7,7 +7,7 @@ them synthetically; none of them should depend on how the solver searches.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +17,7 @@ from gputopo.topology.model import Topology
 from gputopo.topology.transport import TransportShares, effective_network_gbps, share_for
 
 if TYPE_CHECKING:
+    from gputopo.cluster.dra import DraDevice
     from gputopo.cluster.node_fit import NodeFacts
     from gputopo.cluster.node_resources import NodeResources
 
@@ -57,6 +58,11 @@ class NodeState:
     by their wiring alone. ``gpu_ids`` ties driver indices to the GPUs' uuid and PCI bus id
     (what a DRA device names); empty when unknown; not part of equality (a per-node fact:
     it must not split nodes the solver treats as alike).
+    ``gpu_handout`` is how the node's GPUs are handed out: ``device-plugin`` (an extended
+    resource) or ``dra`` (its GPU driver's ResourceSlices; gputopo.cluster.dra), and
+    ``dra_devices`` each driver index's DRA device (driver, pool, name, uuid) on a ``dra``
+    node. Neither is part of equality: the solver never reads them (a pod's nodes are
+    chosen by them before it solves).
     """
 
     name: str
@@ -78,6 +84,9 @@ class NodeState:
     gpu_cap: int = UNCAPPED
     gpu_model: GpuModel | None = None
     gpu_ids: tuple[GpuIdentity, ...] = field(default=(), compare=False, repr=False)
+    gpu_handout: str = field(default="device-plugin", compare=False)
+    dra_devices: Mapping[int, DraDevice] | None = field(default=None, compare=False,
+                                                         repr=False)
     effective_gbps: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -125,7 +134,8 @@ def with_transport_shares(nodes: Sequence[NodeState], shares: TransportShares | 
                 facts=n.facts, host_ports=n.host_ports,
                 network_efficiency=n.network_efficiency, transport_share=share,
                 nvlink_domain=n.nvlink_domain, resources=n.resources, gpu_cap=n.gpu_cap,
-                gpu_model=n.gpu_model, gpu_ids=n.gpu_ids))
+                gpu_model=n.gpu_model, gpu_ids=n.gpu_ids, gpu_handout=n.gpu_handout,
+                dra_devices=n.dra_devices))
         fresh[n.name] = hit
         out.append(hit[1])
     if memo is not None:

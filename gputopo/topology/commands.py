@@ -250,7 +250,7 @@ def _report(args: argparse.Namespace) -> int:
     if not node:
         raise InputError("no node name: pass --node or set NODE_NAME (downward API)")
     topo = node_topology_from_args(args)
-    patch = annotation_patch(topo)
+    patch = annotation_patch(topo, identities_from_args(args))
     domain = nvlink_domain_from_args(args)
     if domain:
         patch["metadata"]["annotations"][names.NVLINK_DOMAIN_DETECTED_ANNOTATION] = domain
@@ -310,9 +310,29 @@ def nvlink_domain_from_args(args: argparse.Namespace) -> str | bool | None:
     return nvlink_domain_from_nvml(nvml.local_source(args.nvml_recorded))
 
 
-def annotation_patch(topo: Topology) -> dict[str, Any]:
-    """The strategic-merge patch that sets the node's topology annotation."""
-    return {"metadata": {"annotations": {names.TOPOLOGY_ANNOTATION: topo.to_json()}}}
+def identities_from_args(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each GPU's uuid and PCI bus id from NVML (recorded or live); none with
+    ``--nvidia-smi`` (its text names neither)."""
+    if args.nvidia_smi:
+        return []
+    from gputopo.topology import nvml
+
+    return nvml.gpu_identities(nvml.local_source(args.nvml_recorded))
+
+
+def annotation_patch(topo: Topology, identities: list[dict[str, Any]] | None = None
+                     ) -> dict[str, Any]:
+    """The strategic-merge patch that sets the node's topology annotation, each
+    ``gpus[i]`` with its ``uuid`` and ``pciBusId`` where NVML gave them (CONTRACT.md)."""
+    if not identities:
+        return {"metadata": {"annotations": {names.TOPOLOGY_ANNOTATION: topo.to_json()}}}
+    value = topo.to_annotation()
+    by_index = {g["index"]: g for g in identities}
+    for g in value.get("gpus") or []:
+        extra = by_index.get(g.get("index"), {})
+        g.update({k: v for k, v in extra.items() if k in ("uuid", "pciBusId")})
+    return {"metadata": {"annotations": {names.TOPOLOGY_ANNOTATION: json.dumps(
+        value, separators=(",", ":"))}}}
 
 
 def _core_api(kubeconfig: str | None) -> Any:

@@ -53,6 +53,10 @@ class NvmlSource(Protocol):
 
     def architecture(self, index: int) -> int | None: ...
 
+    def uuid(self, index: int) -> str | None:
+        """``nvmlDeviceGetUUID`` ("GPU-…"): what a DRA device names (None: unknown)."""
+        ...
+
     def fabric(self, index: int) -> Fabric | None:
         """``nvmlDeviceGetGpuFabricInfo``: (cluster UUID, clique id, state, status), None
         where the GPU or driver has no fabric (every GPU before Hopper)."""
@@ -101,6 +105,27 @@ def topology_from_nvml(source: NvmlSource) -> Topology:
         links=tuple(tuple(r) for r in links),
         generation=ARCH_GENERATION.get(arch) if arch is not None else None,
     )
+
+
+def gpu_identities(source: NvmlSource) -> list[dict[str, Any]]:
+    """Each GPU's ``index``, ``uuid`` and ``pciBusId`` as NVML reports them: what the
+    reporter adds to each ``gpus[i]`` of the topology annotation, so that a DRA device
+    (named by uuid and PCI bus id, not by index) can be tied to its index."""
+    out = []
+    for i in range(source.device_count()):
+        entry: dict[str, Any] = {"index": i, "pciBusId": source.bus_id(i)}
+        uuid = _uuid(source, i)
+        if uuid:
+            entry["uuid"] = uuid
+        out.append(entry)
+    return out
+
+
+def _uuid(source: NvmlSource, index: int) -> str | None:
+    """The GPU's uuid, from a source that can say (older recordings and test sources
+    implement no ``uuid``)."""
+    ask = getattr(source, "uuid", None)
+    return ask(index) if ask is not None else None
 
 
 def local_topology(recorded: str | None = None) -> Topology:
@@ -166,6 +191,10 @@ class RecordedNvml:
     def architecture(self, index: int) -> int | None:
         return self._devices[index].get("arch")
 
+    def uuid(self, index: int) -> str | None:
+        raw = self._devices[index].get("uuid")
+        return raw if isinstance(raw, str) and raw else None
+
     def fabric(self, index: int) -> Fabric | None:
         raw = self._devices[index].get("fabric")
         if not isinstance(raw, Mapping):
@@ -187,6 +216,7 @@ def record(source: NvmlSource) -> dict[str, Any]:
                 "numa": source.numa_node(i),
                 "arch": source.architecture(i),
                 "nvlinkRemotes": list(source.nvlink_remotes(i)),
+                **({"uuid": u} if (u := _uuid(source, i)) else {}),
                 **_fabric_record(source.fabric(i)),
             }
             for i in range(n)
@@ -227,6 +257,12 @@ class PynvmlSource:  # pragma: no cover - needs a GPU and its driver
 
     def bus_id(self, index: int) -> str:
         return _text(self._nvml.nvmlDeviceGetPciInfo(self._handles[index]).busId)
+
+    def uuid(self, index: int) -> str | None:
+        try:
+            return _text(self._nvml.nvmlDeviceGetUUID(self._handles[index]))
+        except self._nvml.NVMLError:
+            return None
 
     def common_ancestor(self, a: int, b: int) -> int:
         return int(

@@ -100,6 +100,29 @@ def _compute_domain(kube) -> None:
         api.close()
 
 
+def _dra(kube, view) -> None:
+    """DRA: a pod's claim template and its own claim the watches do not hold yet (one GET
+    each), and a replica's pinned claim created twice (the second: 409, read back)."""
+    from k8s_double import api_client
+
+    from gputopo.cluster.dra_claims import KubernetesClaims
+
+    view.object(api_version="resource.k8s.io/v1", kind="ResourceClaimTemplate",
+                namespace="default", name="not-watched-yet")
+    view.object(api_version="resource.k8s.io/v1", kind="ResourceClaim",
+                namespace="default", name="not-watched-yet")
+    claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+             "metadata": {"name": "j-worker-0-gpus", "namespace": "default"},
+             "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                 "deviceClassName": "gpu.nvidia.com", "count": 1}}]}}}
+    api = api_client(kube.url)
+    try:
+        assert KubernetesClaims(api).ensure([claim]) == []
+        assert KubernetesClaims(api).ensure([claim]) == []  # the same slot again
+    finally:
+        api.close()
+
+
 def test_rbac_doc_is_exactly_what_the_webhook_uses(kube, kube_client) -> None:
     from k8s_double import api_client
 
@@ -150,6 +173,7 @@ def test_rbac_doc_is_exactly_what_the_webhook_uses(kube, kube_client) -> None:
         store.release(key)
         _queue_and_pod_groups(kube, view)
         _compute_domain(kube)
+        _dra(kube, view)
     finally:
         view.stop()
     rules = webhook_rules()

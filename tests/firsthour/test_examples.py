@@ -46,7 +46,7 @@ ROWS = {"arena-tf-resnet50-mpijob.yaml": 5, "arena-tf-vgg16-mpijob.yaml": 5,
 
 
 def test_every_job_example_has_commands():
-    assert len(JOBS) == 7
+    assert len(JOBS) == 9
     for path in JOBS:
         assert commands(path), path.name
 

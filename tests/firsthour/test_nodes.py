@@ -39,10 +39,11 @@ def test_nodes_shows_used_gpus_the_largest_free_block_and_the_gang(tmp_path, cap
     # CPU and memory its pods request of its allocatable: the mutated pods ask for none,
     # the bound pod counts all the same (as one of the node's pods)
     # no GPU model known (the demo's nodes carry no GPU Feature Discovery labels): "-"
-    assert a[1:] == ["8x", "NVLink", "-", "-", "4/8", "4", "4", "rack-1", "cn-shanghai-b",
-                     "25G/tcp", "-", "0/94", "0/503Gi", "default/tensorflow-topo-4-vgg16"]
+    assert a[1:] == ["8x", "NVLink", "-", "-", "device-plugin", "4/8", "4", "4", "rack-1",
+                     "cn-shanghai-b", "25G/tcp", "-", "0/94", "0/503Gi",
+                     "default/tensorflow-topo-4-vgg16"]
     # one loose GPU taken from a DGX-1 quad leaves the other quad: block 4, not 8
-    assert b[5:8] == ["1/8", "7", "4"] and b[-1] == "ml/solo"
+    assert b[6:9] == ["1/8", "7", "4"] and b[-1] == "ml/solo"
     assert main(["nodes", "--cluster", str(cluster), "-o", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert {r["name"]: r["largest_block"] for r in doc} == {
@@ -60,7 +61,7 @@ def test_nodes_shows_used_gpus_the_largest_free_block_and_the_gang(tmp_path, cap
 def test_nodes_on_the_demo_cluster(capsys):
     assert main(["nodes"]) == 0
     rows = _rows(capsys.readouterr().out)
-    assert all(r[5:8] == ["0/8", "8", "8"] for r in rows.values()) and len(rows) == 2
+    assert all(r[6:9] == ["0/8", "8", "8"] for r in rows.values()) and len(rows) == 2
 
 
 def test_nodes_live_lists_the_api_server(tmp_path, capsys, monkeypatch):
@@ -81,7 +82,7 @@ def test_nodes_live_lists_the_api_server(tmp_path, capsys, monkeypatch):
         write_kubeconfig(cfg, kube.url)
         assert main(["nodes", "--live", "--kubeconfig", str(cfg)]) == 0
     rows = _rows(capsys.readouterr().out)
-    assert rows["cn-shanghai.192.168.16.172"][5:8] == ["2/8", "6", "4"]
+    assert rows["cn-shanghai.192.168.16.172"][6:9] == ["2/8", "6", "4"]
     assert rows["cn-shanghai.192.168.16.172"][-1] == "default/solo"
 
 
@@ -120,7 +121,7 @@ def test_nodes_shows_the_network_placement_reads_and_says_what_it_ignored(tmp_pa
     assert main(["nodes", "--cluster", str(cluster)]) == 0
     out, err = capsys.readouterr()
     rows = _rows(out)
-    assert {name: rows[name][10] for name in cases} == {n: c[1] for n, c in cases.items()}
+    assert {name: rows[name][11] for name in cases} == {n: c[1] for n, c in cases.items()}
     said = [line for line in err.splitlines() if "warning" in line]
     assert said == [
         f"gputopo: warning: {cluster}: node typos: gputopo.io/network-transport 'roce' is not "

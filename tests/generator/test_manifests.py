@@ -222,6 +222,8 @@ def test_webhook_rbac_is_least_privilege(committed):
                 ("ClusterRole", None, ("podgroups",)): {"create"},
                 ("ClusterRole", None, ("computedomains",)): {"create"},
                 ("ClusterRole", None, ("events",)): {"create"},
+                # DRA: the claims that pin GPUs (never deleted: they go with the job)
+                ("ClusterRole", None, ("resourceclaims",)): {"create"},
             }[(kind, namespace, tuple(rule["resources"]))]
             assert writes & set(rule["verbs"]) <= allowed, rule
             if rule["resources"] == ["leases"] and "update" in rule["verbs"]:

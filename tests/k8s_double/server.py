@@ -11,7 +11,9 @@ a cluster, this module serves a small, faithful subset of the REST API on 127.0.
   kubeflow.org/v2beta1 mpijobs; trainer.kubeflow.org/v1alpha1 trainjobs;
   jobset.x-k8s.io/v1alpha2 jobsets; scheduling.x-k8s.io/v1alpha1 podgroups (the
   scheduler-plugins CRD, served CRD-style like the Kubeflow jobs); resource.nvidia.com/
-  v1beta1 computedomains (NVIDIA's DRA driver for GPUs, CRD-style).
+  v1beta1 computedomains (NVIDIA's DRA driver for GPUs, CRD-style); resource.k8s.io/v1
+  deviceclasses, resourceslices (cluster-scoped), resourceclaims, resourceclaimtemplates
+  (Dynamic Resource Allocation, built in: list items carry no apiVersion/kind).
 * Pod updates over HTTP (PUT, PATCH) follow the API server's rules
   (:func:`pod_update_errors`): scheduling gates may only be removed, a gated pod's node
   selector and required node affinity may only gain requirements, the rest of the spec is
@@ -92,6 +94,11 @@ RESOURCES = [
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True),
     Resource("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", True),
     Resource("resource.nvidia.com", "v1beta1", "computedomains", "ComputeDomain", True),
+    # built in since 1.34 (GA): list items without apiVersion/kind, as for core kinds
+    Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False),
+    Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False),
+    Resource("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True),
+    Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
     Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", True),
     Resource("kubeflow.org", "v1", "tfjobs", "TFJob", True),
     Resource("kubeflow.org", "v1", "mpijobs", "MPIJob", True),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from gputopo.cluster.dra import DraDevice
 from gputopo.cluster.node_fit import NodeFacts
 from gputopo.cluster.node_resources import NodeResources
 from gputopo.placement.types import NodeState
@@ -24,7 +25,8 @@ def test_every_nodestate_field_survives_exclude_held() -> None:
                      transport_share=0.9, nvlink_domain="clique-1",
                      resources=NodeResources({"cpu": 94000}, {"cpu": 1000}), gpu_cap=4,
                      gpu_model=gpu_model("Tesla-V100-SXM2-16GB"),
-                     gpu_ids=(GpuIdentity(0, "GPU-0", "0000:06:00.0"),))
+                     gpu_ids=(GpuIdentity(0, "GPU-0", "0000:06:00.0"),), gpu_handout="dra",
+                     dra_devices={0: DraDevice("gpu.nvidia.com", "n0", "gpu-3", "GPU-0")})
     # every field set to something other than its default, so a dropped one shows
     for f in dataclasses.fields(NodeState):
         if f.default is not dataclasses.MISSING:

@@ -59,7 +59,7 @@ def exclude_held(nodes: Sequence[NodeState], held: Mapping[str, set[int]] | Mapp
                 host_ports=n.host_ports, network_efficiency=n.network_efficiency,
                 transport_share=n.transport_share, nvlink_domain=n.nvlink_domain,
                 resources=n.resources, gpu_cap=n.gpu_cap, gpu_model=n.gpu_model,
-                gpu_ids=n.gpu_ids))
+                gpu_ids=n.gpu_ids, gpu_handout=n.gpu_handout, dra_devices=n.dra_devices))
         fresh[n.name] = hit
         out.append(hit[2])
     if memo is not None:
@@ -103,6 +103,8 @@ def fit_nodes(cluster: ClusterReader, nodes: Sequence[NodeState], constraints: P
             own = False
             node = cluster.object(api_version="v1", kind="Node", namespace=None, name=n.name)
             facts = NodeFacts.of(node) if node is not None else None
+        if n.gpu_handout != constraints.handout:
+            continue  # GPUs handed out another way than the pod asks them
         if facts is None or constraints.admits(facts):
             fit.append(n)
     return fit, own
@@ -163,7 +165,8 @@ def refreshed_fit(hit: Fit, nodes: Sequence[NodeState], constraints: PodConstrai
         if old.name != new.name or new.facts is None:
             return None
         was = hit.where.get(new.name)
-        if (was is not None) != constraints.admits(new.facts):
+        if (was is not None) != (new.gpu_handout == constraints.handout
+                                 and constraints.admits(new.facts)):
             return None
         if was is not None:
             fit[was] = with_transport_shares([new], shares)[0] if shares else new

@@ -250,7 +250,7 @@ class GangReserver:
         # texts are equal constraints (a different key order merely misses the memo); the
         # shares are part of the key: the nodes' effective networks depend on them
         key = repr((constraints.selector, constraints.terms, constraints.tolerations,
-                    shares or ()))
+                    shares or (), constraints.handout))
         hit = self._fits.get(key)
         if hit is not None:
             if same_nodes(hit.source, nodes):

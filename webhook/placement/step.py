@@ -38,6 +38,8 @@ from dataclasses import replace
 from typing import Any
 
 from gputopo import names
+from gputopo.cluster.dra import dra_containers
+from gputopo.cluster.dra_claims import ClaimList, ClaimWriter, KubernetesClaims
 from gputopo.cluster.node_resources import pod_demand, solve_fitting
 from gputopo.cluster.node_volumes import pod_volumes
 from gputopo.cluster.pod_spread import spread_of, tighter
@@ -56,7 +58,7 @@ from gputopo.placement.job_needs import needs_annotations, with_needs
 from gputopo.placement.types import GangRequest, ReplicaSlot
 from gputopo.placement.waiting import after_max_wait_text
 from webhook import events, metrics
-from webhook.placement import network, network_writes, node_choice
+from webhook.placement import dra_slot, network, network_writes, node_choice
 from webhook.placement.compute_domain import ComputeDomains
 from webhook.placement.fitting import HeldMemo
 from webhook.placement.mutations import (
@@ -127,7 +129,10 @@ class PlacementStep:
         settle_seconds: float = DEFAULT_SETTLE_SECONDS,
         can_wait: bool = False,
         recorder: events.EventRecorder | None = None,
+        claims: ClaimWriter | None = None,
     ) -> None:
+        #: where the ResourceClaims that pin DRA replicas go (the API, or the dry run's list)
+        self.claims: ClaimWriter = claims if claims is not None else ClaimList()
         self.store: ReservationStore = store if store is not None else InMemoryReservationStore()
         self.reserver = GangReserver(self.store, solver=solver, max_attempts=max_attempts,
                                      settle_seconds=settle_seconds)
@@ -171,6 +176,10 @@ class PlacementStep:
         # the GPU containers, found once: writing the slot and the network plan changes
         # their env and ports, never which containers ask for GPUs (~190 bytecodes a look)
         containers = gpu_containers(ctx.pod, resources)
+        ask = job.dra if job.dra is not None and job.dra.gpus > 0 else None
+        if ask is not None:  # GPUs through DRA claims: their containers too
+            containers += [c for c in dra_containers(ctx.pod, ask)
+                           if not any(c is k for k in containers)]
         if not containers:
             return
         what = f"{job.kind} {job.namespace}/{job.name}"
@@ -227,6 +236,11 @@ class PlacementStep:
         if spread.unjudged:
             outcome: Granted | Unplaced = Unplaced(
                 f"{spread.unjudged}; left to the scheduler unpinned", lasting=True)
+        elif ask is not None and (ask.why_not or ask.gpus != gpus):
+            why = ask.why_not or ("it asks for GPUs both as an extended resource and "
+                                  "through DRA claims")
+            outcome = Unplaced(f"{why}; its GPUs are left to the scheduler's DRA allocator",
+                               lasting=True)
         elif len(set(counts.values())) > 1:
             shown = ", ".join(f"{t}: {n}" for t, n in sorted(counts.items()))
             outcome = Unplaced(
@@ -239,8 +253,14 @@ class PlacementStep:
         else:
             with store_deadline(self.store):
                 outcome = self._grant(ctx, key, replica, gang, net)
+        if isinstance(outcome, Unplaced) and ask is None and not outcome.lasting:
+            outcome = dra_slot.extended_on_dra(ctx, outcome, resources)
+        if isinstance(outcome, Granted) and ask is not None:
+            outcome = dra_slot.pin_slot(ctx, key, replica, outcome, ask, self.claims,
+                                        preview=preview)
         if isinstance(outcome, Granted):
-            self._write_slot(ctx, key, replica, outcome, net, containers, preview=preview)
+            self._write_slot(ctx, key, replica, outcome, net, containers, preview=preview,
+                             dra=ask is not None)
         else:
             self._unplaced(ctx, key, replica, gang, outcome, settings, net, containers,
                            preview=preview)
@@ -419,6 +439,7 @@ class PlacementStep:
     def _write_slot(
         self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, granted: Granted,
         net: network.GangNetwork, containers: list[dict[str, Any]], *, preview: bool,
+        dra: bool = False,
     ) -> None:
         res, slot = granted.reservation, granted.slot
         visible = res.visible_gpus(slot.node)
@@ -431,7 +452,9 @@ class PlacementStep:
             apply_slot(ctx.pod, node=slot.node, gpu_group=slot.gpus, gpu_visible=visible,
                        record=record, gpu_resources=_gpu_resources(policy),
                        warn_scheduler=_scheduler_unhandled(policy),
-                       gpu_env=placement_settings(policy).gpu_env, containers=containers)
+                       gpu_env=placement_settings(policy).gpu_env,
+                       # DRA: the driver makes only the claimed devices visible (CDI)
+                       containers=[] if dra else containers)
         )
         if plan is not None:
             ctx.warnings.extend(network_writes.apply(
@@ -494,12 +517,21 @@ class PlacementStep:
             gated = replace(gang, good_gbps=None,
                             max_replicas_per_node=tighter(cap, spread_of(ctx.pod).per_node))
             record.update(waiting_record(key, gated, settings, plan, net.need.fixed))
+            dra_ask = ctx.job.dra if ctx.job is not None else None
+            if dra_ask is not None and dra_ask.gpus and dra_ask.why_not is None:
+                # which of its claims' requests are GPUs, for the queue (placement.
+                # gpuDeviceClasses of the policy that admitted it)
+                record["gang"]["gpuDeviceClasses"] = list(settings.gpu_device_classes)
             ctx.warnings.extend(network_writes.apply(
                 ctx.pod, ctx.original, plan, net.job, replica.wire(), containers))
             ctx.warnings.extend(apply_waiting(
                 ctx.pod, record=record, gpu_resources=_gpu_resources(ctx.policy),
                 warn_scheduler=_scheduler_unhandled(ctx.policy), gpu_env=settings.gpu_env,
                 containers=containers))
+            if dra_ask is not None and dra_ask.gpus and dra_ask.why_not is None:
+                # spec.resourceClaims is immutable after CREATE: the names now, the claims
+                # when the queue places the gang (webhook/placement/dra_slot.py)
+                dra_slot.name_claims(ctx.pod, dra_ask, job=key.name, replica=replica.wire())
             prefix = "placement (audit): would gate" if ctx.audit else "placement:"
             ctx.warnings.append(
                 f"{prefix} {what} ({demand}) waits for a placement: {why.reason}; its pods "
@@ -580,12 +612,14 @@ def placement_step_for(cluster: object, *, can_wait: bool = False,
     Kubernetes Events of each outcome (webhook/events.py).
     """
     store = getattr(cluster, "reservations", None)
-    if store is not None:
-        return PlacementStep(store, can_wait=can_wait, recorder=recorder)
     api = getattr(cluster, "api_client", None)
+    # the ResourceClaims that pin DRA replicas: created in the API where there is one
+    claims = KubernetesClaims(api) if api is not None else None
+    if store is not None:
+        return PlacementStep(store, can_wait=can_wait, recorder=recorder, claims=claims)
     if api is not None:
         from gputopo.cluster.k8s_reservations import KubernetesReservationStore
 
         return PlacementStep(KubernetesReservationStore(api), can_wait=can_wait,
-                             recorder=recorder)
+                             recorder=recorder, claims=claims)
     return PlacementStep()

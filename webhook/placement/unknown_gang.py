@@ -50,8 +50,9 @@ def unplaced_jobset_pod(pod: dict[str, Any], namespace: str, reason: str, *,
     if not isinstance(jobset_name, str) or not jobset_name:
         return None
     spec = pod.get("spec")
-    if not isinstance(spec, dict) or pod_gpus(spec, gpu_resources) <= 0:
-        return None
+    if not isinstance(spec, dict) or (pod_gpus(spec, gpu_resources) <= 0
+                                      and not spec.get("resourceClaims")):
+        return None  # (claims: maybe GPUs through DRA; their templates may be what is unknown)
     rjob = labels.get(js.REPLICATED_JOB_NAME)
     role = rjob.lower() if isinstance(rjob, str) and rjob else None
     pod_labels = {str(k): str(v) for k, v in labels.items()}

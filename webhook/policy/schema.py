@@ -141,6 +141,10 @@ class PlacementSettings:
     #: placed over trays of one NVLink domain and gives its pods the IMEX channel claim
     #: (webhook/placement/compute_domain.py); ``off`` (default) changes no pod
     compute_domain: ComputeDomainPolicy = "off"
+    #: ``gpuDeviceClasses``: the DRA DeviceClasses whose devices are GPUs (a pod's claims
+    #: on them count as its GPUs and are pinned, gputopo/cluster/dra.py); NVIDIA's driver
+    #: installs ``gpu.nvidia.com``
+    gpu_device_classes: tuple[str, ...] = ("gpu.nvidia.com",)
     #: ``minShare``, ``afterMaxWait``, ``floorShare``: when a gang that may wait takes the
     #: placement it can get (gputopo.placement.waiting)
     waiting: WaitingRule = field(default_factory=WaitingRule)

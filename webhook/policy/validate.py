@@ -299,8 +299,8 @@ def _placement(raw: Any, err: _Errors) -> s.PlacementSettings:
     p = _mapping(raw, path, err)
     _keys(p, ("enabled", "whenFull", "maxWaitSeconds", "podGroup", "onUnplaceable",
               "network", "hostPorts", "gpuEnv", "transportShare", "computeDomain", "minShare",
-              "afterMaxWait", "floorShare", "computeShare", "mixGpuModels", "minGpuMemory"),
-          path, err)
+              "afterMaxWait", "floorShare", "computeShare", "mixGpuModels", "minGpuMemory",
+              "gpuDeviceClasses"), path, err)
     when_full = _choice(p.get("whenFull"), f"{path}.whenFull", err, ("wait", "admit", "deny"),
                         None)
     old = _choice(p.get("onUnplaceable"), f"{path}.onUnplaceable", err, ("admit", "deny"),
@@ -336,6 +336,8 @@ def _placement(raw: Any, err: _Errors) -> s.PlacementSettings:
         mix_gpu_models=bool(_bool(p.get("mixGpuModels"), f"{path}.mixGpuModels", err,
                                   False)),
         min_gpu_memory_mib=_gpu_memory(p.get("minGpuMemory"), f"{path}.minGpuMemory", err),
+        gpu_device_classes=_device_classes(p.get("gpuDeviceClasses"),
+                                           f"{path}.gpuDeviceClasses", err),
     )
 
 
@@ -360,6 +362,26 @@ def _gpu_memory(raw: Any, path: str, err: _Errors) -> int | None:
         err.add(path, f"must be a memory size per GPU: a quantity such as 40Gi, or MiB as "
                       f"nvidia.com/gpu.memory writes it; got {raw!r}")
         return None
+
+
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _device_classes(raw: Any, path: str, err: _Errors) -> tuple[str, ...]:
+    """DeviceClass names (DNS subdomains, at least one); absent: NVIDIA's ``gpu.nvidia.com``."""
+    if raw is None:
+        return s.PlacementSettings().gpu_device_classes
+    items = _list(raw, path, err)
+    out = []
+    for k, item in enumerate(items):
+        if not isinstance(item, str) or len(item) > 253 or not _DNS_SUBDOMAIN.fullmatch(item):
+            err.add(f"{path}[{k}]", f"must be a DeviceClass name (a DNS subdomain); got "
+                    f"{item!r}")
+        else:
+            out.append(item)
+    if isinstance(raw, list) and not raw:
+        err.add(path, "must name at least one DeviceClass (leave it out for gpu.nvidia.com)")
+    return tuple(dict.fromkeys(out)) or s.PlacementSettings().gpu_device_classes
 
 
 def _waiting_rule(p: Mapping[str, Any], path: str, err: _Errors) -> WaitingRule:

@@ -41,6 +41,8 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from gputopo import names
+from gputopo.cluster.dra import DEFAULT_GPU_CLASSES, ClaimUnknown
+from gputopo.cluster.dra_claims import ClaimWriter, KubernetesClaims
 from gputopo.cluster.metrics import RESERVATION_RELEASES
 from gputopo.cluster.reservations import (
     GangReservation,
@@ -51,6 +53,7 @@ from gputopo.cluster.reservations import (
 from gputopo.cluster.source import ClusterReader
 from gputopo.placement.types import ReplicaSlot
 from webhook import events, metrics
+from webhook.placement import dra_slot
 from webhook.placement.mutations import record_json, remove_gate, write_slot
 from webhook.placement.reserve import GangReserver, Unplaced
 from webhook.placement.step import placed_record
@@ -101,6 +104,8 @@ class PlacementQueue:
         recorder: events.EventRecorder | None = None,
     ) -> None:
         self.core = client.CoreV1Api(api_client)
+        #: the ResourceClaims that pin a DRA gang's GPUs, made before its gates come off
+        self.claims: ClaimWriter = KubernetesClaims(api_client)
         self.cluster = cluster
         self.store = store
         self.reserver = reserver if reserver is not None else GangReserver(store)
@@ -177,6 +182,9 @@ class PlacementQueue:
                 slots[wp.replica] = slot
         except ReservationUnavailable as exc:
             return f"the reservation store is unavailable: {exc}"
+        problem = self._dra_claims(gang, slots)
+        if problem:
+            return problem
         waited = round(gang.waited(now), 3)
         for wp in gang.pods:
             slot = slots[wp.replica]
@@ -205,6 +213,35 @@ class PlacementQueue:
         metrics.QUEUE_WAIT_SECONDS.observe(waited)
         log.info("queue: placed %s after %.1f s waiting (%s)", key, waited,
                  ", ".join(f"{s.node}:{list(s.gpus)}" for s in slots.values()))
+        return None
+
+    def _dra_claims(self, gang: WaitingGang, slots: dict[Any, Any]) -> str | None:
+        """The pinned ResourceClaims of the gang's DRA pods (named at their CREATE,
+        webhook/placement/dra_slot.py), made before any gate comes off; why not, if so."""
+        key = gang.key
+        for wp in gang.pods:
+            gang_rec = wp.record.get("gang") if isinstance(wp.record.get("gang"), dict) else {}
+            classes = gang_rec.get("gpuDeviceClasses")
+            try:
+                ask = dra_slot.ask_of_waiting(
+                    wp.pod, key.namespace, self.cluster,
+                    tuple(map(str, classes)) if isinstance(classes, list) and classes
+                    else DEFAULT_GPU_CLASSES)
+            except ClaimUnknown as exc:
+                return f"{wp.replica.wire()}: {exc}"
+            if ask is None:
+                continue
+            if not ask.gpus or ask.why_not:
+                # its claims name pinned claims that would never be made: not released
+                return (f"{wp.replica.wire()}: its claim templates no longer ask for GPUs "
+                        f"gputopo can pin ({ask.why_not or 'no GPU request'})")
+            slot = slots[wp.replica]
+            claims, why = dra_slot.slot_claims(
+                self.cluster, ask, node=slot.node, gpus=slot.gpus, namespace=key.namespace,
+                job=key.name, replica=wp.replica.wire(), owner=dra_slot.owner_for(key, wp.pod))
+            problems = [why] if why else self.claims.ensure(claims)
+            if problems:
+                return f"{wp.replica.wire()}: {'; '.join(problems)}"
         return None
 
     def _job_gone(self, gang: WaitingGang) -> str | None:
