@@ -247,6 +247,24 @@ def gang_size(specs: Mapping[str, Any], gpu_resources: Iterable[str],
     return total
 
 
+def dra_gpus_by_type(specs: Mapping[str, Any], claims: ClaimGpus) -> dict[str, int]:
+    """GPUs per pod each replica spec asks through DRA claims (only the templates that have
+    ``resourceClaims`` are read: a device-plugin job costs a look per spec), spec order.
+
+    Why: the network plan and the slots' order go by the job's GPU replica types; a type
+    whose pods get their GPUs through claims is one of them (a 2 x 4 DRA PyTorchJob's master
+    holds its rendezvous port like any master), which the extended resources alone miss."""
+    out: dict[str, int] = {}
+    for key, rs in specs.items():
+        template = rs.get("template") if isinstance(rs, dict) else None
+        tspec = template.get("spec") if isinstance(template, dict) else None
+        if isinstance(tspec, dict) and tspec.get("resourceClaims"):
+            gpus = claims(tspec)
+            if gpus > 0:
+                out[str(key)] = gpus
+    return out
+
+
 def _check_uid(ref: OwnerRef, obj: Mapping[str, Any], namespace: str) -> None:
     """The object found must be the one the reference names, not a namesake: a job deleted
     and re-created under the same name has a new uid, and its gang is not this pod's."""
@@ -323,7 +341,9 @@ def resolve_job(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
         parent = controller_ref(batch)
         if parent is not None and (parent.api_version, parent.kind) == jobset_gangs.JOBSET:
             found = _jobset_gang(pod, namespace, cluster, parent, gpus, names_, claims)
-            return found if asked is None else replace(found, dra=asked)
+            types = dra_gpus_by_type(found.spec.get(jobset_gangs.POD_SETS) or {}, claims)
+            return found if asked is None and not types else replace(
+                found, dra=asked, dra_types=types)
         if parent is None or (parent.api_version, parent.kind) not in OWNER_KINDS:
             return None  # an ordinary batch Job, not an MPIJob launcher
         ref = parent
@@ -353,7 +373,7 @@ def resolve_job(pod: Mapping[str, Any], namespace: str, cluster: ClusterReader,
         uid=ref.uid or str(jmeta.get("uid") or ""), replica_type=rtype, replica_index=index,
         role=rtype.lower() if rtype else None, gang_size=size, gpus_per_pod=gpus,
         requests_gpu=gpus > 0, labels=job_labels, spec=dict(spec), runtime="", dra=asked,
-        annotations=needs_annotations(jmeta),
+        annotations=needs_annotations(jmeta), dra_types=dra_gpus_by_type(specs, claims),
     )
 
 

@@ -56,6 +56,10 @@ class JobInfo:
     #: what this pod's DRA claims ask of GPUs (gputopo.cluster.dra), None without claims;
     #: its GPUs are counted in ``gpus_per_pod``
     dra: DraAsk | None = field(default=None, compare=False, repr=False)
+    #: GPUs per pod each replica type of the job's spec asks through DRA claims (its
+    #: template's ``resourceClaims``), spec order; empty for a job without claims. The
+    #: placement step counts them with the extended resources (gpu_counts_by_replica_type)
+    dra_types: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass

@@ -42,14 +42,27 @@ def programs(k8s_bin: Path) -> Programs:
     return Programs(k8s_bin)
 
 
+class _Deployments(dict):
+    """Per platform, made on first use (a run of some tests makes only the platforms they
+    use): each ``gputopo generate`` call is a process of about a second."""
+
+    def __init__(self, work: Path) -> None:
+        super().__init__()
+        self.work = work
+
+    def __missing__(self, name: str) -> Deployment:
+        self[name] = made = make_deployment(self.work, name)
+        return made
+
+
 @pytest.fixture(scope="session")
 def deployments(tmp_path_factory: pytest.TempPathFactory, programs: Programs
                 ) -> dict[str, Deployment]:
-    """Per platform: the MutatingWebhookConfiguration, the KubeSchedulerConfiguration and
-    the policies ``gputopo generate`` writes, with one CA (``generate certs``)."""
+    """Per platform (``ack``, ``tke``, ``dra``, ...): the MutatingWebhookConfiguration, the
+    KubeSchedulerConfiguration and the policies ``gputopo generate`` writes; each platform
+    its own CA (``generate certs``)."""
     del programs  # only made when the programs exist (else skipped before any work)
-    work = tmp_path_factory.mktemp("deploy")
-    return {p: make_deployment(work, p) for p in ("ack", "tke")}
+    return _Deployments(tmp_path_factory.mktemp("deploy"))
 
 
 @pytest.fixture

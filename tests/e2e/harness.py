@@ -158,6 +158,39 @@ def make_deployment(work: Path, name: str) -> Deployment:
     return Deployment(name, certs, webhooks, sched, policies, plat.gpu_resource, default)
 
 
+#: The scheduler-plugins plugins of the generated profile (the gang: Coscheduling).
+SCHEDULER_PLUGINS = frozenset({"Coscheduling"})
+
+
+def in_tree_profile(deployment: Deployment, work: Path) -> Path:
+    """The generated KubeSchedulerConfiguration as ``schedsim136`` can run it: the 1.36
+    in-tree scheduler has no scheduler-plugins, so Coscheduling is taken out of every
+    extension point (queueSort then falls back to the default PrioritySort) and its args
+    dropped; the rest (the profile's name, NodeResourcesFit's MostAllocated scoring, the
+    scoring plugins turned off, and DynamicResources, which the profile never disables) is
+    as generated. The gang itself (Permit on the PodGroup) is checked by ``schedsim`` 1.30
+    in the other scenarios; here the PodGroups are checked in the double."""
+    config = yaml.safe_load(deployment.scheduler_config.read_text())
+    config["leaderElection"] = {"leaderElect": False}
+    for profile in config["profiles"]:
+        plugins = profile.get("plugins") or {}
+        for point in list(plugins):
+            entry = plugins[point]
+            enabled = [p for p in entry.get("enabled") or []
+                       if p["name"] not in SCHEDULER_PLUGINS]
+            disabled = entry.get("disabled") or []
+            if not enabled and [d["name"] for d in disabled] == ["*"]:
+                disabled = []  # only there to let Coscheduling replace the default
+            entry = {k: v for k, v in (("enabled", enabled), ("disabled", disabled)) if v}
+            if entry:
+                plugins[point] = entry
+            else:
+                del plugins[point]
+        profile["pluginConfig"] = [c for c in profile.get("pluginConfig") or []
+                                   if c["name"] not in SCHEDULER_PLUGINS]
+    return dump(work / "scheduler-136.yaml", [config])
+
+
 @dataclass
 class Served:
     """A running ``gputopo serve``: its port and its stderr so far."""
@@ -324,14 +357,15 @@ def pod_groups(kube: Any) -> list[dict[str, Any]]:
 
 
 def check_update(programs: Programs, old: Mapping[str, Any], new: Mapping[str, Any],
-                 work: Path) -> None:
-    """``podupdatecheck``: the API server accepts ``new`` as an update of ``old``."""
+                 work: Path, *, program: str = "podupdatecheck") -> None:
+    """``podupdatecheck``: the API server accepts ``new`` as an update of ``old``.
+    ``program``: ``podupdatecheck136`` for pods 1.30 cannot hold (DRA)."""
     work.mkdir(parents=True, exist_ok=True)
     name = old["metadata"]["name"]
-    p = programs.run("podupdatecheck", "--old", dump(work / f"{name}.old.yaml", [old]),
+    p = programs.run(program, "--old", dump(work / f"{name}.old.yaml", [old]),
                      "--new", dump(work / f"{name}.new.yaml", [new]))
     assert p.returncode == 0 and p.stdout.strip() == "OK", (
-        f"podupdatecheck {name}: exit {p.returncode}\n{p.stdout}{p.stderr}")
+        f"{program} {name}: exit {p.returncode}\n{p.stdout}{p.stderr}")
 
 
 # ---------------------------------------------------------------- scheduling

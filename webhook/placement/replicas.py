@@ -19,13 +19,15 @@ from webhook.steps import JobInfo
 
 
 def gpu_counts_by_replica_type(job: JobInfo, gpu_resources: frozenset[str]) -> dict[str, int]:
-    """GPUs per pod of each GPU-requesting replica type of the job's spec (spec order)."""
+    """GPUs per pod of each GPU-requesting replica type of the job's spec (spec order):
+    its extended resources plus what its DRA claims ask (``job.dra_types``)."""
     specs = job.spec.get(OWNER_KINDS.get((job.api_version, job.kind), ""), {})
     out: dict[str, int] = {}
     for rtype, rs in specs.items() if isinstance(specs, dict) else ():
         template = rs.get("template") if isinstance(rs, dict) else None
         tspec = template.get("spec") if isinstance(template, dict) else None
         gpus = pod_gpus(tspec, gpu_resources) if isinstance(tspec, dict) else 0
+        gpus += job.dra_types.get(str(rtype), 0)
         if gpus > 0:
             out[str(rtype)] = gpus
     return out
