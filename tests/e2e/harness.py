@@ -374,13 +374,16 @@ def check_update(programs: Programs, old: Mapping[str, Any], new: Mapping[str, A
 def schedule(programs: Programs, *, nodes: Sequence[Mapping[str, Any]],
              pods: Sequence[Mapping[str, Any]], objects: Sequence[Mapping[str, Any]] = (),
              config: Path | None, work: Path, program: str = "schedsim",
-             timeout: str = SCHED_TIMEOUT, sequential: bool = False) -> dict[str, dict[str, Any]]:
+             timeout: str = SCHED_TIMEOUT, sequential: bool = False,
+             settle: str | None = None) -> dict[str, dict[str, Any]]:
     """Bind ``pods`` on ``nodes`` with the real scheduler; ``{"ns/name": result}``.
 
     ``program``: ``schedsim`` (1.30 + scheduler-plugins: ``objects`` are PodGroups, given
     with the pods) or ``schedsim136`` (1.36 with DRA: ``objects`` are DeviceClasses,
     ResourceSlices, ResourceClaim(Template)s, PodGroups/Workloads, given as ``--objects``).
-    Pods with ``spec.nodeName`` are already running there."""
+    Pods with ``spec.nodeName`` are already running there. ``settle`` (schedsim136 only):
+    how long a run whose pods are all Bound, Unschedulable or Gated waits for more (its
+    default 3s; a gated pod is never tried, so a run that expects gates can pass less)."""
     work.mkdir(parents=True, exist_ok=True)
     if program == "schedsim":
         pods = [_assigned(p) if p["spec"].get("nodeName") else p for p in pods]
@@ -390,6 +393,8 @@ def schedule(programs: Programs, *, nodes: Sequence[Mapping[str, Any]],
         args += ["--pods", dump(work / "pods.yaml", pods)]
         if objects:
             args += ["--objects", dump(work / "objects.yaml", objects)]
+        if settle is not None:
+            args += ["--settle", settle]
     else:
         args += ["--pods", dump(work / "pods.yaml", [*objects, *pods])]
     if config is not None:

@@ -84,7 +84,7 @@ def _claims(kube: Any) -> dict[str, dict[str, Any]]:
 
 
 def _schedule(programs: Programs, deployment: Deployment, kube: Any, dra: list[dict],
-              pods: Sequence[Mapping[str, Any]], work: Path
+              pods: Sequence[Mapping[str, Any]], work: Path, *, settle: str | None = None
               ) -> dict[str, dict[str, Any]]:
     """The pods through ``schedsim136`` with the generated profile (in-tree part), beside
     every ResourceClaim and template in the double, read back as the scheduler would."""
@@ -96,7 +96,7 @@ def _schedule(programs: Programs, deployment: Deployment, kube: Any, dra: list[d
     work.mkdir(parents=True, exist_ok=True)
     return schedule(programs, nodes=NODES, objects=objects, pods=pods,
                     config=in_tree_profile(deployment, work), work=work,
-                    program="schedsim136")
+                    program="schedsim136", settle=settle)
 
 
 def _pinned_uuids(claim: Mapping[str, Any]) -> list[str]:
@@ -275,7 +275,8 @@ def test_a_waiting_dra_gang_gets_its_claims_from_the_queue_and_binds(
             assert pod["spec"]["resourceClaims"][0]["resourceClaimName"]
         assert sorted(_claims(kube)) == ["users-a", "users-b"]
         gated = _schedule(programs, deployment, kube, dra,
-                          [user_a[0], user_b[0], *admitted], tmp_path / "sched-gated")
+                          [user_a[0], user_b[0], *admitted], tmp_path / "sched-gated",
+                          settle="1s")
         assert {gated[key(p)]["status"] for p in admitted} == {"Gated"}
 
         for obj in user_a:  # node A's user is done
