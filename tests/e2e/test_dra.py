@@ -11,11 +11,17 @@ its chart installs it. What can fail here and nowhere else: that the server's li
 reads the slices and claims from its watches, that the claims it creates through the
 official client are what the scheduler's allocator can satisfy with exactly the chosen
 devices, that the API server accepts the patched pod and, on the queue path, the update
-that lifts its gate.
+that lifts its gate, and that a pod re-created for its slot finds its claim (made, allocated
+and reserved for the pod it replaces) and gets the same devices.
+
+The scheduler runs the generated profile's in-tree part (:func:`harness.in_tree_profile`):
+``schedsim136`` has no scheduler-plugins, so the gang's Permit (Coscheduling) is not in
+these runs; the PodGroup the server made is checked in the double.
 """
 
 from __future__ import annotations
 
+import copy
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -141,11 +147,33 @@ def _check_bound_on_pinned_devices(results: Mapping[str, Mapping[str, Any]],
     return records
 
 
+def _as_scheduled(kube: Any, pod: Mapping[str, Any], result: Mapping[str, Any]
+                  ) -> dict[str, Any]:
+    """What the scheduler and the kubelet write back, stored in the double: the pod bound
+    and running on its node, each of its claims allocated the devices the scheduler
+    reported and reserved for it (``status.allocation``, ``status.reservedFor``)."""
+    stored = copy.deepcopy(dict(pod))
+    stored["spec"]["nodeName"] = result["node"]
+    stored["status"]["phase"] = "Running"
+    stored = kube.apply(stored)
+    for entry in result.get("claims") or []:
+        claim = _claims(kube)[entry["name"]]
+        claim["status"] = {
+            "allocation": {
+                "devices": {"results": entry["devices"]},
+                "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                    {"key": "metadata.name", "operator": "In", "values": [result["node"]]}]}]}},
+            "reservedFor": [{"resource": "pods", "name": stored["metadata"]["name"],
+                             "uid": stored["metadata"]["uid"]}]}
+        kube.apply(claim)
+    return stored
+
+
 def _quad(gpus: Sequence[int]) -> int | None:
     return next((k for k, q in enumerate(dc.QUADS) if set(gpus) == q), None)
 
 
-def test_a_2x4_dra_pytorchjob_binds_on_one_node_each_pod_on_its_quad(
+def test_a_2x4_dra_pytorchjob_on_one_node_a_quad_each_and_a_recreated_pod_the_same(
         programs, deployments, kube, tmp_path):
     deployment = deployments["dra"]
     dra = _cluster(kube)
@@ -154,23 +182,40 @@ def test_a_2x4_dra_pytorchjob_binds_on_one_node_each_pod_on_its_quad(
         [{"name": "gpus", "resourceClaimTemplateName": "four-gpus"}]] * 2
     with serve(deployment, kube.url, tmp_path / "serve") as served:
         admitted = _admit(programs, deployment, served, kube, pods, tmp_path / "admit")
-    claims = _claims(kube)
-    assert sorted(claims) == ["dra-train-master-0-gpus", "dra-train-worker-0-gpus"]
-    job_uid = pods[0]["metadata"]["ownerReferences"][0]["uid"]
-    for claim in claims.values():  # goes with the job (garbage collector)
-        [ref] = claim["metadata"]["ownerReferences"]
-        assert (ref["kind"], ref["name"], ref["uid"]) == ("PyTorchJob", "dra-train", job_uid)
-    assert {g["metadata"]["name"] for g in pod_groups(kube)} == {"dra-train"}
+        claims = _claims(kube)
+        assert sorted(claims) == ["dra-train-master-0-gpus", "dra-train-worker-0-gpus"]
+        job_uid = pods[0]["metadata"]["ownerReferences"][0]["uid"]
+        for claim in claims.values():  # goes with the job (garbage collector)
+            [ref] = claim["metadata"]["ownerReferences"]
+            assert (ref["kind"], ref["name"], ref["uid"]) == ("PyTorchJob", "dra-train",
+                                                              job_uid)
+        assert {g["metadata"]["name"] for g in pod_groups(kube)} == {"dra-train"}
 
-    results = _schedule(programs, deployment, kube, dra, admitted, tmp_path / "sched")
-    records = _check_bound_on_pinned_devices(results, admitted, claims)
-    assert len({r["node"] for r in records.values()}) == 1, records
-    assert sorted(_quad(r["gpus"]) for r in records.values()) == [0, 1], records
-    for pod in admitted:
-        assert pod["spec"]["schedulerName"] == names.SCHEDULER_NAME
-        # the driver exposes the claimed devices through CDI: no GPU env of ours
-        env = {e["name"] for c in pod["spec"]["containers"] for e in c.get("env") or []}
-        assert not env & {"NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"}, env
+        results = _schedule(programs, deployment, kube, dra, admitted, tmp_path / "sched")
+        records = _check_bound_on_pinned_devices(results, admitted, claims)
+        assert len({r["node"] for r in records.values()}) == 1, records
+        assert sorted(_quad(r["gpus"]) for r in records.values()) == [0, 1], records
+        for pod in admitted:
+            assert pod["spec"]["schedulerName"] == names.SCHEDULER_NAME
+            # the driver exposes the claimed devices through CDI: no GPU env of ours
+            env = {e["name"] for c in pod["spec"]["containers"] for e in c.get("env") or []}
+            assert not env & {"NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"}, env
+
+        # the master fails and training-operator re-creates it (same name, new uid) while
+        # its claim is still allocated and reserved for the old pod
+        master, worker = (_as_scheduled(kube, p, results[key(p)]) for p in admitted)
+        kube.remove(master)
+        [again] = _admit(programs, deployment, served, kube, [pods[0]], tmp_path / "again")
+    assert again["metadata"]["uid"] != master["metadata"]["uid"]
+    assert again["spec"]["resourceClaims"] == master["spec"]["resourceClaims"]
+    assert placement(again)["gpus"] == records["dra-train-master-0"]["gpus"]
+    assert _claims(kube)["dra-train-master-0-gpus"]["spec"] == \
+        claims["dra-train-master-0-gpus"]["spec"]
+    # the scheduler (its resourceclaim controller drops the gone pod's reservation) binds
+    # the new master on the same devices, beside the running worker
+    results = _schedule(programs, deployment, kube, dra, [worker, again],
+                        tmp_path / "sched-again")
+    _check_bound_on_pinned_devices(results, [again], _claims(kube))
 
 
 def test_a_dra_trainjob_on_a_torch_runtime_binds_where_pinned(
