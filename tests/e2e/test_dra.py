@@ -343,3 +343,44 @@ def test_a_waiting_dra_gang_gets_its_claims_from_the_queue_and_binds(
     records = _check_bound_on_pinned_devices(results, released, claims)
     assert {r["node"] for r in records.values()} == {NODE_A}
     assert sorted(_quad(r["gpus"]) for r in records.values()) == [0, 1], records
+
+
+def test_a_mixed_cluster_places_each_job_where_its_request_is_served(
+        programs, deployments, kube, tmp_path):
+    """One device-plugin node (``nvidia.com/gpu`` in allocatable) and one DRA node (a
+    ResourceSlice, no extended resource), ``--platform generic``: the DRA job is pinned to
+    the DRA node by its claim, the device-plugin job to the plugin node; the scheduler binds
+    each there (the DeviceClass maps ``nvidia.com/gpu`` to DRA devices too, KEP-5004, so the
+    plugin job's pin is what keeps it off the DRA node's devices)."""
+    deployment = deployments["generic"]
+    nodes = dc.nodes(("plugin-node", "dra-node"), dra=(False, True))
+    dra = [dc.device_class(), dc.resource_slice("dra-node")]
+    for obj in [namespace(), *nodes, *dra]:
+        kube.apply(obj)
+    plugin_job = dc.pytorchjob("dp", 1, "unused")
+    spec = plugin_job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    del spec["resourceClaims"]
+    spec["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 4}}
+    job_file = dc.write(tmp_path / "jobs.yaml", [dc.template(), dc.pytorchjob("d", 1,
+                                                                              "four-gpus"),
+                                                 plugin_job])
+    pods = _store_job(kube, job_file)
+    with serve(deployment, kube.url, tmp_path / "serve") as served:
+        admitted = _admit(programs, deployment, served, kube, pods, tmp_path / "admit")
+    claims = _claims(kube)
+    assert sorted(claims) == ["d-master-0-gpus"]
+    by_name = {p["metadata"]["name"]: p for p in admitted}
+    objects = [*dra, *kube.objects(RESOURCE_API, "ResourceClaimTemplate"), *claims.values()]
+    work = tmp_path / "sched"
+    work.mkdir()
+    results = schedule(programs, nodes=nodes, objects=objects, pods=admitted,
+                       config=in_tree_profile(deployment, work), work=work,
+                       program="schedsim136")
+    [record] = _check_bound_on_pinned_devices(
+        results, [by_name["d-master-0"]], claims).values()
+    assert record["node"] == "dra-node"
+    plugin_pod = by_name["dp-master-0"]
+    assert placement(plugin_pod)["node"] == "plugin-node"
+    result = results[key(plugin_pod)]
+    assert (result["status"], result["node"]) == ("Bound", "plugin-node"), result
+    assert not result.get("claims"), result  # nvidia.com/gpu from the device plugin
