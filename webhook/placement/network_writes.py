@@ -31,11 +31,14 @@ from webhook.placement.network import (
     as_list,
 )
 from webhook.placement.ports import OPERATOR_DEFAULT_PORTS
+from webhook.placement.written_ports import NOTHING_WRITTEN, WrittenPorts
 
 
 def apply(pod: dict[str, Any], original: Mapping[str, Any], plan: Plan, job: Job,
-          replica: str, gpu_containers: Sequence[dict[str, Any]]) -> list[str]:
-    """Write ``plan`` into ``pod`` (the working copy; ``original`` as it came in)."""
+          replica: str, gpu_containers: Sequence[dict[str, Any]],
+          written: WrittenPorts = NOTHING_WRITTEN) -> list[str]:
+    """Write ``plan`` into ``pod`` (the working copy; ``original`` as it came in).
+    ``written``: what an earlier plan wrote into the pod (re-admission), rewritten too."""
     spec = pod.setdefault("spec", {})
     ospec = original.get("spec") if isinstance(original.get("spec"), dict) else {}
     if plan.kind == POD:
@@ -45,7 +48,8 @@ def apply(pod: dict[str, Any], original: Mapping[str, Any], plan: Plan, job: Job
     if plan.role == "tfjob":
         return _tfjob(spec, plan, job, replica)
     if plan.role == trainer_network.ROLE:
-        return trainer_network.apply(spec, plan.ports.get(trainer_network.RANK0), replica)
+        return trainer_network.apply(spec, plan.ports.get(trainer_network.RANK0), replica,
+                                     frozenset(n for _, n in written.held))
     return []
 
 

@@ -87,6 +87,7 @@ from webhook.placement.reserve import (
     ruled_out,
 )
 from webhook.placement.slot_repair import repair_scopes, slot_node_problem
+from webhook.placement.written_ports import written_ports
 from webhook.policy.schema import OWNER_KINDS, PlacementSettings, Policy
 from webhook.steps import AdmissionContext, JobInfo
 
@@ -260,7 +261,8 @@ class PlacementStep:
         return network.gang_network(job.api_version, job.kind, job.name,
                                     specs if isinstance(specs, dict) else {}, counts,
                                     mode=settings.network, pod_spec=spec, original_spec=ospec,
-                                    pod_type=job.replica_type, host_ports=settings.host_ports)
+                                    pod_type=job.replica_type, host_ports=settings.host_ports,
+                                    written=written_ports(ctx.original, job.uid))
 
     # --- deciding ------------------------------------------------------------------------
     def _grant(
@@ -425,7 +427,8 @@ class PlacementStep:
         )
         if plan is not None:
             ctx.warnings.extend(network_writes.apply(
-                ctx.pod, ctx.original, plan, net.job, replica.wire(), containers))
+                ctx.pod, ctx.original, plan, net.job, replica.wire(), containers,
+                net.written))
         if placement_settings(policy).compute_domain == "create":
             ctx.warnings.extend(self.compute_domains.apply(ctx, res, containers,
                                                            preview=preview))

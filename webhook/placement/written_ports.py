@@ -1,0 +1,74 @@
+"""The ports gputopo's own network plan wrote into a pod it admitted before (re-admission).
+
+Why: a pod gputopo mutated can be admitted again with no reservation to take its slot
+from: ``gputopo mutate`` over its own output (a dump of a live namespace whose mutated pods
+are still Pending), or the API server's reinvocation after the gang's reservation was
+released. Its gang is then solved again from the mutated pod, which carries what a host
+plan wrote (:mod:`webhook.placement.network_writes`): the rendezvous port of rank 0 as its
+container port and ``hostPort`` and in every pod's ``MASTER_PORT``/``PET_MASTER_PORT``, a
+TFJob task's port as its ``hostPort``. Read like the rest of the pod, those were ports the
+user fixed: a TrainJob's rank-0 port "claimed" by every replica (at most one pod per node:
+the gang split over nodes or waited), a moved ``MASTER_PORT`` kept as the user's own, a
+``hostPort`` that kept the gang off every node where another pod holds that number. They
+are the plan's: the pod's placement record (``gputopo.io/placement``) names them, its
+``network`` giving the plan's role and its ``ports`` per replica, so the plan moves them as
+it moves the operator's ports. A user's own hostPort or ``MASTER_PORT`` is never among
+them (a ``pytorch-fixed`` plan keeps the user's port: not the plan's), so it stays fixed.
+A record of another job (another ``jobUid``) names nothing.
+
+A first admission carries no record: one annotation look-up, nothing parsed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gputopo.cluster.objects import Port, placement_record
+from webhook.placement import trainer_network
+
+#: The plan roles whose ports the plan derived from the gang's GPUs (its own to move);
+#: ``pytorch-fixed`` writes the user's ``MASTER_PORT`` and ``pytorch-workers`` none.
+DERIVED_ROLES = frozenset({"pytorch", "pytorch-elastic", "tfjob", trainer_network.ROLE})
+#: The task whose port a role also writes into every pod's MASTER_PORT / PET_MASTER_PORT
+#: (an elastic job writes it into PET_RDZV_ENDPOINT, which is read whatever its port).
+RENDEZVOUS_TASK = {"pytorch": "master/0", trainer_network.ROLE: trainer_network.RANK0}
+
+
+@dataclass(frozen=True)
+class WrittenPorts:
+    """What an earlier host plan of the pod's own gang wrote into it. ``held``: the host
+    port it gave this pod's replica (container port = hostPort); ``rendezvous``: the port
+    number it wrote into every pod's ``MASTER_PORT`` / ``PET_MASTER_PORT``, as text."""
+
+    held: frozenset[Port] = frozenset()
+    rendezvous: str | None = None
+
+
+NOTHING_WRITTEN = WrittenPorts()
+
+
+def _port(value: object) -> int | None:
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 < value < 65536
+    return value if ok else None  # type: ignore[return-value]
+
+
+def written_ports(pod: Mapping[str, Any], job_uid: str) -> WrittenPorts:
+    """The ports the host plan in ``pod``'s own placement record wrote into it, when that
+    record is of the job ``job_uid``; :data:`NOTHING_WRITTEN` for any other pod."""
+    record = placement_record(pod)
+    if record is None or record.get("jobUid") != job_uid:
+        return NOTHING_WRITTEN
+    plan = record.get("network")
+    if not isinstance(plan, Mapping) or plan.get("plan") != "host":
+        return NOTHING_WRITTEN
+    role, ports = plan.get("role"), plan.get("ports")
+    if role not in DERIVED_ROLES or not isinstance(ports, Mapping):
+        return NOTHING_WRITTEN
+    replica = record.get("replica")
+    own = _port(ports.get(replica)) if isinstance(replica, str) else None
+    task = RENDEZVOUS_TASK.get(str(role))
+    rendezvous = _port(ports.get(task)) if task else None
+    return WrittenPorts(held=frozenset({("TCP", own)}) if own else frozenset(),
+                        rendezvous=str(rendezvous) if rendezvous else None)
