@@ -86,9 +86,6 @@ CASES = [
     ("trainjob-deepspeed", lambda: trainjob("ds", nodes=2, gpus=4,
                                             runtime="deepspeed-distributed"), "empty"),
 ]
-#: gangs over two nodes: each pod's own pin (required node affinity) to its node is read as
-#: the user's, so the gang cannot be solved again over both nodes (not fixed yet)
-PINNED = {"pytorchjob-2x8", "pytorchjob-elastic-2x8", "tfjob-2x8"}
 
 
 def _tfjob_8(name: str) -> dict[str, Any]:
@@ -113,10 +110,7 @@ def _job_and_pods(job: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[
                                                               if o["kind"] == "Pod"]
 
 
-@pytest.mark.parametrize(("case", "make", "cluster"), [
-    pytest.param(*c, id=c[0], marks=[pytest.mark.xfail(
-        strict=True, reason="gputopo's own node pin is read as the user's")] * (c[0] in PINNED))
-    for c in CASES])
+@pytest.mark.parametrize(("case", "make", "cluster"), CASES, ids=[c[0] for c in CASES])
 def test_mutating_its_own_output_again_changes_no_pod(mutate, tmp_path, case, make, cluster):
     job = make()
     owners, pods = _job_and_pods(job)
@@ -157,3 +151,32 @@ def test_a_trainjob_readmitted_where_its_gpus_are_taken_moves_its_rendezvous_por
     for pod in (rank0, rank1):
         assert [e["value"] for e in pod["spec"]["containers"][0]["env"]
                 if e["name"] == "PET_MASTER_PORT"] == ["23460"]
+
+
+def test_a_gang_readmitted_where_its_node_is_full_moves_with_one_pin_and_the_users_terms(
+        mutate, tmp_path):
+    """The pin gputopo wrote is its own: re-admitted where its node is now full, the gang
+    goes to the other node, pinned there once (no pin to the old node left beside it); the
+    user's own node affinity term is kept as it was, with the new pin added to it."""
+    mine = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
+                                  "values": list(NODES)}]}
+    job = pytorchjob("pt", gpus=2)
+    for rs in job["spec"]["pytorchReplicaSpecs"].values():
+        rs["template"]["spec"]["affinity"] = {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [mine]}}}
+    owners, pods = _job_and_pods(job)
+    first = mutate([*owners, *pods], cluster=_cluster(tmp_path, "empty"))
+    out = [d for d in first.docs if d.get("kind") == "Pod"]
+    assert {record(p)["node"] for p in out} == {NODES[0]}
+    full = tmp_path / "full.yaml"
+    full.write_text(yaml.safe_dump_all([*load_documents(demo_cluster_path()),
+                                        _running("other", NODES[0], "0,1,2,3,4,5,6,7", [])]))
+    again = mutate([*owners, *out], cluster=full)
+    assert again.rc == 0, again.stderr
+    assert "already constrains" not in again.stderr
+    for pod in (d for d in again.docs if d.get("kind") == "Pod"):
+        assert record(pod)["node"] == NODES[1]
+        terms = pod["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert terms == [{**mine, "matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [NODES[1]]}]}]

@@ -64,6 +64,7 @@ from webhook.placement.mutations import (
     apply_waiting,
     gpu_containers,
     gpu_list,
+    unpin,
 )
 from webhook.placement.records import (
     WHEN_FULL_DENY,
@@ -87,7 +88,7 @@ from webhook.placement.reserve import (
     ruled_out,
 )
 from webhook.placement.slot_repair import repair_scopes, slot_node_problem
-from webhook.placement.written_ports import written_ports
+from webhook.placement.written_ports import WrittenPorts, own_record, written_ports
 from webhook.policy.schema import OWNER_KINDS, PlacementSettings, Policy
 from webhook.steps import AdmissionContext, JobInfo
 
@@ -196,7 +197,10 @@ class PlacementStep:
                                 f"pod admitted unplaced")
             return
         counts = gpu_counts_by_replica_type(job, resources)
-        net = self._net(ctx, settings, specs, counts)
+        own = own_record(ctx.original, job.uid)  # placed before: re-admission
+        if own is not None and own.get("placed") is True and isinstance(own.get("node"), str):
+            unpin(ctx.pod, own["node"])  # the slot pins it again; not the user's constraint
+        net = self._net(ctx, settings, specs, counts, written_ports(own))
         elsewhere = node_choice.chosen_elsewhere(ctx.pod)
         if elsewhere is not None:  # Kueue TAS or JobSet picks the node: no pin, no reservation
             plan = network.Plan(network.POD, "another component chooses the node; co-located "
@@ -253,7 +257,7 @@ class PlacementStep:
 
     @staticmethod
     def _net(ctx: AdmissionContext, settings: PlacementSettings, specs: object,
-             counts: Mapping[str, int]) -> network.GangNetwork:
+             counts: Mapping[str, int], written: WrittenPorts) -> network.GangNetwork:
         job = ctx.job
         assert job is not None
         spec = ctx.pod.get("spec") if isinstance(ctx.pod.get("spec"), dict) else {}
@@ -262,7 +266,7 @@ class PlacementStep:
                                     specs if isinstance(specs, dict) else {}, counts,
                                     mode=settings.network, pod_spec=spec, original_spec=ospec,
                                     pod_type=job.replica_type, host_ports=settings.host_ports,
-                                    written=written_ports(ctx.original, job.uid))
+                                    written=written)
 
     # --- deciding ------------------------------------------------------------------------
     def _grant(

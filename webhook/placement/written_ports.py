@@ -54,11 +54,17 @@ def _port(value: object) -> int | None:
     return value if ok else None  # type: ignore[return-value]
 
 
-def written_ports(pod: Mapping[str, Any], job_uid: str) -> WrittenPorts:
-    """The ports the host plan in ``pod``'s own placement record wrote into it, when that
-    record is of the job ``job_uid``; :data:`NOTHING_WRITTEN` for any other pod."""
+def own_record(pod: Mapping[str, Any], job_uid: str) -> Mapping[str, Any] | None:
+    """``pod``'s placement record when it is one of the job ``job_uid`` (gputopo placed
+    this pod of this gang before), else None."""
     record = placement_record(pod)
-    if record is None or record.get("jobUid") != job_uid:
+    return record if record is not None and record.get("jobUid") == job_uid else None
+
+
+def written_ports(record: Mapping[str, Any] | None) -> WrittenPorts:
+    """The ports the host plan in a pod's own placement record (:func:`own_record`) wrote
+    into it; :data:`NOTHING_WRITTEN` without one."""
+    if record is None:
         return NOTHING_WRITTEN
     plan = record.get("network")
     if not isinstance(plan, Mapping) or plan.get("plan") != "host":
