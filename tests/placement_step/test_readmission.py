@@ -31,6 +31,9 @@ from test_trainjob_gangs import NODES, jobset, trainjob
 from gputopo.cluster.demo import demo_cluster_path
 from gputopo.operators import expand, with_identity
 from gputopo.yamlio import load_documents
+from webhook.assembly import default_policies_dir
+
+POLICIES = default_policies_dir()
 
 
 def _running(name: str, node: str, gpus: str | None, ports: list[int]) -> dict[str, Any]:
@@ -82,6 +85,9 @@ CASES = [
     ("tfjob-4x1", lambda: tfjob("tf"), "empty"),
     ("mpijob-v1", lambda: mpijob("mpi", workers=4, version=V1), "empty"),
     ("mpijob-v2beta1", lambda: mpijob("mpi", workers=4, gpus=1), "empty"),
+    ("mpijob-v2beta1-2x8", lambda: mpijob("mpi", workers=2, gpus=8), "empty"),
+    ("trainjob-deepspeed-2x8", lambda: trainjob("ds", nodes=2, gpus=8,
+                                                runtime="deepspeed-distributed"), "empty"),
     ("jobset", lambda: jobset("js", rjobs=2, pods=2, gpus=2), "empty"),
     ("trainjob-deepspeed", lambda: trainjob("ds", nodes=2, gpus=4,
                                             runtime="deepspeed-distributed"), "empty"),
@@ -180,3 +186,43 @@ def test_a_gang_readmitted_where_its_node_is_full_moves_with_one_pin_and_the_use
             "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
         assert terms == [{**mine, "matchFields": [
             {"key": "metadata.name", "operator": "In", "values": [NODES[1]]}]}]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: mpijob("mpi", workers=2, gpus=4),
+    lambda: trainjob("ds", nodes=2, gpus=4, runtime="deepspeed-distributed")],
+    ids=["mpijob-v2beta1", "trainjob-deepspeed"])
+def test_sshd_workers_spread_then_packed_on_readmission_leave_the_host_network(
+        mutate, tmp_path, make):
+    """MPI over SSH under ``network: auto``: spread one worker per node (each node's GPUs
+    0-3 held), the gang took host networking; its pods' ``hostNetwork`` was the policy's.
+    Re-admitted on the emptied cluster the workers share a node, so the plan is the pod
+    network and the policy's host networking is taken back (two sshd on one node's network
+    would collide), not kept as though the user had asked for it."""
+    job = make()
+    owners, pods = _job_and_pods(job)
+    half = tmp_path / "half.yaml"
+    half.write_text(yaml.safe_dump_all([
+        *load_documents(demo_cluster_path()),
+        *(_running(f"held-{i}", n, "0,1,2,3", []) for i, n in enumerate(NODES))]))
+    policies = tmp_path / "policies"  # the shipped ones, taking the spread placement now
+    policies.mkdir()
+    for f in POLICIES.glob("*.yaml"):
+        (policies / f.name).write_text(f.read_text().replace("whenFull: wait",
+                                                             "whenFull: admit"))
+    first = mutate([*owners, *pods], "--policies", str(policies), cluster=half)
+    out = [d for d in first.docs if d.get("kind") == "Pod"]
+    workers = [p for p in out if (record(p) or {}).get("placed")]
+    assert len({record(p)["node"] for p in workers}) == 2
+    assert all(record(p)["network"]["plan"] == "host" and p["spec"]["hostNetwork"]
+               for p in workers)
+    again = mutate([*owners, *out], "--policies", str(policies),
+                   cluster=_cluster(tmp_path, "empty"))
+    assert again.rc == 0, again.stderr
+    packed = [p for p in again.docs if p.get("kind") == "Pod" and (record(p) or {}).get(
+        "placed")]
+    assert len({record(p)["node"] for p in packed}) == 1
+    for pod in packed:
+        assert record(pod)["network"]["plan"] == "pod"
+        assert "hostNetwork" not in pod["spec"] and "dnsPolicy" not in pod["spec"]
+        assert pod["spec"]["hostIPC"] is True

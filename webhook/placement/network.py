@@ -51,7 +51,7 @@ from gputopo.cluster.objects import Port, claimed_ports, plan_listeners
 from gputopo.placement.types import NodeState, ReplicaSlot
 from webhook.placement import trainer_network
 from webhook.placement.ports import OPERATOR_DEFAULT_PORTS
-from webhook.placement.written_ports import NOTHING_WRITTEN, WrittenPorts
+from webhook.placement.written_ports import NOTHING_WRITTEN, SPREAD_WHY, WrittenPorts
 
 HOST = "host"
 POD = "pod"
@@ -244,7 +244,7 @@ def needs(job: Job, *, mode: str, pod_spec: Mapping[str, Any],
     warnings: list[str] = []
     fixed = frozenset(_user_host_ports(original_spec) - written.held) | \
         _template_host_ports(job)
-    user_host = original_spec.get("hostNetwork") is True
+    user_host = original_spec.get("hostNetwork") is True and not written.policy_host
     wants_host = pod_spec.get("hostNetwork") is True
     if not wants_host:
         return _shared_fixed(Needs(POD, "the pods do not use the host network"), job, fixed,
@@ -449,8 +449,7 @@ def decide(need: Needs, job: Job, slots: Sequence[ReplicaSlot],
             return Plan(POD, f"pod networking: another job's host-network listener holds "
                         f"{proto} {port} on node {node}, where this gang's sshd would listen")
         if max(per_node.values(), default=0) <= 1:
-            return Plan(HOST, "host networking: no two workers share a node, so their sshd "
-                        "ports cannot collide", listeners=tuple(sorted(need.listeners)))
+            return Plan(HOST, SPREAD_WHY, listeners=tuple(sorted(need.listeners)))
         return Plan(POD, "pod networking: workers share a node and mpi-operator v2beta1 "
                     "workers run sshd on one port baked into the image (mpi-operator#593)")
     if need.kind == POD or not need.tasks:

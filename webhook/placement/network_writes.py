@@ -42,7 +42,7 @@ def apply(pod: dict[str, Any], original: Mapping[str, Any], plan: Plan, job: Job
     spec = pod.setdefault("spec", {})
     ospec = original.get("spec") if isinstance(original.get("spec"), dict) else {}
     if plan.kind == POD:
-        return _pod_network(spec, ospec, gpu_containers)
+        return _pod_network(spec, ospec, gpu_containers, written.policy_host)
     if plan.role.startswith("pytorch"):
         return _pytorch(spec, plan, job, replica)
     if plan.role == "tfjob":
@@ -54,17 +54,20 @@ def apply(pod: dict[str, Any], original: Mapping[str, Any], plan: Plan, job: Job
 
 
 def _pod_network(spec: dict[str, Any], ospec: Mapping[str, Any],
-                 gpu_containers: Sequence[dict[str, Any]]) -> list[str]:
-    """Take back what the policy added for host networking; NCCL env for co-located pods."""
+                 gpu_containers: Sequence[dict[str, Any]], policy_host: bool) -> list[str]:
+    """Take back what the policy added for host networking; NCCL env for co-located pods.
+    ``policy_host``: the pod came in with the policy's host networking from an earlier
+    plan (re-admission: :mod:`webhook.placement.written_ports`), taken back too."""
     warnings: list[str] = []
-    if spec.get("hostNetwork") is True and ospec.get("hostNetwork") is not True:
-        if "hostNetwork" in ospec:
+    if spec.get("hostNetwork") is True and (ospec.get("hostNetwork") is not True
+                                            or policy_host):
+        if "hostNetwork" in ospec and not policy_host:
             spec["hostNetwork"] = ospec["hostNetwork"]
         else:
             del spec["hostNetwork"]
-        if spec.get("dnsPolicy") == HOST_NETWORK_DNS and ospec.get("dnsPolicy") != \
-                HOST_NETWORK_DNS:
-            if "dnsPolicy" in ospec:
+        if spec.get("dnsPolicy") == HOST_NETWORK_DNS and (
+                ospec.get("dnsPolicy") != HOST_NETWORK_DNS or policy_host):
+            if "dnsPolicy" in ospec and not policy_host:
                 spec["dnsPolicy"] = ospec["dnsPolicy"]
             else:
                 del spec["dnsPolicy"]

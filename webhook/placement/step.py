@@ -492,7 +492,8 @@ class PlacementStep:
                                 max_replicas_per_node=tighter(cap, spread_of(ctx.pod).per_node))
             record.update(waiting_record(key, gated, settings, plan, net.need.fixed))
             ctx.warnings.extend(network_writes.apply(
-                ctx.pod, ctx.original, plan, net.job, replica.wire(), containers))
+                ctx.pod, ctx.original, plan, net.job, replica.wire(), containers,
+                net.written))
             ctx.warnings.extend(apply_waiting(
                 ctx.pod, record=record, gpu_resources=_gpu_resources(ctx.policy),
                 warn_scheduler=_scheduler_unhandled(ctx.policy), gpu_env=settings.gpu_env,
@@ -517,7 +518,8 @@ class PlacementStep:
         ctx.warnings.extend(apply_unplaced(ctx.pod, record))
         if plan is not None:
             ctx.warnings.extend(network_writes.apply(
-                ctx.pod, ctx.original, plan, net.job, replica.wire(), containers))
+                ctx.pod, ctx.original, plan, net.job, replica.wire(), containers,
+                net.written))
         prefix = "placement (audit): would leave" if ctx.audit else "placement:"
         note = ("" if not wait else "; whenFull: wait needs the placement queue, which runs "
                 "only in a webhook with a live cluster")

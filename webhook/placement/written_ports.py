@@ -16,6 +16,12 @@ it moves the operator's ports. A user's own hostPort or ``MASTER_PORT`` is never
 them (a ``pytorch-fixed`` plan keeps the user's port: not the plan's), so it stays fixed.
 A record of another job (another ``jobUid``) names nothing.
 
+The same holds for ``hostNetwork`` itself where the record says who asked for it: an MPI
+gang over SSH (mpi-operator v2beta1, Trainer's MPI runtimes) gets host networking under
+``network: auto`` only when the solve put no two workers on one node (:data:`SPREAD_WHY`);
+its pods' ``hostNetwork`` was then the policy's, and a re-admitted pod must not read as one
+whose user asked for it (which would fix one worker per node and a plan of other words).
+
 A first admission carries no record: one annotation look-up, nothing parsed.
 """
 
@@ -34,16 +40,23 @@ DERIVED_ROLES = frozenset({"pytorch", "pytorch-elastic", "tfjob", trainer_networ
 #: The task whose port a role also writes into every pod's MASTER_PORT / PET_MASTER_PORT
 #: (an elastic job writes it into PET_RDZV_ENDPOINT, which is read whatever its port).
 RENDEZVOUS_TASK = {"pytorch": "master/0", trainer_network.ROLE: trainer_network.RANK0}
+#: The ``why`` of a host plan chosen after the solve because no two sshd workers share a
+#: node (webhook.placement.network.decide), not because host networking was asked for.
+SPREAD_WHY = ("host networking: no two workers share a node, so their sshd ports cannot "
+              "collide")
 
 
 @dataclass(frozen=True)
 class WrittenPorts:
     """What an earlier host plan of the pod's own gang wrote into it. ``held``: the host
     port it gave this pod's replica (container port = hostPort); ``rendezvous``: the port
-    number it wrote into every pod's ``MASTER_PORT`` / ``PET_MASTER_PORT``, as text."""
+    number it wrote into every pod's ``MASTER_PORT`` / ``PET_MASTER_PORT``, as text;
+    ``policy_host``: the plan took host networking only because the gang's workers were
+    spread (:data:`SPREAD_WHY`), so the pod's ``hostNetwork`` is the policy's."""
 
     held: frozenset[Port] = frozenset()
     rendezvous: str | None = None
+    policy_host: bool = False
 
 
 NOTHING_WRITTEN = WrittenPorts()
@@ -69,6 +82,8 @@ def written_ports(record: Mapping[str, Any] | None) -> WrittenPorts:
     plan = record.get("network")
     if not isinstance(plan, Mapping) or plan.get("plan") != "host":
         return NOTHING_WRITTEN
+    if plan.get("why") == SPREAD_WHY:
+        return WrittenPorts(policy_host=True)
     role, ports = plan.get("role"), plan.get("ports")
     if role not in DERIVED_ROLES or not isinstance(ports, Mapping):
         return NOTHING_WRITTEN
