@@ -17,6 +17,7 @@ another GPU than 0), and a host port held on one node by a pod that is not the g
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,11 @@ CASES = [
     ("pytorchjob-elastic-2x8", lambda: _elastic("pte", workers=2, gpus=8), "port-23456-held"),
     ("tfjob-2x8", lambda: _tfjob_8("tf"), "port-23456-held"),
     ("tfjob-4x1", lambda: tfjob("tf"), "empty"),
+    # a user's own host port and MASTER_PORT stay the user's: kept, one replica per node
+    ("pytorchjob-own-host-port", lambda: pytorchjob(
+        "own", workers=1, ports=[{"containerPort": 8080, "hostPort": 8080}]), "empty"),
+    ("pytorchjob-own-master-port", lambda: pytorchjob(
+        "mine", gpus=2, env=[{"name": "MASTER_PORT", "value": "29500"}]), "gpus-0-1-held"),
     ("mpijob-v1", lambda: mpijob("mpi", workers=4, version=V1), "empty"),
     ("mpijob-v2beta1", lambda: mpijob("mpi", workers=4, gpus=1), "empty"),
     ("mpijob-v2beta1-2x8", lambda: mpijob("mpi", workers=2, gpus=8), "empty"),
@@ -99,6 +105,13 @@ def _tfjob_8(name: str) -> dict[str, Any]:
     limits = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0][
         "resources"]["limits"]
     limits["nvidia.com/gpu"] = 8
+    return job
+
+
+def _tfjob_2x2(name: str) -> dict[str, Any]:
+    job = tfjob(name, workers=2)
+    job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0][
+        "resources"]["limits"]["nvidia.com/gpu"] = 2
     return job
 
 
@@ -130,7 +143,8 @@ def test_mutating_its_own_output_again_changes_no_pod(mutate, tmp_path, case, ma
     assert again.rc == 0, again.stderr
     assert [d for d in again.docs if d.get("kind") == "Pod"] == out, (
         f"{case}: a pod changed on re-admission\n{again.stderr}")
-    assert "kept the pod's MASTER_PORT" not in again.stderr
+    kept = "kept the pod's MASTER_PORT"  # the user's own only, never one gputopo wrote
+    assert again.stderr.count(kept) == first.stderr.count(kept), again.stderr
 
 
 def test_a_trainjob_readmitted_where_its_gpus_are_taken_moves_its_rendezvous_port(
@@ -226,3 +240,37 @@ def test_sshd_workers_spread_then_packed_on_readmission_leave_the_host_network(
         assert record(pod)["network"]["plan"] == "pod"
         assert "hostNetwork" not in pod["spec"] and "dnsPolicy" not in pod["spec"]
         assert pod["spec"]["hostIPC"] is True
+
+
+@pytest.mark.parametrize("make", [
+    lambda: pytorchjob("pt", gpus=2),
+    lambda: _elastic("pte", workers=2, gpus=2),
+    lambda: _tfjob_2x2("tf"),
+    lambda: trainjob("llm", nodes=2, gpus=2)],
+    ids=["pytorchjob", "pytorchjob-elastic", "tfjob", "trainjob-torch"])
+def test_ports_move_with_the_gpus_when_a_readmitted_gang_is_placed_elsewhere(
+        mutate, tmp_path, make):
+    """Placed first on GPUs 0-3 (the rendezvous or first task port 23456), re-admitted
+    where those GPUs are another pod's: the gang goes to GPUs 4-7 and every port the plan
+    wrote moves with it (a task holds exactly the port its record names; no pod keeps
+    23456 anywhere: ports, MASTER_PORT, PET_RDZV_ENDPOINT, TF_CONFIG)."""
+    owners, pods = _job_and_pods(make())
+    first = mutate([*owners, *pods], cluster=_cluster(tmp_path, "empty"))
+    out = [d for d in first.docs if d.get("kind") == "Pod"]
+    placed = [p for p in out if (record(p) or {}).get("placed")]
+    assert sorted(g for p in placed for g in record(p)["gpus"]) == [0, 1, 2, 3]
+    assert "23456" in json.dumps([p["spec"] for p in placed])
+    taken = tmp_path / "taken.yaml"
+    taken.write_text(yaml.safe_dump_all([*load_documents(demo_cluster_path()),
+                                         _running("other", NODES[0], "0,1,2,3", [])]))
+    again = mutate([*owners, *out], cluster=taken)
+    assert again.rc == 0, again.stderr
+    moved = [p for p in again.docs if p.get("kind") == "Pod" and (record(p) or {}).get(
+        "placed")]
+    assert sorted(g for p in moved for g in record(p)["gpus"]) == [4, 5, 6, 7]
+    for pod in moved:
+        rec = record(pod)
+        assert rec["network"]["plan"] == "host"
+        own = rec["network"].get("ports", {}).get(rec["replica"])
+        assert host_ports(pod) == ({("TCP", own)} if own else set())
+        assert "23456" not in json.dumps(pod["spec"])
