@@ -274,3 +274,29 @@ def test_ports_move_with_the_gpus_when_a_readmitted_gang_is_placed_elsewhere(
         own = rec["network"].get("ports", {}).get(rec["replica"])
         assert host_ports(pod) == ({("TCP", own)} if own else set())
         assert "23456" not in json.dumps(pod["spec"])
+
+
+def test_a_users_own_pin_to_the_node_is_kept_on_readmission(mutate, tmp_path):
+    """The user's template pins the pods to the node gputopo then chose (the same
+    ``matchFields`` gputopo writes): that pin is the user's, so a re-admission where the
+    node is full never moves the gang to the other node."""
+    pin = {"key": "metadata.name", "operator": "In", "values": [NODES[0]]}
+    job = pytorchjob("pt", gpus=2)
+    for rs in job["spec"]["pytorchReplicaSpecs"].values():
+        rs["template"]["spec"]["affinity"] = {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [pin]}]}}}
+    owners, pods = _job_and_pods(job)
+    first = mutate([*owners, *pods], cluster=_cluster(tmp_path, "empty"))
+    out = [d for d in first.docs if d.get("kind") == "Pod"]
+    assert {record(p)["node"] for p in out} == {NODES[0]}
+    full = tmp_path / "full.yaml"
+    full.write_text(yaml.safe_dump_all([*load_documents(demo_cluster_path()),
+                                        _running("other", NODES[0], "0,1,2,3,4,5,6,7", [])]))
+    again = mutate([*owners, *out], cluster=full)
+    assert again.rc == 0, again.stderr
+    for pod in (d for d in again.docs if d.get("kind") == "Pod"):
+        assert record(pod)["node"] != NODES[1]
+        assert pod["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
+            {"matchFields": [pin]}]

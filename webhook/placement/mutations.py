@@ -28,7 +28,7 @@ Rules (docs/placement.md):
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gputopo import names
@@ -118,6 +118,19 @@ def pin_to_node(pod: dict[str, Any], node: str) -> list[str]:
     return warnings
 
 
+def pinned_to(spec: Mapping[str, Any], node: str) -> bool:
+    """True when a required nodeSelectorTerm of the pod ``spec`` holds the pin to ``node``
+    that :func:`pin_to_node` writes."""
+    affinity = spec.get("affinity")
+    node_aff = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
+    required = node_aff.get("requiredDuringSchedulingIgnoredDuringExecution") \
+        if isinstance(node_aff, Mapping) else None
+    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    pin = {"key": NODE_NAME_FIELD, "operator": "In", "values": [node]}
+    return any(isinstance(t, Mapping) and isinstance(t.get("matchFields"), list)
+               and pin in t["matchFields"] for t in terms or ())
+
+
 def unpin(pod: dict[str, Any], node: str) -> bool:
     """Take back the pin :func:`pin_to_node` wrote for ``node`` (the node the pod's own
     placement record names), and whatever it had to create to hold it; True when there
@@ -125,7 +138,8 @@ def unpin(pod: dict[str, Any], node: str) -> bool:
     its slot from (re-admission, :mod:`webhook.placement.written_ports`); its gang is
     solved again from the pod, and the pin would be read as the user's own constraint:
     the whole gang kept to this pod's one node (a gang over two nodes could then never be
-    placed again). The slot written afterwards pins the pod anew."""
+    placed again). The slot written afterwards pins the pod anew. The caller leaves a pin
+    that the user's own pod template holds (:func:`pinned_to`): that one is the user's."""
     spec = pod.get("spec")
     affinity = spec.get("affinity") if isinstance(spec, dict) else None
     node_aff = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None

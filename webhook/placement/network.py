@@ -194,7 +194,9 @@ def _port_numbers(spec: Mapping[str, Any], port_name: str) -> list[int]:
     return out
 
 
-def _template_spec(specs: Mapping[str, Any], rtype: str) -> Mapping[str, Any]:
+def template_spec(specs: Mapping[str, Any], rtype: str) -> Mapping[str, Any]:
+    """The pod template spec of replica type ``rtype`` in a job's replica specs (empty when
+    there is none): the user's own pod, before any mutation."""
     rs = specs.get(rtype)
     template = rs.get("template") if isinstance(rs, dict) else None
     tspec = template.get("spec") if isinstance(template, dict) else None
@@ -229,7 +231,7 @@ def _template_host_ports(job: Job) -> frozenset[Port]:
     """Explicit hostPorts of the job's GPU replica templates."""
     out: frozenset[Port] = frozenset()
     for rtype in job.gpu_types:
-        out |= _user_host_ports(_template_spec(job.specs, rtype))
+        out |= _user_host_ports(template_spec(job.specs, rtype))
     return out
 
 
@@ -326,7 +328,7 @@ def _shared_ports(job: Job, pod_spec: Mapping[str, Any], pod_type: str | None,
             ports = claimed_ports(pod_spec, host_network=host_network, skip=skip)
             ports -= written.held
         else:
-            ports = claimed_ports(_template_spec(job.specs, rtype), host_network=host_network,
+            ports = claimed_ports(template_spec(job.specs, rtype), host_network=host_network,
                                   skip=skip)
         for port in ports:
             users[port] = users.get(port, 0) + _replicas(job.specs, rtype)
@@ -359,7 +361,7 @@ def _rewritable(job: Job, pod_spec: Mapping[str, Any], warnings: list[str],
         if master is None or master not in job.gpu_types:
             # the master gets no mutation: its port stays; the workers do not listen on it
             return "pytorch-workers", (), {port_name}, {}
-        number = (_port_numbers(_template_spec(job.specs, master), port_name)
+        number = (_port_numbers(template_spec(job.specs, master), port_name)
                   or [default_number])[0]
         own = env_value(pod_spec, "MASTER_PORT")
         if own is not None and own != str(number) and own != written.rendezvous:

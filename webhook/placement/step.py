@@ -64,6 +64,7 @@ from webhook.placement.mutations import (
     apply_waiting,
     gpu_containers,
     gpu_list,
+    pinned_to,
     unpin,
 )
 from webhook.placement.records import (
@@ -198,8 +199,10 @@ class PlacementStep:
             return
         counts = gpu_counts_by_replica_type(job, resources)
         own = own_record(ctx.original, job.uid)  # placed before: re-admission
-        if own is not None and own.get("placed") is True and isinstance(own.get("node"), str):
-            unpin(ctx.pod, own["node"])  # the slot pins it again; not the user's constraint
+        if own is not None and own.get("placed") is True and isinstance(own.get("node"), str) \
+                and not pinned_to(network.template_spec(specs if isinstance(
+                    specs, dict) else {}, job.replica_type or ""), own["node"]):
+            unpin(ctx.pod, own["node"])  # gputopo's pin, not the user's: the slot pins anew
         net = self._net(ctx, settings, specs, counts, written_ports(own))
         elsewhere = node_choice.chosen_elsewhere(ctx.pod)
         if elsewhere is not None:  # Kueue TAS or JobSet picks the node: no pin, no reservation
