@@ -135,7 +135,7 @@ def unpin(pod: dict[str, Any], node: str) -> bool:
     """Take back the pin :func:`pin_to_node` wrote for ``node`` (the node the pod's own
     placement record names), and whatever it had to create to hold it; True when there
     was one. Why: a pod gputopo placed may be admitted again with no reservation to take
-    its slot from (re-admission, :mod:`webhook.placement.written_ports`); its gang is
+    its slot from (re-admission, :mod:`webhook.placement.readmission`); its gang is
     solved again from the pod, and the pin would be read as the user's own constraint:
     the whole gang kept to this pod's one node (a gang over two nodes could then never be
     placed again). The slot written afterwards pins the pod anew. The caller leaves a pin

@@ -51,7 +51,7 @@ from gputopo.cluster.objects import Port, claimed_ports, plan_listeners
 from gputopo.placement.types import NodeState, ReplicaSlot
 from webhook.placement import trainer_network
 from webhook.placement.ports import OPERATOR_DEFAULT_PORTS
-from webhook.placement.written_ports import NOTHING_WRITTEN, SPREAD_WHY, WrittenPorts
+from webhook.placement.readmission import NOTHING_WRITTEN, SPREAD_WHY, WrittenPorts
 
 HOST = "host"
 POD = "pod"
@@ -242,7 +242,7 @@ def needs(job: Job, *, mode: str, pod_spec: Mapping[str, Any],
     """What the gang's network plan needs from the solver, read from the job's spec and the
     admitted pod (after the policy's mutations; ``original_spec`` before them).
     ``written``: the ports an earlier plan of this gang wrote into the pod (re-admission,
-    :mod:`webhook.placement.written_ports`): the plan's to move, never the user's."""
+    :mod:`webhook.placement.readmission`): the plan's to move, never the user's."""
     warnings: list[str] = []
     fixed = frozenset(_user_host_ports(original_spec) - written.held) | \
         _template_host_ports(job)
@@ -547,7 +547,7 @@ def gang_network(api_version: str, kind: str, name: str, specs: Mapping[str, Any
                  written: WrittenPorts = NOTHING_WRITTEN) -> GangNetwork:
     """``GangNetwork(job_facts(...), needs(...), host_ports)``: what the solve and reserve
     of the admitted pod's gang need of its network plan. ``written``: the ports an earlier
-    plan of the gang wrote into the pod (:mod:`webhook.placement.written_ports`)."""
+    plan of the gang wrote into the pod (:mod:`webhook.placement.readmission`)."""
     facts = job_facts(api_version, kind, name, specs, gpu_types)
     return GangNetwork(job=facts, need=needs(facts, mode=mode, pod_spec=pod_spec,
                                              original_spec=original_spec, pod_type=pod_type,

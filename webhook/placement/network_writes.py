@@ -31,7 +31,7 @@ from webhook.placement.network import (
     as_list,
 )
 from webhook.placement.ports import OPERATOR_DEFAULT_PORTS
-from webhook.placement.written_ports import NOTHING_WRITTEN, WrittenPorts
+from webhook.placement.readmission import NOTHING_WRITTEN, WrittenPorts
 
 
 def apply(pod: dict[str, Any], original: Mapping[str, Any], plan: Plan, job: Job,
@@ -57,7 +57,7 @@ def _pod_network(spec: dict[str, Any], ospec: Mapping[str, Any],
                  gpu_containers: Sequence[dict[str, Any]], policy_host: bool) -> list[str]:
     """Take back what the policy added for host networking; NCCL env for co-located pods.
     ``policy_host``: the pod came in with the policy's host networking from an earlier
-    plan (re-admission: :mod:`webhook.placement.written_ports`), taken back too."""
+    plan (re-admission: :mod:`webhook.placement.readmission`), taken back too."""
     warnings: list[str] = []
     if spec.get("hostNetwork") is True and (ospec.get("hostNetwork") is not True
                                             or policy_host):

@@ -67,6 +67,12 @@ from webhook.placement.mutations import (
     pinned_to,
     unpin,
 )
+from webhook.placement.readmission import (
+    WrittenPorts,
+    own_node,
+    own_record,
+    written_ports,
+)
 from webhook.placement.records import (
     WHEN_FULL_DENY,
     WHEN_FULL_WAIT,
@@ -89,7 +95,6 @@ from webhook.placement.reserve import (
     ruled_out,
 )
 from webhook.placement.slot_repair import repair_scopes, slot_node_problem
-from webhook.placement.written_ports import WrittenPorts, own_record, written_ports
 from webhook.policy.schema import OWNER_KINDS, PlacementSettings, Policy
 from webhook.steps import AdmissionContext, JobInfo
 
@@ -198,11 +203,11 @@ class PlacementStep:
                                 f"pod admitted unplaced")
             return
         counts = gpu_counts_by_replica_type(job, resources)
-        own = own_record(ctx.original, job.uid)  # placed before: re-admission
-        if own is not None and own.get("placed") is True and isinstance(own.get("node"), str) \
-                and not pinned_to(network.template_spec(specs if isinstance(
-                    specs, dict) else {}, job.replica_type or ""), own["node"]):
-            unpin(ctx.pod, own["node"])  # gputopo's pin, not the user's: the slot pins anew
+        own = own_record(ctx.original, job.uid)  # gputopo admitted this pod before
+        pinned = own_node(own)
+        if pinned is not None and not pinned_to(network.template_spec(
+                specs if isinstance(specs, dict) else {}, job.replica_type or ""), pinned):
+            unpin(ctx.pod, pinned)  # gputopo's pin, not the user's: the slot pins anew
         net = self._net(ctx, settings, specs, counts, written_ports(own))
         elsewhere = node_choice.chosen_elsewhere(ctx.pod)
         if elsewhere is not None:  # Kueue TAS or JobSet picks the node: no pin, no reservation

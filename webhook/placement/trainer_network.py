@@ -11,7 +11,7 @@ the other pods drop the declared 29500 (only rank 0 listens on it). Torchtune ru
 the endpoint as ``--rdzv_endpoint`` in the args instead: not rewritten (they take the pod
 plan when their pods share a node). A pod the plan wrote before (re-admission) carries the
 plan's port in both places instead of 29500; its placement record says so
-(:mod:`webhook.placement.written_ports`), and it is moved the same way.
+(:mod:`webhook.placement.readmission`), and it is moved the same way.
 """
 
 from __future__ import annotations

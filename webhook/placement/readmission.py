@@ -1,4 +1,4 @@
-"""The ports gputopo's own network plan wrote into a pod it admitted before (re-admission).
+"""What gputopo itself wrote into a pod it admits again: its network plan's ports, its pin.
 
 Why: a pod gputopo mutated can be admitted again with no reservation to take its slot
 from: ``gputopo mutate`` over its own output (a dump of a live namespace whose mutated pods
@@ -21,6 +21,10 @@ gang over SSH (mpi-operator v2beta1, Trainer's MPI runtimes) gets host networkin
 ``network: auto`` only when the solve put no two workers on one node (:data:`SPREAD_WHY`);
 its pods' ``hostNetwork`` was then the policy's, and a re-admitted pod must not read as one
 whose user asked for it (which would fix one worker per node and a plan of other words).
+
+And for the node pin (:func:`own_node`): the required node affinity to the node the record
+names is gputopo's (``webhook.placement.mutations.unpin`` takes it back before the solve,
+the slot writes it anew), unless the user's own pod template holds that very pin.
 
 A first admission carries no record: one annotation look-up, nothing parsed.
 """
@@ -72,6 +76,15 @@ def own_record(pod: Mapping[str, Any], job_uid: str) -> Mapping[str, Any] | None
     this pod of this gang before), else None."""
     record = placement_record(pod)
     return record if record is not None and record.get("jobUid") == job_uid else None
+
+
+def own_node(record: Mapping[str, Any] | None) -> str | None:
+    """The node a pod's own placement record (:func:`own_record`) placed it on: the node
+    gputopo pinned it to; None when it was not placed."""
+    if record is None or record.get("placed") is not True:
+        return None
+    node = record.get("node")
+    return node if isinstance(node, str) and node else None
 
 
 def written_ports(record: Mapping[str, Any] | None) -> WrittenPorts:
