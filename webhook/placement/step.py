@@ -68,6 +68,7 @@ from webhook.placement.mutations import (
     unpin,
 )
 from webhook.placement.readmission import (
+    NOTHING_WRITTEN,
     WrittenPorts,
     own_node,
     own_record,
@@ -203,12 +204,15 @@ class PlacementStep:
                                 f"pod admitted unplaced")
             return
         counts = gpu_counts_by_replica_type(job, resources)
-        own = own_record(ctx.original, job.uid)  # gputopo admitted this pod before
-        pinned = own_node(own)
-        if pinned is not None and not pinned_to(network.template_spec(
-                specs if isinstance(specs, dict) else {}, job.replica_type or ""), pinned):
-            unpin(ctx.pod, pinned)  # gputopo's pin, not the user's: the slot pins anew
-        net = self._net(ctx, settings, specs, counts, written_ports(own))
+        written = NOTHING_WRITTEN
+        own = own_record(ctx.original, job.uid)
+        if own is not None:  # gputopo admitted this pod before: what it wrote is its own
+            pinned = own_node(own)
+            if pinned is not None and not pinned_to(network.template_spec(
+                    specs if isinstance(specs, dict) else {}, job.replica_type or ""), pinned):
+                unpin(ctx.pod, pinned)  # gputopo's pin, not the user's: the slot pins anew
+            written = written_ports(own)
+        net = self._net(ctx, settings, specs, counts, written)
         elsewhere = node_choice.chosen_elsewhere(ctx.pod)
         if elsewhere is not None:  # Kueue TAS or JobSet picks the node: no pin, no reservation
             plan = network.Plan(network.POD, "another component chooses the node; co-located "
