@@ -300,3 +300,27 @@ def test_a_users_own_pin_to_the_node_is_kept_on_readmission(mutate, tmp_path):
         assert pod["spec"]["affinity"]["nodeAffinity"][
             "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [
             {"matchFields": [pin]}]
+
+
+SELF_HELD = [c for c in CASES if c[0] in ("trainjob-torch-2x4", "pytorchjob-2x8", "tfjob-4x1",
+                                          "mpijob-v2beta1-2x8", "jobset")]
+
+
+@pytest.mark.parametrize(("case", "make", "cluster"), SELF_HELD, ids=[c[0] for c in SELF_HELD])
+def test_a_cluster_file_holding_the_pods_themselves_changes_nothing(
+        mutate, tmp_path, case, make, cluster):
+    """``--cluster`` written by ``kubectl get nodes,pods -A -o yaml`` holds the Pending
+    pods asked about, pinned by their records: each is admitted as a pod being created
+    (not in the cluster yet), so it does not hold the GPUs its own gang is solved for."""
+    owners, pods = _job_and_pods(make())
+    first = mutate([*owners, *pods], cluster=_cluster(tmp_path, cluster))
+    out = [d for d in first.docs if d.get("kind") == "Pod"]
+    for i, pod in enumerate(out):  # as the API server names them
+        if not pod["metadata"].get("name"):
+            pod["metadata"]["name"] = f"{pod['metadata']['generateName']}x{i}"
+    held = tmp_path / "held.yaml"
+    held.write_text(yaml.safe_dump_all([*load_documents(_cluster(tmp_path, cluster)),
+                                        *owners, *out]))
+    again = mutate(out, cluster=held)
+    assert again.rc == 0, again.stderr
+    assert [d for d in again.docs if d.get("kind") == "Pod"] == out, again.stderr
