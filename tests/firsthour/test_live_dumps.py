@@ -167,3 +167,24 @@ def test_a_dump_of_pods_gputopo_mutated_comes_out_unchanged(dump, tmp_path, caps
     assert main(["mutate", str(f)]) == 0
     out = capsys.readouterr()
     assert [d for d in load_documents_text(out.out, source="stdout") if d] == mutated, out.err
+
+
+@pytest.mark.parametrize("dump", list(JOB_FILES))
+def test_mutated_pods_asked_about_with_a_cluster_dump_that_holds_them(dump, tmp_path, capsys):
+    """The same pods, with a ``--cluster`` file that holds them too (nodes, the jobs and
+    every pod, as ``kubectl get nodes,pods,... -A -o yaml`` writes it): each pod asked
+    about is admitted as one being created, so its pinned GPUs are not held against its own
+    gang: the same pods come out."""
+    from gputopo.cluster.demo import demo_cluster_path
+    from gputopo.yamlio import load_documents_text
+
+    items = _items(DUMPS / f"pending-{dump}")
+    assert main(["mutate", str(DUMPS / f"pending-{dump}")]) == 0
+    mutated = [d for d in load_documents_text(capsys.readouterr().out, source="stdout") if d]
+    cluster, pods = tmp_path / "cluster.yaml", tmp_path / "pods.yaml"
+    demo = [d for d in yaml.safe_load_all(demo_cluster_path().read_text()) if d]
+    cluster.write_text(yaml.safe_dump_all([*demo, *_without(items, "Pod"), *mutated]))
+    pods.write_text(yaml.safe_dump_all(mutated))
+    assert main(["mutate", "--cluster", str(cluster), str(pods)]) == 0
+    out = capsys.readouterr()
+    assert [d for d in load_documents_text(out.out, source="stdout") if d] == mutated, out.err
