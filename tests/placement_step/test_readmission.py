@@ -9,6 +9,10 @@ must read as the plan's, which it moves, not as ports the user fixed. Read as th
 a TrainJob's rank-0 port made every replica "claim" it (one pod per node: the gang split
 or waited), a PyTorchJob's moved ``MASTER_PORT`` became a pinned port of the user's, and a
 written ``hostPort`` kept the gang off every node where another pod holds that number.
+Likewise gputopo's own node pin (a gang over two nodes could not be placed again), the
+policy's host networking of a spread MPI-over-SSH gang (read as the user's: another plan),
+and, with a ``--cluster`` file that holds the pods themselves, their own pinned GPUs.
+(webhook/placement/readmission.py)
 
 Every kind is run through the CLI on the seeds' two DGX-1 nodes, on clusters that make
 those readings show: empty, GPUs 0-1 held on each node (rendezvous ports derived from
@@ -74,7 +78,8 @@ def _elastic(name: str, *, workers: int, gpus: int) -> dict[str, Any]:
     return with_identity(job)
 
 
-#: (case id, the job, the cluster): the failing-before cases first
+#: (case id, the job, the cluster). Failed before the fix: the TrainJob torch cases, the
+#: PyTorchJob 2x2/2x8 and elastic, TFJob 2x8, MPIJob v2beta1 and deepspeed 2x8.
 CASES = [
     ("trainjob-torch-2x4", lambda: trainjob("llm", nodes=2, gpus=4), "empty"),
     ("trainjob-torch-4x2", lambda: trainjob("llm", nodes=4, gpus=2), "empty"),
@@ -131,6 +136,8 @@ def _job_and_pods(job: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[
 
 @pytest.mark.parametrize(("case", "make", "cluster"), CASES, ids=[c[0] for c in CASES])
 def test_mutating_its_own_output_again_changes_no_pod(mutate, tmp_path, case, make, cluster):
+    """The pods come out of the second run exactly as out of the first: same node, GPUs,
+    ports, record; a user's own MASTER_PORT warned about no more often."""
     job = make()
     owners, pods = _job_and_pods(job)
     where = _cluster(tmp_path, cluster)
