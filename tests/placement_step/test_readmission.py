@@ -79,7 +79,8 @@ def _elastic(name: str, *, workers: int, gpus: int) -> dict[str, Any]:
 
 
 #: (case id, the job, the cluster). Failed before the fix: the TrainJob torch cases, the
-#: PyTorchJob 2x2/2x8 and elastic, TFJob 2x8, MPIJob v2beta1 and deepspeed 2x8.
+#: PyTorchJob 2x2/2x8, elastic and own-host-port, TFJob 2x8, MPIJob v2beta1 and deepspeed
+#: 2x8; the others (one node, no port of the plan's moved) are guards.
 CASES = [
     ("trainjob-torch-2x4", lambda: trainjob("llm", nodes=2, gpus=4), "empty"),
     ("trainjob-torch-4x2", lambda: trainjob("llm", nodes=4, gpus=2), "empty"),
