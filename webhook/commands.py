@@ -71,6 +71,7 @@ def _mutate(args: argparse.Namespace) -> int:
         add_missing_namespaces,
         admit_all,
         format_table,
+        not_yet_created,
         parse_label_list,
         read_inputs,
     )
@@ -90,6 +91,7 @@ def _mutate(args: argparse.Namespace) -> int:
     cluster = cluster_or_demo(args.cluster)
     for obj in others:
         cluster.add(obj)
+    not_yet_created(cluster, pods)  # each input pod is admitted as one being created
     cluster.node_states()  # what placement will read (and remember): say what it left out
     for warning in cluster.warnings:
         print(f"gputopo: warning: {cluster.source}: {warning}", file=sys.stderr)

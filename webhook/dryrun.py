@@ -314,6 +314,29 @@ def add_missing_namespaces(cluster: ClusterSnapshot, pods: Sequence[InputPod],
     return added
 
 
+def not_yet_created(cluster: ClusterSnapshot, pods: Sequence[InputPod]) -> list[str]:
+    """Take out of ``cluster`` each input pod it holds not bound to a node; their names.
+
+    Why: each input pod is admitted as the API server admits a pod being created, so it is
+    not in the cluster yet. A cluster file from ``kubectl get nodes,pods -A -o yaml`` holds
+    the Pending pods the user asks about; those gputopo mutated are pinned by their
+    placement records, so left in they would hold the very GPUs, host ports and requests
+    their own gang is solved for again, and push it elsewhere. A bound pod stays: it runs
+    there (and the placement step leaves a bound pod as it is)."""
+    taken = []
+    for item in pods:
+        meta = item.pod.get("metadata") or {}
+        name, ns = meta.get("name"), str(meta.get("namespace") or "default")
+        if not isinstance(name, str) or not name:
+            continue
+        held = cluster.object(api_version="v1", kind="Pod", namespace=ns, name=name)
+        spec = held.get("spec") if isinstance(held, dict) else None
+        if isinstance(spec, dict) and not spec.get("nodeName"):
+            cluster.discard_pod(ns, name)
+            taken.append(f"{ns}/{name}")
+    return taken
+
+
 def review_body(pod: Mapping[str, Any], uid: str) -> bytes:
     """The AdmissionReview the API server would send for creating ``pod``."""
     meta = pod.get("metadata") if isinstance(pod.get("metadata"), Mapping) else {}

@@ -120,7 +120,7 @@ def host_ports_held_by_pod(pod: Mapping[str, Any]) -> tuple[str, frozenset[Port]
     if status.get("phase") in TERMINAL_PHASES:
         return None
     ports = claimed_ports(spec, host_network=spec.get("hostNetwork") is True)
-    record = _record(pod)
+    record = placement_record(pod)
     network = record.get("network") if record is not None else None
     if isinstance(network, Mapping):  # listeners its network plan knows it opens
         ports |= plan_listeners(network)
@@ -144,8 +144,9 @@ def plan_listeners(plan: Mapping[str, Any]) -> set[Port]:
     return out
 
 
-def _record(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The pod's ``gputopo.io/placement`` record, or None."""
+def placement_record(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The pod's ``gputopo.io/placement`` record, or None (no such annotation, or not a JSON
+    object)."""
     raw = annotations(pod).get(names.PLACEMENT_ANNOTATION)
     if not isinstance(raw, str):
         return None
@@ -170,7 +171,7 @@ def requests_held_by_pod(pod: Mapping[str, Any]) -> tuple[str, Requests] | None:
 
 def _pinned_node(pod: Mapping[str, Any]) -> str | None:
     """The node of a placed pod's ``gputopo.io/placement`` record, if it has one."""
-    record = _record(pod)
+    record = placement_record(pod)
     if record is None or record.get("placed") is not True:
         return None
     node = record.get("node")

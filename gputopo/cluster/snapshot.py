@@ -97,6 +97,16 @@ class ClusterSnapshot:
             self._namespaces[key[3]] = obj
             self._opted_in[key[3]] = namespace_opted_in(obj)
 
+    def discard_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """Take the Pod ``namespace/name`` out (``gputopo mutate`` admits it as a pod being
+        created: :func:`webhook.dryrun.not_yet_created`); the pod taken, or None."""
+        key = object_key("v1", "Pod", namespace, name)
+        pod = self._index.pop(key, None)
+        if pod is not None:
+            self._states = None
+            self.objects = [o for o in self.objects if o is not pod]
+        return pod
+
     # --- ClusterReader ------------------------------------------------------------------
     def namespace(self, name: str) -> dict[str, Any] | None:
         return self._namespaces.get(name)  # the object_key("v1", "Namespace", None, name)

@@ -146,3 +146,45 @@ def test_a_dump_is_placed_as_its_pods_alone_with_their_owners_in_the_cluster(dum
     whole = _rows(capsys, str(DUMPS / dump))
     alone = _rows(capsys, "--cluster", str(cluster), str(pods))
     assert alone == whole
+
+
+@pytest.mark.parametrize("dump", list(JOB_FILES))
+def test_a_dump_of_pods_gputopo_mutated_comes_out_unchanged(dump, tmp_path, capsys):
+    """A Pending namespace dumped from a cluster that runs gputopo: its pods carry what
+    gputopo wrote (node pin, GPUs, the network plan's ports: a TrainJob's rank 0 holds the
+    rendezvous port). ``gputopo mutate`` over it changes no pod and places each where it
+    was (docs/placement.md, Re-admission)."""
+    from gputopo.yamlio import load_documents_text
+
+    items = _items(DUMPS / f"pending-{dump}")
+    assert main(["mutate", str(DUMPS / f"pending-{dump}")]) == 0
+    mutated = [d for d in load_documents_text(capsys.readouterr().out, source="stdout") if d]
+    it = iter(mutated)
+    again = [next(it) if o["kind"] == "Pod" else o for o in items]
+    f = tmp_path / "dump.yaml"
+    f.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": again}))
+    assert _rows(capsys, str(f)) == _rows(capsys, str(DUMPS / f"pending-{dump}"))
+    assert main(["mutate", str(f)]) == 0
+    out = capsys.readouterr()
+    assert [d for d in load_documents_text(out.out, source="stdout") if d] == mutated, out.err
+
+
+@pytest.mark.parametrize("dump", list(JOB_FILES))
+def test_mutated_pods_asked_about_with_a_cluster_dump_that_holds_them(dump, tmp_path, capsys):
+    """The same pods, with a ``--cluster`` file that holds them too (nodes, the jobs and
+    every pod, as ``kubectl get nodes,pods,... -A -o yaml`` writes it): each pod asked
+    about is admitted as one being created, so its pinned GPUs are not held against its own
+    gang: the same pods come out."""
+    from gputopo.cluster.demo import demo_cluster_path
+    from gputopo.yamlio import load_documents_text
+
+    items = _items(DUMPS / f"pending-{dump}")
+    assert main(["mutate", str(DUMPS / f"pending-{dump}")]) == 0
+    mutated = [d for d in load_documents_text(capsys.readouterr().out, source="stdout") if d]
+    cluster, pods = tmp_path / "cluster.yaml", tmp_path / "pods.yaml"
+    demo = [d for d in yaml.safe_load_all(demo_cluster_path().read_text()) if d]
+    cluster.write_text(yaml.safe_dump_all([*demo, *_without(items, "Pod"), *mutated]))
+    pods.write_text(yaml.safe_dump_all(mutated))
+    assert main(["mutate", "--cluster", str(cluster), str(pods)]) == 0
+    out = capsys.readouterr()
+    assert [d for d in load_documents_text(out.out, source="stdout") if d] == mutated, out.err

@@ -224,6 +224,37 @@ def test_readmitting_a_mutated_trainjob_pod_gives_an_empty_patch(runtime):
         admitter.close()
 
 
+@pytest.mark.parametrize("runtime", ["torch-distributed", "deepspeed-distributed"])
+def test_readmitting_mutated_trainjob_pods_to_a_fresh_store_gives_empty_patches(runtime):
+    """The pods mutated by one webhook, admitted again by another with no reservation (an
+    in-memory store after a restart; ``gputopo mutate`` over its own output): the gang is
+    solved again from the pods, whose rank-0 rendezvous port and node pin gputopo wrote
+    itself, so nothing changes (the port was read as one every replica claims: one pod per
+    node, and the gang waited)."""
+    job = trainjob("again", nodes=2, gpus=4, runtime=runtime)
+    objs = expand(job)
+    cluster = ClusterSnapshot.from_objects(
+        [*load_documents(demo_cluster_path()), job, *[o for o in objs if o["kind"] != "Pod"]])
+    first, second = (build_admitter(default_policies_dir(), cluster,
+                                    placement=make_placement_step(), reload_interval_s=0)
+                     for _ in range(2))
+    try:
+        mutated = []
+        for i, pod in enumerate(o for o in objs if o["kind"] == "Pod"):
+            status, answer = first.handle_body(review_body(pod, f"u{i}"))
+            assert status == 200 and "patch" in answer["response"]
+            mutated.append(jsonpatch.apply_patch(
+                pod, json.loads(base64.b64decode(answer["response"]["patch"]))))
+        assert len({record(p)["node"] for p in mutated}) == 1
+        for i, pod in enumerate(mutated):
+            status, again = second.handle_body(review_body(pod, f"r{i}"))
+            assert status == 200
+            assert "patch" not in again["response"], again["response"].get("warnings")
+    finally:
+        first.close()
+        second.close()
+
+
 def test_a_jobset_pod_whose_jobset_is_missing_is_admitted_unplaced_with_the_reason(mutate):
     js = jobset("gone", rjobs=1, pods=2, gpus=2)
     objs = expand(js)  # its Jobs and pods, but not the JobSet itself

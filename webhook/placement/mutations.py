@@ -28,7 +28,7 @@ Rules (docs/placement.md):
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gputopo import names
@@ -116,6 +116,63 @@ def pin_to_node(pod: dict[str, Any], node: str) -> list[str]:
             )
         fields.append(dict(pin, values=[node]))
     return warnings
+
+
+def pinned_to(spec: Mapping[str, Any], node: str) -> bool:
+    """True when a required nodeSelectorTerm of the pod ``spec`` holds the pin to ``node``
+    that :func:`pin_to_node` writes."""
+    affinity = spec.get("affinity")
+    node_aff = affinity.get("nodeAffinity") if isinstance(affinity, Mapping) else None
+    required = node_aff.get("requiredDuringSchedulingIgnoredDuringExecution") \
+        if isinstance(node_aff, Mapping) else None
+    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    pin = {"key": NODE_NAME_FIELD, "operator": "In", "values": [node]}
+    return any(isinstance(t, Mapping) and isinstance(t.get("matchFields"), list)
+               and pin in t["matchFields"] for t in terms or ())
+
+
+def unpin(pod: dict[str, Any], node: str) -> bool:
+    """Take back the pin :func:`pin_to_node` wrote for ``node`` (the node the pod's own
+    placement record names), and whatever it had to create to hold it; True when there
+    was one. Why: a pod gputopo placed may be admitted again with no reservation to take
+    its slot from (re-admission, :mod:`webhook.placement.readmission`); its gang is
+    solved again from the pod, and the pin would be read as the user's own constraint:
+    the whole gang kept to this pod's one node (a gang over two nodes could then never be
+    placed again). The slot written afterwards pins the pod anew. The caller leaves a pin
+    that the user's own pod template holds (:func:`pinned_to`): that one is the user's."""
+    spec = pod.get("spec")
+    affinity = spec.get("affinity") if isinstance(spec, dict) else None
+    node_aff = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
+    required = node_aff.get("requiredDuringSchedulingIgnoredDuringExecution") \
+        if isinstance(node_aff, dict) else None
+    terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
+    if not isinstance(terms, list):
+        return False
+    pin = {"key": NODE_NAME_FIELD, "operator": "In", "values": [node]}
+    found, made = False, []
+    for i, term in enumerate(terms):
+        fields = term.get("matchFields") if isinstance(term, dict) else None
+        if isinstance(fields, list) and pin in fields:
+            found = True
+            fields[:] = [f for f in fields if f != pin]
+            if not fields:
+                del term["matchFields"]
+                if not term:  # pin_to_node made it for the pin: nothing of the user's
+                    made.append(i)
+    if not found:
+        return False
+    assert isinstance(spec, dict) and isinstance(affinity, dict)  # found through them
+    assert isinstance(node_aff, dict) and isinstance(required, dict)
+    for i in reversed(made):
+        del terms[i]
+    if not terms:
+        del required["nodeSelectorTerms"]
+    for parent, key, child in ((node_aff, "requiredDuringSchedulingIgnoredDuringExecution",
+                                required), (affinity, "nodeAffinity", node_aff),
+                               (spec, "affinity", affinity)):
+        if child == {}:
+            del parent[key]
+    return True
 
 
 def annotation_ref(key: str) -> dict[str, Any]:

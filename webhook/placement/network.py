@@ -51,6 +51,7 @@ from gputopo.cluster.objects import Port, claimed_ports, plan_listeners
 from gputopo.placement.types import NodeState, ReplicaSlot
 from webhook.placement import trainer_network
 from webhook.placement.ports import OPERATOR_DEFAULT_PORTS
+from webhook.placement.readmission import NOTHING_WRITTEN, SPREAD_WHY, WrittenPorts
 
 HOST = "host"
 POD = "pod"
@@ -193,7 +194,9 @@ def _port_numbers(spec: Mapping[str, Any], port_name: str) -> list[int]:
     return out
 
 
-def _template_spec(specs: Mapping[str, Any], rtype: str) -> Mapping[str, Any]:
+def template_spec(specs: Mapping[str, Any], rtype: str) -> Mapping[str, Any]:
+    """The pod template spec of replica type ``rtype`` in a job's replica specs (empty when
+    there is none): the user's own pod, before any mutation."""
     rs = specs.get(rtype)
     template = rs.get("template") if isinstance(rs, dict) else None
     tspec = template.get("spec") if isinstance(template, dict) else None
@@ -228,25 +231,29 @@ def _template_host_ports(job: Job) -> frozenset[Port]:
     """Explicit hostPorts of the job's GPU replica templates."""
     out: frozenset[Port] = frozenset()
     for rtype in job.gpu_types:
-        out |= _user_host_ports(_template_spec(job.specs, rtype))
+        out |= _user_host_ports(template_spec(job.specs, rtype))
     return out
 
 
 # --- before the solve ----------------------------------------------------------------------
 def needs(job: Job, *, mode: str, pod_spec: Mapping[str, Any],
-          original_spec: Mapping[str, Any], pod_type: str | None) -> Needs:
+          original_spec: Mapping[str, Any], pod_type: str | None,
+          written: WrittenPorts = NOTHING_WRITTEN) -> Needs:
     """What the gang's network plan needs from the solver, read from the job's spec and the
-    admitted pod (after the policy's mutations; ``original_spec`` before them)."""
+    admitted pod (after the policy's mutations; ``original_spec`` before them).
+    ``written``: the ports an earlier plan of this gang wrote into the pod (re-admission,
+    :mod:`webhook.placement.readmission`): the plan's to move, never the user's."""
     warnings: list[str] = []
-    fixed = frozenset(_user_host_ports(original_spec)) | _template_host_ports(job)
-    user_host = original_spec.get("hostNetwork") is True
+    fixed = frozenset(_user_host_ports(original_spec) - written.held) | \
+        _template_host_ports(job)
+    user_host = original_spec.get("hostNetwork") is True and not written.policy_host
     wants_host = pod_spec.get("hostNetwork") is True
     if not wants_host:
         return _shared_fixed(Needs(POD, "the pods do not use the host network"), job, fixed,
-                             original_spec, pod_type, host_network=False)
+                             original_spec, pod_type, written, host_network=False)
     if mode == POD and not user_host:
         return _shared_fixed(Needs(POD, "the policy asks for pod networking (network: pod)"),
-                             job, fixed, original_spec, pod_type, host_network=False)
+                             job, fixed, original_spec, pod_type, written, host_network=False)
     if mode == POD:
         warnings.append("the pod sets hostNetwork itself; kept, so the gang uses the host "
                         "network (network: pod asked otherwise)")
@@ -262,7 +269,7 @@ def needs(job: Job, *, mode: str, pod_spec: Mapping[str, Any],
                          warnings=tuple(warnings), listeners=listeners)
         return Needs("after-solve", "", fixed=fixed, warnings=tuple(warnings),
                      listeners=listeners)
-    role, tasks, movable, pinned = _rewritable(job, pod_spec, warnings)
+    role, tasks, movable, pinned = _rewritable(job, pod_spec, warnings, written)
     fixed |= {("TCP", port) for port in pinned.values()}
     if role == "tfjob" and not tasks:
         # a task of TF_CONFIG gets no mutation (no GPU): its TF_CONFIG cannot be rewritten
@@ -271,17 +278,17 @@ def needs(job: Job, *, mode: str, pod_spec: Mapping[str, Any],
                                        "server) is not mutated, so task ports cannot be "
                                        "moved; pod networking lets co-located tasks keep "
                                        "port 2222"), job, fixed, original_spec, pod_type,
-                                 host_network=False)
+                                 written, host_network=False)
         warnings.append("TFJob tasks without GPUs are not mutated: task ports stay as the "
                         "operator made them")
-    shared = _shared_ports(job, pod_spec, pod_type, host_network=True, skip=movable)
+    shared = _shared_ports(job, pod_spec, pod_type, written, host_network=True, skip=movable)
     if role == trainer_network.ROLE:  # the plan moves Trainer's unnamed 29500
         shared = [p for p in shared if p != ("TCP", trainer_network.PORT)]
     if shared and not forced:
         shown = ", ".join(f"{n}/{p}" for p, n in sorted(shared))
         return _shared_fixed(Needs(POD, f"the GPU replicas all declare port {shown}, which "
                                    "host networking would make one host port for all of "
-                                   "them"), job, fixed, original_spec, pod_type,
+                                   "them"), job, fixed, original_spec, pod_type, written,
                              host_network=False)
     cap, cap_why = (None, "")
     if shared:
@@ -296,11 +303,11 @@ def needs(job: Job, *, mode: str, pod_spec: Mapping[str, Any],
 
 
 def _shared_fixed(base: Needs, job: Job, fixed: frozenset[Port],
-                  original_spec: Mapping[str, Any], pod_type: str | None, *,
-                  host_network: bool) -> Needs:
+                  original_spec: Mapping[str, Any], pod_type: str | None,
+                  written: WrittenPorts, *, host_network: bool) -> Needs:
     """``base`` with the user's own host ports (the pod as it came in, not the hostPorts
     the policy wrote for host networking): shared by two replicas, one per node."""
-    shared = _shared_ports(job, original_spec, pod_type, host_network=host_network,
+    shared = _shared_ports(job, original_spec, pod_type, written, host_network=host_network,
                            skip=set())
     cap, why = (None, "")
     if shared:
@@ -310,27 +317,33 @@ def _shared_fixed(base: Needs, job: Job, fixed: frozenset[Port],
                  warnings=base.warnings)
 
 
-def _shared_ports(job: Job, pod_spec: Mapping[str, Any], pod_type: str | None, *,
-                  host_network: bool, skip: set[str]) -> list[Port]:
+def _shared_ports(job: Job, pod_spec: Mapping[str, Any], pod_type: str | None,
+                  written: WrittenPorts, *, host_network: bool, skip: set[str]) -> list[Port]:
     """Ports two GPU replicas would both claim on one node (ports named in ``skip`` are
-    rewritten by the plan and do not count)."""
+    rewritten by the plan and do not count, nor do those an earlier plan wrote into the
+    admitted pod: ``written``)."""
     users: dict[Port, int] = {}
     for rtype in job.gpu_types:
-        spec = pod_spec if pod_type and rtype.lower() == pod_type.lower() else \
-            _template_spec(job.specs, rtype)
-        ports = claimed_ports(spec, host_network=host_network, skip=skip)
+        if pod_type and rtype.lower() == pod_type.lower():
+            ports = claimed_ports(pod_spec, host_network=host_network, skip=skip)
+            ports -= written.held
+        else:
+            ports = claimed_ports(template_spec(job.specs, rtype), host_network=host_network,
+                                  skip=skip)
         for port in ports:
             users[port] = users.get(port, 0) + _replicas(job.specs, rtype)
     return sorted(p for p, n in users.items() if n >= 2)
 
 
-def _rewritable(job: Job, pod_spec: Mapping[str, Any], warnings: list[str]
-                ) -> tuple[str, tuple[str, ...], set[str], dict[str, int]]:
+def _rewritable(job: Job, pod_spec: Mapping[str, Any], warnings: list[str],
+                written: WrittenPorts) -> tuple[str, tuple[str, ...], set[str], dict[str, int]]:
     """(role, tasks that get a port of their own, port names the plan rewrites, tasks whose
-    port the user fixed → that port)."""
+    port the user fixed → that port). A rendezvous port an earlier plan wrote
+    (``written.rendezvous``) reads as the operator's: it is the plan's to move."""
     if job.kind == trainer_network.KIND:
         node = _type_named(job.specs, "node")
-        if trainer_network.torch_rendezvous(node in job.gpu_types, pod_spec):
+        if trainer_network.torch_rendezvous(node in job.gpu_types, pod_spec,
+                                            written.rendezvous):
             return trainer_network.ROLE, (trainer_network.RANK0,), set(), {}
         return "", (), set(), {}
     default = OPERATOR_DEFAULT_PORTS.get(job.kind)
@@ -348,10 +361,10 @@ def _rewritable(job: Job, pod_spec: Mapping[str, Any], warnings: list[str]
         if master is None or master not in job.gpu_types:
             # the master gets no mutation: its port stays; the workers do not listen on it
             return "pytorch-workers", (), {port_name}, {}
-        number = (_port_numbers(_template_spec(job.specs, master), port_name)
+        number = (_port_numbers(template_spec(job.specs, master), port_name)
                   or [default_number])[0]
         own = env_value(pod_spec, "MASTER_PORT")
-        if own is not None and own != str(number):
+        if own is not None and own != str(number) and own != written.rendezvous:
             if not own.isdigit() or not 0 < int(own) < 65536:
                 warnings.append(f"kept the pod's MASTER_PORT={own!r}, which is no port number")
                 return "pytorch-workers", (), {port_name}, {}
@@ -438,8 +451,7 @@ def decide(need: Needs, job: Job, slots: Sequence[ReplicaSlot],
             return Plan(POD, f"pod networking: another job's host-network listener holds "
                         f"{proto} {port} on node {node}, where this gang's sshd would listen")
         if max(per_node.values(), default=0) <= 1:
-            return Plan(HOST, "host networking: no two workers share a node, so their sshd "
-                        "ports cannot collide", listeners=tuple(sorted(need.listeners)))
+            return Plan(HOST, SPREAD_WHY, listeners=tuple(sorted(need.listeners)))
         return Plan(POD, "pod networking: workers share a node and mpi-operator v2beta1 "
                     "workers run sshd on one port baked into the image (mpi-operator#593)")
     if need.kind == POD or not need.tasks:
@@ -494,6 +506,8 @@ class GangNetwork:
     need: Needs
     host_ports: tuple[int, int]
     fixed_plan: Plan | None = None
+    #: the ports an earlier plan wrote into the admitted pod (network_writes rewrites them)
+    written: WrittenPorts = NOTHING_WRITTEN
 
     @classmethod
     def settled(cls, plan: Plan, fixed: frozenset[Port]) -> GangNetwork:
@@ -529,10 +543,13 @@ class GangNetwork:
 def gang_network(api_version: str, kind: str, name: str, specs: Mapping[str, Any],
                  gpu_types: Mapping[str, int], *, mode: str, pod_spec: Mapping[str, Any],
                  original_spec: Mapping[str, Any], pod_type: str | None,
-                 host_ports: tuple[int, int]) -> GangNetwork:
+                 host_ports: tuple[int, int],
+                 written: WrittenPorts = NOTHING_WRITTEN) -> GangNetwork:
     """``GangNetwork(job_facts(...), needs(...), host_ports)``: what the solve and reserve
-    of the admitted pod's gang need of its network plan."""
+    of the admitted pod's gang need of its network plan. ``written``: the ports an earlier
+    plan of the gang wrote into the pod (:mod:`webhook.placement.readmission`)."""
     facts = job_facts(api_version, kind, name, specs, gpu_types)
     return GangNetwork(job=facts, need=needs(facts, mode=mode, pod_spec=pod_spec,
-                                             original_spec=original_spec, pod_type=pod_type),
-                       host_ports=host_ports)
+                                             original_spec=original_spec, pod_type=pod_type,
+                                             written=written),
+                       host_ports=host_ports, written=written)

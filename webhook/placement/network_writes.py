@@ -31,36 +31,43 @@ from webhook.placement.network import (
     as_list,
 )
 from webhook.placement.ports import OPERATOR_DEFAULT_PORTS
+from webhook.placement.readmission import NOTHING_WRITTEN, WrittenPorts
 
 
 def apply(pod: dict[str, Any], original: Mapping[str, Any], plan: Plan, job: Job,
-          replica: str, gpu_containers: Sequence[dict[str, Any]]) -> list[str]:
-    """Write ``plan`` into ``pod`` (the working copy; ``original`` as it came in)."""
+          replica: str, gpu_containers: Sequence[dict[str, Any]],
+          written: WrittenPorts = NOTHING_WRITTEN) -> list[str]:
+    """Write ``plan`` into ``pod`` (the working copy; ``original`` as it came in).
+    ``written``: what an earlier plan wrote into the pod (re-admission), rewritten too."""
     spec = pod.setdefault("spec", {})
     ospec = original.get("spec") if isinstance(original.get("spec"), dict) else {}
     if plan.kind == POD:
-        return _pod_network(spec, ospec, gpu_containers)
+        return _pod_network(spec, ospec, gpu_containers, written.policy_host)
     if plan.role.startswith("pytorch"):
         return _pytorch(spec, plan, job, replica)
     if plan.role == "tfjob":
         return _tfjob(spec, plan, job, replica)
     if plan.role == trainer_network.ROLE:
-        return trainer_network.apply(spec, plan.ports.get(trainer_network.RANK0), replica)
+        return trainer_network.apply(spec, plan.ports.get(trainer_network.RANK0), replica,
+                                     frozenset(n for _, n in written.held))
     return []
 
 
 def _pod_network(spec: dict[str, Any], ospec: Mapping[str, Any],
-                 gpu_containers: Sequence[dict[str, Any]]) -> list[str]:
-    """Take back what the policy added for host networking; NCCL env for co-located pods."""
+                 gpu_containers: Sequence[dict[str, Any]], policy_host: bool) -> list[str]:
+    """Take back what the policy added for host networking; NCCL env for co-located pods.
+    ``policy_host``: the pod came in with the policy's host networking from an earlier
+    plan (re-admission: :mod:`webhook.placement.readmission`), taken back too."""
     warnings: list[str] = []
-    if spec.get("hostNetwork") is True and ospec.get("hostNetwork") is not True:
-        if "hostNetwork" in ospec:
+    if spec.get("hostNetwork") is True and (ospec.get("hostNetwork") is not True
+                                            or policy_host):
+        if "hostNetwork" in ospec and not policy_host:
             spec["hostNetwork"] = ospec["hostNetwork"]
         else:
             del spec["hostNetwork"]
-        if spec.get("dnsPolicy") == HOST_NETWORK_DNS and ospec.get("dnsPolicy") != \
-                HOST_NETWORK_DNS:
-            if "dnsPolicy" in ospec:
+        if spec.get("dnsPolicy") == HOST_NETWORK_DNS and (
+                ospec.get("dnsPolicy") != HOST_NETWORK_DNS or policy_host):
+            if "dnsPolicy" in ospec and not policy_host:
                 spec["dnsPolicy"] = ospec["dnsPolicy"]
             else:
                 del spec["dnsPolicy"]

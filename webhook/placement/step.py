@@ -68,6 +68,15 @@ from webhook.placement.mutations import (
     apply_waiting,
     gpu_containers,
     gpu_list,
+    pinned_to,
+    unpin,
+)
+from webhook.placement.readmission import (
+    NOTHING_WRITTEN,
+    WrittenPorts,
+    own_node,
+    own_record,
+    written_ports,
 )
 from webhook.placement.records import (
     WHEN_FULL_DENY,
@@ -206,7 +215,15 @@ class PlacementStep:
                                 f"pod admitted unplaced")
             return
         counts = gpu_counts_by_replica_type(job, resources)
-        net = self._net(ctx, settings, specs, counts)
+        written = NOTHING_WRITTEN
+        own = own_record(ctx.original, job.uid)
+        if own is not None:  # gputopo admitted this pod before: what it wrote is its own
+            pinned = own_node(own)
+            if pinned is not None and not pinned_to(network.template_spec(
+                    specs if isinstance(specs, dict) else {}, job.replica_type or ""), pinned):
+                unpin(ctx.pod, pinned)  # gputopo's pin, not the user's: the slot pins anew
+            written = written_ports(own)
+        net = self._net(ctx, settings, specs, counts, written)
         elsewhere = node_choice.chosen_elsewhere(ctx.pod)
         if elsewhere is not None:  # Kueue TAS or JobSet picks the node: no pin, no reservation
             plan = network.Plan(network.POD, "another component chooses the node; co-located "
@@ -280,7 +297,7 @@ class PlacementStep:
 
     @staticmethod
     def _net(ctx: AdmissionContext, settings: PlacementSettings, specs: object,
-             counts: Mapping[str, int]) -> network.GangNetwork:
+             counts: Mapping[str, int], written: WrittenPorts) -> network.GangNetwork:
         job = ctx.job
         assert job is not None
         spec = ctx.pod.get("spec") if isinstance(ctx.pod.get("spec"), dict) else {}
@@ -288,7 +305,8 @@ class PlacementStep:
         return network.gang_network(job.api_version, job.kind, job.name,
                                     specs if isinstance(specs, dict) else {}, counts,
                                     mode=settings.network, pod_spec=spec, original_spec=ospec,
-                                    pod_type=job.replica_type, host_ports=settings.host_ports)
+                                    pod_type=job.replica_type, host_ports=settings.host_ports,
+                                    written=written)
 
     # --- deciding ------------------------------------------------------------------------
     def _grant(
@@ -458,7 +476,8 @@ class PlacementStep:
         )
         if plan is not None:
             ctx.warnings.extend(network_writes.apply(
-                ctx.pod, ctx.original, plan, net.job, replica.wire(), containers))
+                ctx.pod, ctx.original, plan, net.job, replica.wire(), containers,
+                net.written))
         if placement_settings(policy).compute_domain == "create":
             ctx.warnings.extend(self.compute_domains.apply(ctx, res, containers,
                                                            preview=preview))
@@ -523,7 +542,8 @@ class PlacementStep:
                 # gpuDeviceClasses of the policy that admitted it)
                 record["gang"]["gpuDeviceClasses"] = list(settings.gpu_device_classes)
             ctx.warnings.extend(network_writes.apply(
-                ctx.pod, ctx.original, plan, net.job, replica.wire(), containers))
+                ctx.pod, ctx.original, plan, net.job, replica.wire(), containers,
+                net.written))
             ctx.warnings.extend(apply_waiting(
                 ctx.pod, record=record, gpu_resources=_gpu_resources(ctx.policy),
                 warn_scheduler=_scheduler_unhandled(ctx.policy), gpu_env=settings.gpu_env,
@@ -552,7 +572,8 @@ class PlacementStep:
         ctx.warnings.extend(apply_unplaced(ctx.pod, record))
         if plan is not None:
             ctx.warnings.extend(network_writes.apply(
-                ctx.pod, ctx.original, plan, net.job, replica.wire(), containers))
+                ctx.pod, ctx.original, plan, net.job, replica.wire(), containers,
+                net.written))
         prefix = "placement (audit): would leave" if ctx.audit else "placement:"
         note = ("" if not wait else "; whenFull: wait needs the placement queue, which runs "
                 "only in a webhook with a live cluster")

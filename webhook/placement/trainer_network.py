@@ -9,7 +9,9 @@ them could never share a node: the PyTorchJob problem, solved the same way
 (replica ``node/0``, completion index 0), written into ``PET_MASTER_PORT`` of every pod;
 the other pods drop the declared 29500 (only rank 0 listens on it). Torchtune runtimes pass
 the endpoint as ``--rdzv_endpoint`` in the args instead: not rewritten (they take the pod
-plan when their pods share a node).
+plan when their pods share a node). A pod the plan wrote before (re-admission) carries the
+plan's port in both places instead of 29500; its placement record says so
+(:mod:`webhook.placement.readmission`), and it is moved the same way.
 """
 
 from __future__ import annotations
@@ -44,23 +46,29 @@ def _master_port(spec: Mapping[str, Any]) -> str | None:
     return None
 
 
-def torch_rendezvous(node_has_gpus: bool, pod_spec: Mapping[str, Any]) -> bool:
+def torch_rendezvous(node_has_gpus: bool, pod_spec: Mapping[str, Any],
+                     written: str | None = None) -> bool:
     """True for a TrainJob pod of a torch runtime whose port the plan moves: its ``node``
-    replicated job asks for GPUs and the pod carries Trainer's ``PET_MASTER_PORT=29500``."""
-    return node_has_gpus and _master_port(pod_spec) == str(PORT)
+    replicated job asks for GPUs and the pod carries Trainer's ``PET_MASTER_PORT=29500``,
+    or ``written``, the port an earlier plan of its gang wrote there."""
+    have = _master_port(pod_spec)
+    return node_has_gpus and have is not None and have in (str(PORT), written)
 
 
-def apply(spec: dict[str, Any], port: int | None, replica: str) -> list[str]:
+def apply(spec: dict[str, Any], port: int | None, replica: str,
+          written: frozenset[int] = frozenset()) -> list[str]:
     """Rank 0 listens on ``port`` (container and host port); every pod's
-    ``PET_MASTER_PORT`` names it; the other pods drop Trainer's 29500 (unnamed)."""
+    ``PET_MASTER_PORT`` names it; the other pods drop Trainer's 29500 (unnamed).
+    ``written``: port numbers an earlier plan gave this pod (moved like 29500)."""
     if port is None:
         return []
+    ours = {PORT, *written}
     for c in _containers(spec):
         ports = c.get("ports")
         if isinstance(ports, list):
             kept = []
             for p in ports:
-                if isinstance(p, dict) and p.get("containerPort") == PORT and not p.get("name"):
+                if isinstance(p, dict) and p.get("containerPort") in ours and not p.get("name"):
                     if replica != RANK0:
                         continue
                     p["containerPort"] = port
