@@ -52,6 +52,7 @@ from gputopo.cluster.gang_reservation import GangReservation
 from gputopo.cluster.gpu_facts import gpu_model_of
 from gputopo.cluster.node_fit import NodeFacts
 from gputopo.cluster.reservations import GangKey
+from gputopo.placement.job_needs import with_needs
 from gputopo.placement.types import GangRequest, NodeState, Placement
 from gputopo.topology.gpus import MODELS, GpuModel
 from gputopo.topology.load import read_topology_file
@@ -237,6 +238,37 @@ def clock_for(seed: int, overlap: float, step_s: Callable[..., float]) -> Callab
     return clock
 
 
+def stated_share(seed: int, job: Any, best_gbps: float, cluster: Sequence[NodeState],
+                 overlap: float, step_s: Callable[..., float]) -> float:
+    """The compute share ``job`` states (``gputopo.io/compute-share``) in the product's
+    sense (gputopo.placement.throughput): the share of its step spent computing when placed
+    well on the GPUs it is rated against, the fastest model of the cluster, with its best
+    bus bandwidth ``best_gbps`` (no model error: what the job measured); 1 for one GPU.
+    Not :func:`job_share`, the replay's own split of the compute between TFLOPS and memory
+    bandwidth, which the product is never told."""
+    if job.gang.total_gpus == 1:
+        return 1.0
+    fastest = max((n.gpu_model for n in cluster if n.gpu_model is not None),
+                  key=lambda m: m.tflops)
+    compute = job.model.compute_s / speed(fastest, job_share(seed, job.id))
+    step = step_s(params=job.model.params, compute_s=compute, bus_gbps=best_gbps,
+                  gpus=job.gang.total_gpus, overlap=overlap)
+    return compute / step
+
+
+def stating(jobs: Sequence[Any], shares: Callable[[Any], float]) -> list[Any]:
+    """``jobs`` with their gangs as the admission step reads them when each job states its
+    compute share with the annotation (gputopo.placement.job_needs.with_needs)."""
+    out = []
+    for j in jobs:
+        gang, problems = with_needs(j.gang, {names.COMPUTE_SHARE_ANNOTATION:
+                                             f"{shares(j):.3f}"})
+        assert not problems, problems
+        out.append(replace(j, gang=gang))
+    return out
+
+
 #: The mixed mode's policies (gputopo's solver and the product's queue come from
-#: bench.cluster_replay).
-POLICIES = ("gputopo", "kueue-admin", "fastest-first", "gavel-greedy")
+#: bench.cluster_replay): "gputopo" with jobs that state no compute share (the product's
+#: default), "gputopo-stated" with each job's stated (:func:`stated_share`).
+POLICIES = ("gputopo", "gputopo-stated", "kueue-admin", "fastest-first", "gavel-greedy")

@@ -15,8 +15,10 @@ al., OSDI 2020, which allocates by effective throughput per GPU type, and Sia, J
 Subramanya et al., SOSP 2023, which weighs each job's speed-up per type):
 
 1. every partition's best placement is rated by its throughput, ``1 / step``, with the
-   job's compute share (its stated one or :data:`~gputopo.placement.throughput.
-   DEFAULT_COMPUTE_SHARE`) against the best compute and bandwidth any answer gives;
+   job's compute share (its stated one, or :data:`~gputopo.placement.throughput.
+   DEFAULT_COMPUTE_SHARE` carried over to the fastest answer's TFLOPS,
+   :func:`~gputopo.placement.throughput.default_share`) against the best compute and
+   bandwidth any answer gives;
 2. answers within :data:`TIE_BAND` of the best throughput count as tied: among them the
    one that opens fewer empty nodes, then leaves fewer GPUs free on the nodes it touches
    (the objective's packing and fit), then the faster, wins. So a job that gains under
@@ -39,8 +41,8 @@ from typing import Any
 
 from gputopo.placement.solver import GroupedNodes, solve
 from gputopo.placement.throughput import (
-    DEFAULT_COMPUTE_SHARE,
     Speed,
+    share_or_default,
     step,
 )
 from gputopo.placement.types import GangRequest, NodeState, Placement
@@ -175,7 +177,7 @@ def _ranking_ref(answers: Sequence[tuple[Placement, float, Any]]) -> Speed:
 
 
 def _share(p: Placement, tflops: float, ref: Speed, gang: GangRequest) -> float:
-    c = DEFAULT_COMPUTE_SHARE if gang.compute_share is None else gang.compute_share
+    c = share_or_default(gang.compute_share, ref.tflops)
     return step(Speed(tflops, p.bus_bandwidth_gbps), ref, c).share
 
 
@@ -200,9 +202,9 @@ def _rated(placement: Placement, gang: GangRequest, answers: Sequence[Placement]
     """``placement`` with its compute pace and the ``throughput`` the record shows: the GPU
     model(s), the step's parts and its throughput as a share of the best answer free now
     (``others``: every answer's (TFLOPS, bus bandwidth); just this one when None)."""
-    c = DEFAULT_COMPUTE_SHARE if gang.compute_share is None else gang.compute_share
     speeds = others if others is not None else [(tflops, placement.bus_bandwidth_gbps)]
     ref = Speed(max(t for t, _ in speeds), max(b for _, b in speeds))
+    c = share_or_default(gang.compute_share, ref.tflops)
     mine = step(Speed(tflops, placement.bus_bandwidth_gbps), ref, c)
     best = max(step(Speed(t, b), ref, c).share for t, b in speeds)
     names = [m.name if m is not None else "unknown" for m in models]

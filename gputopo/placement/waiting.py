@@ -98,9 +98,9 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 from gputopo.placement.throughput import (
-    DEFAULT_COMPUTE_SHARE,
     Speed,
     judged_share,
+    share_or_default,
     throughput_share,
 )
 from gputopo.placement.types import GangRequest, NodeState
@@ -291,8 +291,7 @@ def reference_speed(kinds: Sequence[Hashable],
         fits = [(b, i) for i, b in enumerate(bests) if b is not None]
         top = Speed(max((b.tflops for b, _ in fits if b.tflops is not None), default=None),
                     max((b.gbps for b, _ in fits), default=0.0))
-        c = DEFAULT_COMPUTE_SHARE if gang is None or gang.compute_share is None else \
-            gang.compute_share
+        c = share_or_default(None if gang is None else gang.compute_share, top.tflops)
         alone = sorted(fits, key=lambda bi: (throughput_share(bi[0], top, c), bi[0].gbps,
                                              bi[1]))
         if alone and (gpus is None or (
