@@ -431,7 +431,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     sens = [p.strip() for p in args.sensitivity_policies.split(",") if p.strip()]
     worlds = [w.strip() for w in args.worlds.split(",") if w.strip()]
-    known_policies = mixed_generations.POLICIES if mixed else KNOWN
+    known_policies = (*mixed_generations.POLICIES, "gputopo-admit") if mixed else KNOWN
     for what, names, known in (("policy", policies + (sens if len(worlds) > 1 else []),
                                 known_policies), ("world", worlds, WORLDS)):
         unknown = [n for n in names if n not in known]

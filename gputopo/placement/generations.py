@@ -170,10 +170,13 @@ def _paced(p: Placement, nodes: Sequence[NodeState]
     return p, min(tflops_of(m) for m in models), models
 
 
-def _ranking_ref(answers: Sequence[tuple[Placement, float, Any]]) -> Speed:
-    """The reference the answers are rated against: the best compute and the best bandwidth
-    any of them gives (shares are then at most 1; module docstring, 1)."""
-    return Speed(max(a[1] for a in answers), max(a[0].bus_bandwidth_gbps for a in answers))
+def _ranking_ref(answers: Sequence[tuple[Placement, float, Any]], gang: GangRequest
+                 ) -> Speed:
+    """The reference the answers are rated against: the best compute any of them gives, and
+    the gang's bandwidth placed well (``GangRequest.well_gbps``), or the best any answer
+    gives when the caller did not say (module docstring, 1)."""
+    return Speed(max(a[1] for a in answers),
+                 max(gang.well_gbps or 0.0, *(a[0].bus_bandwidth_gbps for a in answers)))
 
 
 def _share(p: Placement, tflops: float, ref: Speed, gang: GangRequest) -> float:
@@ -183,7 +186,7 @@ def _share(p: Placement, tflops: float, ref: Speed, gang: GangRequest) -> float:
 
 def _choose(answers: Sequence[tuple[Placement, float, Any]], gang: GangRequest) -> int:
     """The index of the answer to take (module docstring, 2)."""
-    ref = _ranking_ref(answers)
+    ref = _ranking_ref(answers, gang)
     shares = [_share(p, t, ref, gang) for p, t, _ in answers]
     best = max(shares)
     tied = [i for i, s in enumerate(shares) if s >= best * (1 - TIE_BAND) - 1e-12]
