@@ -460,6 +460,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(replay_report.tables(rows, ours=policies[0],
                                level_against=[p for p in policies
                                               if p == policies[0] or p not in GPUTOPO_ROWS]))
+    if mixed:
+        mine = [p for p in policies if p in GPUTOPO_ROWS]
+        others = [p for p in policies if p not in GPUTOPO_ROWS]
+        if mine and others:
+            print("\n### Issue 32's bar: goodput at least every baseline's and p95 JCT "
+                  "within 5 % of the lowest\n")
+            print(replay_report.bar(rows, mine, others))
     if side:
         base = next((p for p in sens if p.startswith("kueue")), sens[-1])
         print(f"\n### Sensitivity: {policies[0]} / {base} when the clock runs in another "
