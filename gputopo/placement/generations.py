@@ -59,9 +59,10 @@ _SHOWN = 8
 
 
 def tflops_of(model: GpuModel | None) -> float:
-    """The TFLOPS a node's GPUs are rated at; a node whose model nothing says, among nodes
-    that do say theirs, as the slowest model of the table (conservative)."""
-    return FALLBACK.tflops if model is None else model.tflops
+    """The TFLOPS a node's GPUs train at (:attr:`~gputopo.topology.gpus.GpuModel.
+    training_tflops`: tensor TFLOPS and memory bandwidth); a node whose model nothing says,
+    among nodes that do say theirs, as the slowest model of the table (conservative)."""
+    return (FALLBACK if model is None else model).training_tflops
 
 
 def partitions(nodes: Sequence[NodeState]) -> list[Sequence[NodeState]] | None:
@@ -135,7 +136,7 @@ def solve_models(nodes: Sequence[NodeState], gang: GangRequest, *,
         placement = solver(usable, gang)
         model = usable[0].gpu_model if usable else None
         if model is not None and placement.feasible:
-            placement = _rated(placement, gang, [placement], model.tflops, [model])
+            placement = _rated(placement, gang, [placement], tflops_of(model), [model])
         return _noted(placement, ruled, note)
     answers: list[tuple[Placement, float, list[GpuModel | None]]] = []
     tried: list[tuple[GpuModel | None, Placement]] = []
@@ -211,9 +212,11 @@ def _rated(placement: Placement, gang: GangRequest, answers: Sequence[Placement]
     mine = step(Speed(tflops, placement.bus_bandwidth_gbps), ref, c)
     best = max(step(Speed(t, b), ref, c).share for t, b in speeds)
     names = [m.name if m is not None else "unknown" for m in models]
+    sheet = min((m or FALLBACK).tflops for m in models)
     info: dict[str, Any] = {
         "gpuModel": names[0] if len(names) == 1 else names,
-        "tflops": tflops,
+        "tflops": sheet,
+        "trainingTflops": round(tflops, 1),
         "computeShare": c,
         "computeShareStated": gang.compute_share is not None,
         "step": {"compute": round(mine.compute, 4),
@@ -228,9 +231,9 @@ def _rated(placement: Placement, gang: GangRequest, answers: Sequence[Placement]
     reason = placement.reason
     if len(models) > 1:
         reason += (f"; spans GPU models {', '.join(names)} (placement.mixGpuModels): every "
-                   f"step is paced by the slowest, {tflops:g} TFLOPS")
+                   f"step is paced by the slowest, {sheet:g} TFLOPS")
     elif len(answers) > 1:
-        reason += (f"; on {names[0]} ({tflops:g} TFLOPS), predicted throughput "
+        reason += (f"; on {names[0]} ({sheet:g} TFLOPS), predicted throughput "
                    f"{info['shareOfBestNow']:.0%} of the best GPU model free now")
     return replace(placement, tflops=tflops, throughput=info, reason=reason)
 

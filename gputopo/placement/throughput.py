@@ -48,7 +48,7 @@ from gputopo.topology.gpus import FALLBACK, MODELS
 #: DGX-1 NVLink quad, 280.6 ms compute and 10.3 ms all-reduce per step)
 DEFAULT_COMPUTE_SHARE = 0.96
 #: The dense TFLOPS of the GPUs :data:`DEFAULT_COMPUTE_SHARE` was measured on (V100 SXM2)
-DEFAULT_SHARE_TFLOPS = MODELS["V100-SXM2-32GB"].tflops
+DEFAULT_SHARE_TFLOPS = MODELS["V100-SXM2-32GB"].training_tflops
 
 
 def share_at(compute_share: float, measured_tflops: float | None,
@@ -104,7 +104,7 @@ def _known(ref: float | None, got: float | None) -> float | None:
     (nothing to scale by)."""
     if ref is None:
         return None
-    return FALLBACK.tflops if got is None or got <= 0 else got
+    return FALLBACK.training_tflops if got is None or got <= 0 else got
 
 
 def _ratio(ref: float | None, got: float | None) -> float:

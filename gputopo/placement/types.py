@@ -197,10 +197,12 @@ class Placement:
 
     ``bus_bandwidth_gbps`` is the predicted all-reduce bus bandwidth of the whole gang
     (GB/s); ``reason`` explains the choice (or why there is none) in a sentence.
-    ``tflops``: the dense FP16/BF16 TFLOPS of the placement's slowest GPU (what paces every
-    synchronous step), None when no node says its GPU model. ``throughput``: the GPU model,
-    the predicted step time's parts and the share of the best placement free now
-    (gputopo.placement.generations), empty when no node says its GPU model.
+    ``tflops``: the TFLOPS the placement's slowest GPU trains at (what paces every
+    synchronous step; ``GpuModel.training_tflops``: the data sheet's dense FP16/BF16
+    TFLOPS blended with the memory bandwidth), None when no node says its GPU model.
+    ``throughput``: the GPU model, the predicted step time's parts and the share of the best
+    placement free now (gputopo.placement.generations), empty when no node says its GPU
+    model.
     """
 
     feasible: bool

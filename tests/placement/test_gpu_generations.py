@@ -301,3 +301,21 @@ def test_a_gang_is_rated_against_its_placement_placed_well_not_the_best_free_now
     # one GPU model: no bandwidth placed well is worked out (nothing to rate across)
     one = [n for n in empty if n.name.startswith("v100")]
     assert GangReserver(InMemoryReservationStore()).good_bar(one, gang, 0.9).well_gbps is None
+
+
+def test_models_are_compared_by_what_they_train_at_not_tensor_tflops_alone():
+    """An L40S has more dense tensor TFLOPS than an A100 (362 against 312) and less than
+    half its memory bandwidth: it trains slower (gputopo.topology.gpus.TENSOR_SHARE), so a
+    one-GPU job on an idle cluster of both takes the A100; the record keeps the data
+    sheet's TFLOPS beside the figure compared."""
+    from bench.mixed_generations import mixed_cluster
+
+    nodes = [n for n in mixed_cluster() if n.name.startswith(("a100", "l40s"))]
+    assert MODELS["L40S"].tflops > MODELS["A100-SXM4-80GB"].tflops
+    assert MODELS["L40S"].training_tflops < MODELS["A100-SXM4-80GB"].training_tflops
+    assert MODELS["V100-SXM2-32GB"].training_tflops == MODELS["V100-SXM2-32GB"].tflops
+    p = solve_models(nodes, GangRequest(1, 1))
+    assert p.slots[0].node.startswith("a100")
+    assert p.throughput["tflops"] == 312
+    assert p.throughput["trainingTflops"] == pytest.approx(
+        MODELS["A100-SXM4-80GB"].training_tflops, abs=0.1)

@@ -14,6 +14,7 @@ import pytest
 from gputopo.placement.throughput import Speed, judged_share, throughput_share, worst_share
 from gputopo.placement.types import GangRequest
 from gputopo.placement.waiting import reference_bandwidth, reference_speed, starts
+from gputopo.topology.gpus import MODELS
 
 A100, V100, T4 = 312.0, 125.0, 65.0
 
@@ -39,8 +40,10 @@ def test_slower_gpus_are_never_judged_better_than_their_compute():
     # one GPU: no all-reduce, the compute ratio
     assert throughput_share(Speed(V100, 0.0), Speed(A100, 0.0), 0.5) == pytest.approx(
         V100 / A100)
-    # an unknown model beside known ones is rated as the slowest of the table
-    assert worst_share(Speed(None, 100.0), ref) == pytest.approx(T4 / A100)
+    # an unknown model beside known ones is rated as the slowest of the table (what a T4
+    # trains at: speeds are training TFLOPS, gputopo.topology.gpus)
+    assert worst_share(Speed(None, 100.0), ref) == pytest.approx(
+        MODELS["T4"].training_tflops / A100)
 
 
 def test_the_typical_kind_is_ordered_by_speed_not_bandwidth():

@@ -431,9 +431,10 @@ class GangReserver:
             share = judged_share(got, ideal, gang.compute_share)
             return Unplaced(
                 f"best free now gives {placement.bus_bandwidth_gbps:.1f} GB/s bus bandwidth "
-                f"on {placement.tflops:g}-TFLOPS GPUs ({len(spread)} node(s)): "
-                f"{share:.0%} of a good placement's throughput ({ideal.gbps:.1f} GB/s on "
-                f"{ideal.tflops:g}-TFLOPS GPUs; waits for at least {good_share:.0%} of it)")
+                f"on GPUs that train at {placement.tflops:.0f} TFLOPS ({len(spread)} "
+                f"node(s)): {share:.0%} of a good placement's throughput "
+                f"({ideal.gbps:.1f} GB/s on GPUs that train at {ideal.tflops:.0f}; waits "
+                f"for at least {good_share:.0%} of it)")
         return Unplaced(
             f"best free now gives {placement.bus_bandwidth_gbps:.1f} GB/s bus bandwidth "
             f"({len(spread)} node(s)); a good placement gives {ideal.gbps:.1f} GB/s (waits for "
