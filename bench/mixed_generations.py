@@ -30,8 +30,17 @@ Here:
   first, each job placed on the first model of its pairs with room. Kueue as an admin sets
   it up for this cluster: a flavor per GPU product, fastest first.
 
-gputopo's row is the product's solver and waiting rule as they stand: the solver does not
-yet read ``gpu_model`` (another change teaches it), so its row will change.
+gputopo's rows are the product's decisions exactly as the webhook makes them: the
+GangReserver's solver (gputopo.placement.generations.solve_models: one GPU model per gang,
+models rated by predicted throughput), its waiting rule with GPU-model-aware references,
+and the job's needs read from its annotations (gputopo.placement.job_needs). Two compute
+shares must not be confused: the replay's ground truth, :func:`job_share`, splits a job's
+*compute* between the part that scales with TFLOPS and the part that scales with memory
+bandwidth, and the product is never told it; the product's ``gputopo.io/compute-share`` is
+the share of the *step* spent computing rather than in the all-reduce when placed well
+(gputopo.placement.throughput). Row ``gputopo``: jobs state nothing (the product's
+default); row ``gputopo-stated``: each job states its own (:func:`stated_share`, measured
+on the cluster's fastest GPUs at its best bandwidth, as a user who timed it there would).
 """
 
 from __future__ import annotations

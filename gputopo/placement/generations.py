@@ -217,7 +217,7 @@ def _rated(placement: Placement, gang: GangRequest, answers: Sequence[Placement]
         "gpuModel": names[0] if len(names) == 1 else names,
         "tflops": sheet,
         "trainingTflops": round(tflops, 1),
-        "computeShare": c,
+        "computeShare": round(c, 3),
         "computeShareStated": gang.compute_share is not None,
         "step": {"compute": round(mine.compute, 4),
                  "communication": round(mine.communication, 4),

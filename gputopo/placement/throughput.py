@@ -29,13 +29,15 @@ not rely on it (:func:`worst_share`).
 That default was measured on V100s (125 TFLOPS), and a share is a property of the GPU it
 was measured on: the same job on GPUs ``k`` times faster spends ``k`` times less time
 computing and the same time in its all-reduce. So where the reference is another model,
-the default is carried over to the reference's TFLOPS (:func:`default_share`): 0.96 on a
-V100 is 0.91 on an A100 and 0.75 on an H100. Rated at the fastest model's TFLOPS with the
-V100's 0.96, the replay's 16-32-GPU gangs on a mixed cluster (bench/mixed_generations.py)
-took L40S servers on 100 GbE TCP for better than DGX-1 V100s on GPUDirect (the compute
-weighed 8x what it is on the reference) and that made the L40S kind their typical
-reference, which an A100 placement never reached (docs/placement.md). A stated share is
-the job's own, taken as measured on the reference (the best compute it is rated against).
+the default is carried over to the reference's TFLOPS (:func:`default_share`; TFLOPS here
+are what a GPU trains at, ``GpuModel.training_tflops``): 0.96 on a V100 is 0.91 on an A100
+and 0.81 on an H100. Rated at the fastest model's TFLOPS with the V100's 0.96, the mixed
+replay's 16-32-GPU gangs (bench/mixed_generations.py) ranked L40S servers on 100 GbE TCP
+above DGX-1 V100s on GPUDirect (the compute weighed several times what it is on the
+reference), which made the L40S kind their typical reference, one an A100 placement
+never reached: they waited ``maxWaitSeconds`` for the four H100 nodes (docs/placement.md).
+A stated share is the job's own, taken as measured on the reference (the best compute it
+is rated against).
 """
 
 from __future__ import annotations

@@ -282,8 +282,9 @@ def reference_speed(kinds: Sequence[Hashable],
     ``best_on(ks)``: the gang's best on the nodes of kinds ``ks`` with every GPU free, as
     its slowest GPU's TFLOPS and its bus bandwidth (None when it does not fit there).
     Kinds are ordered by the gang's predicted throughput on each (:func:`~gputopo.
-    placement.throughput.throughput_share` with its compute share, the default when it
-    states none, against the best compute and bandwidth of any kind; not the worst case
+    placement.throughput.throughput_share` with its compute share, the default carried
+    over to the best kind's TFLOPS when it states none (``throughput.default_share``),
+    against the best compute and bandwidth of any kind; not the worst case
     the decision takes, which is no order: at compute share 0 a T4 box wired better than a
     V100 one would rank above it): on GPUs of one model that is the bandwidth's order."""
     if len(kinds) > 1:
