@@ -17,8 +17,10 @@ Subramanya et al., SOSP 2023, which weighs each job's speed-up per type):
 1. every partition's best placement is rated by its throughput, ``1 / step``, with the
    job's compute share (its stated one, or :data:`~gputopo.placement.throughput.
    DEFAULT_COMPUTE_SHARE` carried over to the fastest answer's TFLOPS,
-   :func:`~gputopo.placement.throughput.default_share`) against the best compute and
-   bandwidth any answer gives;
+   :func:`~gputopo.placement.throughput.default_share`) against the best compute any
+   answer gives (GPUs compared by what they train at, ``GpuModel.training_tflops``) and
+   the gang's bandwidth placed well (``GangRequest.well_gbps``, its best on the empty
+   nodes, which the webhook sets; else the best any answer gives);
 2. answers within :data:`TIE_BAND` of the best throughput count as tied: among them the
    one that opens fewer empty nodes, then leaves fewer GPUs free on the nodes it touches
    (the objective's packing and fit), then the faster, wins. So a job that gains under
