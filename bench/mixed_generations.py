@@ -30,8 +30,17 @@ Here:
   first, each job placed on the first model of its pairs with room. Kueue as an admin sets
   it up for this cluster: a flavor per GPU product, fastest first.
 
-gputopo's row is the product's solver and waiting rule as they stand: the solver does not
-yet read ``gpu_model`` (another change teaches it), so its row will change.
+gputopo's rows are the product's decisions exactly as the webhook makes them: the
+GangReserver's solver (gputopo.placement.generations.solve_models: one GPU model per gang,
+models rated by predicted throughput), its waiting rule with GPU-model-aware references,
+and the job's needs read from its annotations (gputopo.placement.job_needs). Two compute
+shares must not be confused: the replay's ground truth, :func:`job_share`, splits a job's
+*compute* between the part that scales with TFLOPS and the part that scales with memory
+bandwidth, and the product is never told it; the product's ``gputopo.io/compute-share`` is
+the share of the *step* spent computing rather than in the all-reduce when placed well
+(gputopo.placement.throughput). Row ``gputopo``: jobs state nothing (the product's
+default); row ``gputopo-stated``: each job states its own (:func:`stated_share`, measured
+on the cluster's fastest GPUs at its best bandwidth, as a user who timed it there would).
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ from gputopo.cluster.gang_reservation import GangReservation
 from gputopo.cluster.gpu_facts import gpu_model_of
 from gputopo.cluster.node_fit import NodeFacts
 from gputopo.cluster.reservations import GangKey
+from gputopo.placement.job_needs import with_needs
 from gputopo.placement.types import GangRequest, NodeState, Placement
 from gputopo.topology.gpus import MODELS, GpuModel
 from gputopo.topology.load import read_topology_file
@@ -237,6 +247,37 @@ def clock_for(seed: int, overlap: float, step_s: Callable[..., float]) -> Callab
     return clock
 
 
+def stated_share(seed: int, job: Any, best_gbps: float, cluster: Sequence[NodeState],
+                 overlap: float, step_s: Callable[..., float]) -> float:
+    """The compute share ``job`` states (``gputopo.io/compute-share``) in the product's
+    sense (gputopo.placement.throughput): the share of its step spent computing when placed
+    well on the GPUs it is rated against, the fastest model of the cluster, with its best
+    bus bandwidth ``best_gbps`` (no model error: what the job measured); 1 for one GPU.
+    Not :func:`job_share`, the replay's own split of the compute between TFLOPS and memory
+    bandwidth, which the product is never told."""
+    if job.gang.total_gpus == 1:
+        return 1.0
+    fastest = max((n.gpu_model for n in cluster if n.gpu_model is not None),
+                  key=lambda m: m.tflops)
+    compute = job.model.compute_s / speed(fastest, job_share(seed, job.id))
+    step = step_s(params=job.model.params, compute_s=compute, bus_gbps=best_gbps,
+                  gpus=job.gang.total_gpus, overlap=overlap)
+    return compute / step
+
+
+def stating(jobs: Sequence[Any], shares: Callable[[Any], float]) -> list[Any]:
+    """``jobs`` with their gangs as the admission step reads them when each job states its
+    compute share with the annotation (gputopo.placement.job_needs.with_needs)."""
+    out = []
+    for j in jobs:
+        gang, problems = with_needs(j.gang, {names.COMPUTE_SHARE_ANNOTATION:
+                                             f"{shares(j):.3f}"})
+        assert not problems, problems
+        out.append(replace(j, gang=gang))
+    return out
+
+
 #: The mixed mode's policies (gputopo's solver and the product's queue come from
-#: bench.cluster_replay).
-POLICIES = ("gputopo", "kueue-admin", "fastest-first", "gavel-greedy")
+#: bench.cluster_replay): "gputopo" with jobs that state no compute share (the product's
+#: default), "gputopo-stated" with each job's stated (:func:`stated_share`).
+POLICIES = ("gputopo", "gputopo-stated", "kueue-admin", "fastest-first", "gavel-greedy")

@@ -145,6 +145,32 @@ def level_seeds(rows: list[dict[str, Any]], ours: str, load: float,
     return ok, misses
 
 
+def bar(rows: list[dict[str, Any]], ours: Sequence[str], baselines: Sequence[str]) -> str:
+    """Markdown: per load and row of ``ours``, the seeds where its p95 JCT is within 5 % of
+    the lowest of ``baselines`` (or lower), where its cluster goodput is at least every
+    baseline's, and where both hold (issue 32's bar for the mixed-generation replay)."""
+    loads = sorted({r["load"] for r in rows})
+    seeds = sorted({r["seed"] for r in rows})
+    pick = _picker(rows)
+    out = []
+    for load in loads:
+        for p in ours:
+            jct = good = both = 0
+            for s in seeds:
+                mine = pick(load, s, p)
+                theirs = [pick(load, s, b) for b in baselines]
+                a = mine["jctP95H"] <= LEVEL * min(t["jctP95H"] for t in theirs)
+                b = mine["clusterGoodput"] >= max(t["clusterGoodput"] for t in theirs)
+                jct, good, both = jct + a, good + b, both + (a and b)
+            out.append({"load": f"{load:.1f}", "policy": p, "jct": f"{jct}/{len(seeds)}",
+                        "goodput": f"{good}/{len(seeds)}", "both": f"{both}/{len(seeds)}"})
+    return md_table(out, [("load", "load", ""), ("policy", "policy", ""),
+                          ("jct", f"seeds JCT p95 <= 1.05x the lowest of "
+                                  f"{', '.join(baselines)}", ""),
+                          ("goodput", "seeds cluster goodput >= every baseline's", ""),
+                          ("both", "seeds both", "")])
+
+
 def tables(rows: list[dict[str, Any]], *, ours: str = "gputopo",
            level_against: Sequence[str] | None = None) -> str:
     """Markdown: per load and policy, median (range) over seeds; ours / each other policy,

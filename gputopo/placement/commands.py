@@ -302,7 +302,8 @@ def with_bar(nodes: Sequence[NodeState], gang: GangRequest, demand: Mapping[str,
     default ``minShare`` of the waiting rule's minShare reference on ``nodes`` (its best on
     the empty nodes of each kind alone, the pods' other requests limiting how many share
     a node), so that ``place`` answers what admission would choose (docs/placement.md,
-    "Good enough on one node"). A one-GPU gang has no bar."""
+    "Good enough on one node"); on several GPU models its bandwidth placed well too
+    (``GangRequest.well_gbps``). A one-GPU gang has no bar."""
     if gang.total_gpus == 1:
         return gang
     from gputopo.cluster.node_resources import empty_nodes
@@ -315,7 +316,9 @@ def with_bar(nodes: Sequence[NodeState], gang: GangRequest, demand: Mapping[str,
         return best.bus_bandwidth_gbps if best.feasible else 0.0
 
     reference = reference_bandwidth(node_kinds(nodes), best_on, kind_gpus(nodes), gang)
-    return replace(gang, good_gbps=round(DEFAULT_MIN_SHARE * reference, ROUND))
+    many = len({k.gpu_model for k in kinds.values()}) > 1  # several GPU models
+    return replace(gang, good_gbps=round(DEFAULT_MIN_SHARE * reference, ROUND),
+                   well_gbps=(best_on(frozenset()) or None) if many else None)
 
 
 def render(placement: Placement, node_count: int) -> str:

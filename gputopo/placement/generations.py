@@ -15,8 +15,12 @@ al., OSDI 2020, which allocates by effective throughput per GPU type, and Sia, J
 Subramanya et al., SOSP 2023, which weighs each job's speed-up per type):
 
 1. every partition's best placement is rated by its throughput, ``1 / step``, with the
-   job's compute share (its stated one or :data:`~gputopo.placement.throughput.
-   DEFAULT_COMPUTE_SHARE`) against the best compute and bandwidth any answer gives;
+   job's compute share (its stated one, or :data:`~gputopo.placement.throughput.
+   DEFAULT_COMPUTE_SHARE` carried over to the fastest answer's TFLOPS,
+   :func:`~gputopo.placement.throughput.default_share`) against the best compute any
+   answer gives (GPUs compared by what they train at, ``GpuModel.training_tflops``) and
+   the gang's bandwidth placed well (``GangRequest.well_gbps``, its best on the empty
+   nodes, which the webhook sets; else the best any answer gives);
 2. answers within :data:`TIE_BAND` of the best throughput count as tied: among them the
    one that opens fewer empty nodes, then leaves fewer GPUs free on the nodes it touches
    (the objective's packing and fit), then the faster, wins. So a job that gains under
@@ -39,8 +43,8 @@ from typing import Any
 
 from gputopo.placement.solver import GroupedNodes, solve
 from gputopo.placement.throughput import (
-    DEFAULT_COMPUTE_SHARE,
     Speed,
+    share_or_default,
     step,
 )
 from gputopo.placement.types import GangRequest, NodeState, Placement
@@ -57,9 +61,10 @@ _SHOWN = 8
 
 
 def tflops_of(model: GpuModel | None) -> float:
-    """The TFLOPS a node's GPUs are rated at; a node whose model nothing says, among nodes
-    that do say theirs, as the slowest model of the table (conservative)."""
-    return FALLBACK.tflops if model is None else model.tflops
+    """The TFLOPS a node's GPUs train at (:attr:`~gputopo.topology.gpus.GpuModel.
+    training_tflops`: tensor TFLOPS and memory bandwidth); a node whose model nothing says,
+    among nodes that do say theirs, as the slowest model of the table (conservative)."""
+    return (FALLBACK if model is None else model).training_tflops
 
 
 def partitions(nodes: Sequence[NodeState]) -> list[Sequence[NodeState]] | None:
@@ -133,7 +138,7 @@ def solve_models(nodes: Sequence[NodeState], gang: GangRequest, *,
         placement = solver(usable, gang)
         model = usable[0].gpu_model if usable else None
         if model is not None and placement.feasible:
-            placement = _rated(placement, gang, [placement], model.tflops, [model])
+            placement = _rated(placement, gang, [placement], tflops_of(model), [model])
         return _noted(placement, ruled, note)
     answers: list[tuple[Placement, float, list[GpuModel | None]]] = []
     tried: list[tuple[GpuModel | None, Placement]] = []
@@ -168,20 +173,23 @@ def _paced(p: Placement, nodes: Sequence[NodeState]
     return p, min(tflops_of(m) for m in models), models
 
 
-def _ranking_ref(answers: Sequence[tuple[Placement, float, Any]]) -> Speed:
-    """The reference the answers are rated against: the best compute and the best bandwidth
-    any of them gives (shares are then at most 1; module docstring, 1)."""
-    return Speed(max(a[1] for a in answers), max(a[0].bus_bandwidth_gbps for a in answers))
+def _ranking_ref(answers: Sequence[tuple[Placement, float, Any]], gang: GangRequest
+                 ) -> Speed:
+    """The reference the answers are rated against: the best compute any of them gives, and
+    the gang's bandwidth placed well (``GangRequest.well_gbps``), or the best any answer
+    gives when the caller did not say (module docstring, 1)."""
+    return Speed(max(a[1] for a in answers),
+                 max(gang.well_gbps or 0.0, *(a[0].bus_bandwidth_gbps for a in answers)))
 
 
 def _share(p: Placement, tflops: float, ref: Speed, gang: GangRequest) -> float:
-    c = DEFAULT_COMPUTE_SHARE if gang.compute_share is None else gang.compute_share
+    c = share_or_default(gang.compute_share, ref.tflops)
     return step(Speed(tflops, p.bus_bandwidth_gbps), ref, c).share
 
 
 def _choose(answers: Sequence[tuple[Placement, float, Any]], gang: GangRequest) -> int:
     """The index of the answer to take (module docstring, 2)."""
-    ref = _ranking_ref(answers)
+    ref = _ranking_ref(answers, gang)
     shares = [_share(p, t, ref, gang) for p, t, _ in answers]
     best = max(shares)
     tied = [i for i, s in enumerate(shares) if s >= best * (1 - TIE_BAND) - 1e-12]
@@ -200,16 +208,18 @@ def _rated(placement: Placement, gang: GangRequest, answers: Sequence[Placement]
     """``placement`` with its compute pace and the ``throughput`` the record shows: the GPU
     model(s), the step's parts and its throughput as a share of the best answer free now
     (``others``: every answer's (TFLOPS, bus bandwidth); just this one when None)."""
-    c = DEFAULT_COMPUTE_SHARE if gang.compute_share is None else gang.compute_share
     speeds = others if others is not None else [(tflops, placement.bus_bandwidth_gbps)]
     ref = Speed(max(t for t, _ in speeds), max(b for _, b in speeds))
+    c = share_or_default(gang.compute_share, ref.tflops)
     mine = step(Speed(tflops, placement.bus_bandwidth_gbps), ref, c)
     best = max(step(Speed(t, b), ref, c).share for t, b in speeds)
     names = [m.name if m is not None else "unknown" for m in models]
+    sheet = min((m or FALLBACK).tflops for m in models)
     info: dict[str, Any] = {
         "gpuModel": names[0] if len(names) == 1 else names,
-        "tflops": tflops,
-        "computeShare": c,
+        "tflops": sheet,
+        "trainingTflops": round(tflops, 1),
+        "computeShare": round(c, 3),
         "computeShareStated": gang.compute_share is not None,
         "step": {"compute": round(mine.compute, 4),
                  "communication": round(mine.communication, 4),
@@ -223,9 +233,9 @@ def _rated(placement: Placement, gang: GangRequest, answers: Sequence[Placement]
     reason = placement.reason
     if len(models) > 1:
         reason += (f"; spans GPU models {', '.join(names)} (placement.mixGpuModels): every "
-                   f"step is paced by the slowest, {tflops:g} TFLOPS")
+                   f"step is paced by the slowest, {sheet:g} TFLOPS")
     elif len(answers) > 1:
-        reason += (f"; on {names[0]} ({tflops:g} TFLOPS), predicted throughput "
+        reason += (f"; on {names[0]} ({sheet:g} TFLOPS), predicted throughput "
                    f"{info['shareOfBestNow']:.0%} of the best GPU model free now")
     return replace(placement, tflops=tflops, throughput=info, reason=reason)
 

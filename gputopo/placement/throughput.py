@@ -25,17 +25,55 @@ seeds' VGG16 on a DGX-1 NVLink quad (docs/topology.md, worked example: 280.6 ms 
 10.3 ms of all-reduce per step, 4 x V100, batch 64 — the more communication-heavy of the
 two measured models; ResNet-50 there is 0.99). It ranks GPU models; the waiting rule does
 not rely on it (:func:`worst_share`).
+
+That default was measured on V100s (125 TFLOPS), and a share is a property of the GPU it
+was measured on: the same job on GPUs ``k`` times faster spends ``k`` times less time
+computing and the same time in its all-reduce. So where the reference is another model,
+the default is carried over to the reference's TFLOPS (:func:`default_share`; TFLOPS here
+are what a GPU trains at, ``GpuModel.training_tflops``): 0.96 on a V100 is 0.91 on an A100
+and 0.81 on an H100. Rated at the fastest model's TFLOPS with the V100's 0.96, the mixed
+replay's 16-32-GPU gangs (bench/mixed_generations.py) ranked L40S servers on 100 GbE TCP
+above DGX-1 V100s on GPUDirect (the compute weighed several times what it is on the
+reference), which made the L40S kind their typical reference, one an A100 placement
+never reached: they waited ``maxWaitSeconds`` for the four H100 nodes (docs/placement.md).
+A stated share is the job's own, taken as measured on the reference (the best compute it
+is rated against).
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from gputopo.topology.gpus import FALLBACK
+from gputopo.topology.gpus import FALLBACK, MODELS
 
 #: A job's compute share when it states none (module docstring: the seeds' VGG16 on a
 #: DGX-1 NVLink quad, 280.6 ms compute and 10.3 ms all-reduce per step)
 DEFAULT_COMPUTE_SHARE = 0.96
+#: The dense TFLOPS of the GPUs :data:`DEFAULT_COMPUTE_SHARE` was measured on (V100 SXM2)
+DEFAULT_SHARE_TFLOPS = MODELS["V100-SXM2-32GB"].training_tflops
+
+
+def share_at(compute_share: float, measured_tflops: float | None,
+             ref_tflops: float | None) -> float:
+    """A compute share measured on GPUs of ``measured_tflops``, carried over to GPUs of
+    ``ref_tflops`` (the compute scales, the all-reduce does not); unchanged where either
+    is unknown or they are equal."""
+    if (measured_tflops is None or ref_tflops is None or ref_tflops <= 0
+            or measured_tflops == ref_tflops or compute_share >= 1 or compute_share <= 0):
+        return compute_share
+    compute = compute_share * measured_tflops / ref_tflops
+    return compute / (compute + (1.0 - compute_share))
+
+
+def default_share(ref_tflops: float | None) -> float:
+    """:data:`DEFAULT_COMPUTE_SHARE` carried over to a reference of ``ref_tflops``
+    (module docstring); the figure itself where the reference's model is unknown."""
+    return share_at(DEFAULT_COMPUTE_SHARE, DEFAULT_SHARE_TFLOPS, ref_tflops)
+
+
+def share_or_default(compute_share: float | None, ref_tflops: float | None) -> float:
+    """The job's stated share, or the default carried over to the reference."""
+    return default_share(ref_tflops) if compute_share is None else compute_share
 
 
 class Speed(NamedTuple):
@@ -68,7 +106,7 @@ def _known(ref: float | None, got: float | None) -> float | None:
     (nothing to scale by)."""
     if ref is None:
         return None
-    return FALLBACK.tflops if got is None or got <= 0 else got
+    return FALLBACK.training_tflops if got is None or got <= 0 else got
 
 
 def _ratio(ref: float | None, got: float | None) -> float:

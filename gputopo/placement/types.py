@@ -157,12 +157,18 @@ class GangRequest:
     objective's ``good`` terms, gputopo.placement.objective); None: bandwidth first, as
     for every placement. Worked out once per solve by the caller: the waiting rule's
     ``minShare`` of the gang's minShare reference (webhook/placement/reserve.py).
+
+    ``well_gbps``: the gang's bus bandwidth placed well, its best on the empty nodes it may
+    use; on a cluster of several GPU models the bandwidth the models' answers are rated
+    against (gputopo.placement.generations), set by the caller with ``good_gbps``; None:
+    the best of the answers.
     """
 
     replicas: int
     gpus_per_replica: int
     max_replicas_per_node: int | None = None
     good_gbps: float | None = None
+    well_gbps: float | None = None
     #: the share of the job's step spent computing when placed well (policy key
     #: ``placement.computeShare``, annotation ``gputopo.io/compute-share``); None: not
     #: stated (gputopo.placement.throughput: the default ranks GPU models, the waiting rule
@@ -201,10 +207,12 @@ class Placement:
 
     ``bus_bandwidth_gbps`` is the predicted all-reduce bus bandwidth of the whole gang
     (GB/s); ``reason`` explains the choice (or why there is none) in a sentence.
-    ``tflops``: the dense FP16/BF16 TFLOPS of the placement's slowest GPU (what paces every
-    synchronous step), None when no node says its GPU model. ``throughput``: the GPU model,
-    the predicted step time's parts and the share of the best placement free now
-    (gputopo.placement.generations), empty when no node says its GPU model.
+    ``tflops``: the TFLOPS the placement's slowest GPU trains at (what paces every
+    synchronous step; ``GpuModel.training_tflops``: the data sheet's dense FP16/BF16
+    TFLOPS blended with the memory bandwidth), None when no node says its GPU model.
+    ``throughput``: the GPU model, the predicted step time's parts and the share of the best
+    placement free now (gputopo.placement.generations), empty when no node says its GPU
+    model.
     """
 
     feasible: bool

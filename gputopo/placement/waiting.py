@@ -98,9 +98,9 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 from gputopo.placement.throughput import (
-    DEFAULT_COMPUTE_SHARE,
     Speed,
     judged_share,
+    share_or_default,
     throughput_share,
 )
 from gputopo.placement.types import GangRequest, NodeState
@@ -282,8 +282,9 @@ def reference_speed(kinds: Sequence[Hashable],
     ``best_on(ks)``: the gang's best on the nodes of kinds ``ks`` with every GPU free, as
     its slowest GPU's TFLOPS and its bus bandwidth (None when it does not fit there).
     Kinds are ordered by the gang's predicted throughput on each (:func:`~gputopo.
-    placement.throughput.throughput_share` with its compute share, the default when it
-    states none, against the best compute and bandwidth of any kind; not the worst case
+    placement.throughput.throughput_share` with its compute share, the default carried
+    over to the best kind's TFLOPS when it states none (``throughput.default_share``),
+    against the best compute and bandwidth of any kind; not the worst case
     the decision takes, which is no order: at compute share 0 a T4 box wired better than a
     V100 one would rank above it): on GPUs of one model that is the bandwidth's order."""
     if len(kinds) > 1:
@@ -291,8 +292,7 @@ def reference_speed(kinds: Sequence[Hashable],
         fits = [(b, i) for i, b in enumerate(bests) if b is not None]
         top = Speed(max((b.tflops for b, _ in fits if b.tflops is not None), default=None),
                     max((b.gbps for b, _ in fits), default=0.0))
-        c = DEFAULT_COMPUTE_SHARE if gang is None or gang.compute_share is None else \
-            gang.compute_share
+        c = share_or_default(None if gang is None else gang.compute_share, top.tflops)
         alone = sorted(fits, key=lambda bi: (throughput_share(bi[0], top, c), bi[0].gbps,
                                              bi[1]))
         if alone and (gpus is None or (

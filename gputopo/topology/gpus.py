@@ -9,6 +9,13 @@ memory. The solver reads a :class:`GpuModel` off :class:`~gputopo.placement.type
 (``gpu_model``); the cluster view fills it from the node's labels
 (:func:`gputopo.cluster.gpu_facts.gpu_model_of`).
 
+Data sheets give a GPU's dense tensor TFLOPS, but a training step is not all matrix
+products: the normalizations and element-wise operators between them are bound by the
+memory bandwidth. So GPU models are compared by :attr:`GpuModel.training_tflops`, a blend of
+the two measured on a V100 (:data:`TENSOR_SHARE`): by tensor TFLOPS alone an L40S (362)
+ranked above an A100 (312), though with less than half its memory bandwidth it trains
+slower.
+
 Identity is separate from the model and from the wiring: a :class:`GpuIdentity` ties a
 driver index to the GPU's ``uuid`` and PCI bus id as NVML reports them, which is what a
 Dynamic Resource Allocation device names (NVIDIA's DRA driver: attribute ``uuid``,
@@ -30,6 +37,16 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+#: The share of a training step's time in tensor-core matrix products on a V100: Ivanov
+#: et al., "Data Movement Is All You Need: A Case Study on Optimizing Transformers", MLSys
+#: 2021, Table 1 (BERT-large encoder layer, PyTorch, V100: tensor contractions 99.8 % of
+#: the flop and 61 % of the run time; statistical normalizations and element-wise
+#: operators, memory-bound, the other 39 %). What :attr:`GpuModel.training_tflops` rates
+#: GPU models by.
+TENSOR_SHARE = 0.61
+#: The GPU that share was measured on (V100 SXM2: the table's figures below)
+REFERENCE_TFLOPS, REFERENCE_MEMORY_GBPS = 125.0, 900.0
+
 
 @dataclass(frozen=True)
 class GpuModel:
@@ -50,6 +67,18 @@ class GpuModel:
     compute: tuple[int, int] | None = None
     known: bool = True
     source: str = ""
+
+    @property
+    def training_tflops(self) -> float:
+        """The TFLOPS a training step runs at on this GPU, for comparing GPU models: the
+        reference's (V100 SXM2) step split into tensor-core matrix products
+        (:data:`TENSOR_SHARE`), which scale with the dense TFLOPS, and memory-bound
+        operators (normalizations, element-wise), which scale with the memory bandwidth,
+        in the reference's TFLOPS. 125 for the V100 SXM2; an L40S (362 TFLOPS, 864 GB/s)
+        trains at 203, an A100 80GB SXM (312, 2,039 GB/s) at 300, an H100 SXM at 689."""
+        return REFERENCE_TFLOPS / (TENSOR_SHARE * REFERENCE_TFLOPS / self.tflops
+                                   + (1 - TENSOR_SHARE) * REFERENCE_MEMORY_GBPS
+                                   / self.memory_gbps)
 
     def to_json(self) -> dict[str, Any]:
         """The model as the placement record and ``gputopo nodes -o json`` show it."""

@@ -80,6 +80,17 @@ def test_readme_figures_are_docs_benchmarks_figures():
     assert first8.replace(" ", "") == row["gputopo"][at8] == row["best-fit"][at8]
     assert ours.replace(" ", "") == row["gputopo"][stranded]
     assert theirs.replace(" ", "") == row["best-fit"][stranded]
+    m = re.search(r"five GPU generations .*?gputopo's p95 job completion time is within 5 % "
+                  r"of the lowest of three baselines that know the GPU models .*? on (\d+) of "
+                  r"(\d+) held-out seed-loads and its cluster goodput at least theirs on "
+                  r"(\d+) of (\d+)", text)
+    assert m, "the README's mixed-generation sentence changed shape"
+    jct_ok, jct_of, good_ok, good_of = map(int, m.groups())
+    bar = [r for r in _table(BENCH, "| load | policy | seeds JCT p95 <= 1.05x the lowest of")
+           if r[1] == "gputopo"]
+    assert jct_ok == sum(int(r[2].split("/")[0]) for r in bar)
+    assert good_ok == sum(int(r[3].split("/")[0]) for r in bar)
+    assert jct_of == good_of == sum(int(r[2].split("/")[1]) for r in bar)
     latency = _table(BENCH, "| nodes | gang | GPUs | p50 ms | p99 ms |")
     p99 = [float(r[4]) for r in latency if r[0] == "1000"]
     assert (float(p99_lo), float(p99_hi)) == (min(p99), max(p99))

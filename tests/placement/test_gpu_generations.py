@@ -269,3 +269,53 @@ def test_a_job_file_says_its_memory_need_and_compute_share(tmp_path, capsys):
     assert main(["place", "--cluster", str(cluster(tmp_path)), str(path)]) == 2
     err = capsys.readouterr().err
     assert "gputopo.io/compute-share" in err and "PyTorchJob default/big" in err
+
+
+def test_a_gang_is_rated_against_its_placement_placed_well_not_the_best_free_now():
+    """H100s and A100s full, one rack of DGX-1 V100s whole: the 4 x 8 gang's answers are
+    that rack (GPUDirect, 11.8 GB/s) and four L40S servers on 100 GbE TCP (3.1 GB/s).
+    Rated against the better of those two, as if 11.8 GB/s were the gang placed well (a
+    32nd of its best on the H100s), the compute weighed most and the L40S (362 TFLOPS)
+    won; rated against its bandwidth placed well (``GangRequest.well_gbps``, set with the
+    webhook's bar), the V100s."""
+    from dataclasses import replace
+
+    from bench.mixed_generations import mixed_cluster
+    from gputopo.cluster.reservations import InMemoryReservationStore
+    from webhook.placement.reserve import GangReserver
+
+    empty = mixed_cluster()
+    busy_nodes = {"v100-0004", "v100-0005", "v100-0006", "v100-0007"}
+    nodes = [replace(n, used=frozenset(n.topology.indices))
+             if n.name.startswith(("h100", "a100")) else
+             replace(n, used=frozenset({0})) if n.name in busy_nodes else n for n in empty]
+    gang = GangRequest(4, 8)
+    plain = solve_models(nodes, gang)
+    assert plain.feasible and plain.throughput["gpuModel"] == "L40S"
+    barred = GangReserver(InMemoryReservationStore()).good_bar(empty, gang, 0.9)
+    assert barred.well_gbps == pytest.approx(solve_models(empty, gang).bus_bandwidth_gbps)
+    chosen = solve_models(nodes, barred)
+    assert chosen.throughput["gpuModel"] == "V100-SXM2-32GB"
+    assert {s.node for s in chosen.slots} == {"v100-0000", "v100-0001", "v100-0002",
+                                              "v100-0003"}
+    # one GPU model: no bandwidth placed well is worked out (nothing to rate across)
+    one = [n for n in empty if n.name.startswith("v100")]
+    assert GangReserver(InMemoryReservationStore()).good_bar(one, gang, 0.9).well_gbps is None
+
+
+def test_models_are_compared_by_what_they_train_at_not_tensor_tflops_alone():
+    """An L40S has more dense tensor TFLOPS than an A100 (362 against 312) and less than
+    half its memory bandwidth: it trains slower (gputopo.topology.gpus.TENSOR_SHARE), so a
+    one-GPU job on an idle cluster of both takes the A100; the record keeps the data
+    sheet's TFLOPS beside the figure compared."""
+    from bench.mixed_generations import mixed_cluster
+
+    nodes = [n for n in mixed_cluster() if n.name.startswith(("a100", "l40s"))]
+    assert MODELS["L40S"].tflops > MODELS["A100-SXM4-80GB"].tflops
+    assert MODELS["L40S"].training_tflops < MODELS["A100-SXM4-80GB"].training_tflops
+    assert MODELS["V100-SXM2-32GB"].training_tflops == MODELS["V100-SXM2-32GB"].tflops
+    p = solve_models(nodes, GangRequest(1, 1))
+    assert p.slots[0].node.startswith("a100")
+    assert p.throughput["tflops"] == 312
+    assert p.throughput["trainingTflops"] == pytest.approx(
+        MODELS["A100-SXM4-80GB"].training_tflops, abs=0.1)

@@ -431,9 +431,10 @@ class GangReserver:
             share = judged_share(got, ideal, gang.compute_share)
             return Unplaced(
                 f"best free now gives {placement.bus_bandwidth_gbps:.1f} GB/s bus bandwidth "
-                f"on {placement.tflops:g}-TFLOPS GPUs ({len(spread)} node(s)): "
-                f"{share:.0%} of a good placement's throughput ({ideal.gbps:.1f} GB/s on "
-                f"{ideal.tflops:g}-TFLOPS GPUs; waits for at least {good_share:.0%} of it)")
+                f"on GPUs that train at {placement.tflops:.0f} TFLOPS ({len(spread)} "
+                f"node(s)): {share:.0%} of a good placement's throughput "
+                f"({ideal.gbps:.1f} GB/s on GPUs that train at {ideal.tflops:.0f}; waits "
+                f"for at least {good_share:.0%} of it)")
         return Unplaced(
             f"best free now gives {placement.bus_bandwidth_gbps:.1f} GB/s bus bandwidth "
             f"({len(spread)} node(s)); a good placement gives {ideal.gbps:.1f} GB/s (waits for "
@@ -443,13 +444,20 @@ class GangReserver:
                  demand: Mapping[str, int] | None = None) -> GangRequest:
         """``gang`` with its bar for a good one-node placement (``GangRequest.good_gbps``,
         the objective's ``good`` terms): ``share`` (the policy's ``minShare``) of the
-        waiting rule's typical reference on ``nodes``. A one-GPU gang has none (no
-        all-reduce): it comes back as it is."""
+        waiting rule's typical reference on ``nodes``; where ``nodes`` hold several GPU
+        models, also its bandwidth placed well (``GangRequest.well_gbps``: its best on
+        ``nodes`` empty, cached per gang shape as the reference is). A one-GPU gang has
+        none (no all-reduce): it comes back as it is."""
         if gang.total_gpus == 1:
             return gang
-        base = replace(gang, good_gbps=None) if gang.good_gbps is not None else gang
+        base = (replace(gang, good_gbps=None, well_gbps=None)
+                if gang.good_gbps is not None or gang.well_gbps is not None else gang)
         ideal = self.ideal_bandwidth(nodes, base, demand, reference=True)
-        return replace(base, good_gbps=round(share * ideal, ROUND))
+        well = None
+        if self._ideal_last is not None and len(
+                {k.gpu_model for k in self._ideal_last[3]}) > 1:  # several GPU models
+            well = self.ideal_bandwidth(nodes, base, demand) or None
+        return replace(base, good_gbps=round(share * ideal, ROUND), well_gbps=well)
 
     def judge(self, fit: list[NodeState], free: Sequence[NodeState], gang: GangRequest,
               demand: Mapping[str, int], volumes: Volumes, *,

@@ -354,7 +354,8 @@ class PlacementStep:
         """Move ``slot`` to the best free GPUs for one replica near the rest of the gang
         (see :mod:`webhook.placement.slot_repair`); re-solve when another gang takes them first."""
         # one replica with the gang's needs (GPU memory, compute share)
-        one = replace(gang, replicas=1, max_replicas_per_node=None, good_gbps=None)
+        one = replace(gang, replicas=1, max_replicas_per_node=None, good_gbps=None,
+                      well_gbps=None)
         others = [s for s in res.slots if s.replica != slot.replica]
         for _ in range(self.max_attempts):
             fit, free, excluded = self.reserver.fit_and_free(
@@ -533,7 +534,7 @@ class PlacementStep:
         wait = settings.when_full == WHEN_FULL_WAIT and not why.lasting
         if wait and self.can_wait:
             plan, cap = network.waiting_plan(net.need)
-            gated = replace(gang, good_gbps=None,
+            gated = replace(gang, good_gbps=None, well_gbps=None,
                             max_replicas_per_node=tighter(cap, spread_of(ctx.pod).per_node))
             record.update(waiting_record(key, gated, settings, plan, net.need.fixed))
             dra_ask = ctx.job.dra if ctx.job is not None else None
