@@ -24,10 +24,10 @@ from gputopo.placement.types import GangRequest, NodeState, Placement
 
 
 @st.composite
-def racked_clusters(draw: st.DrawFn, *,
-                    domains: bool = False) -> tuple[list[NodeState], GangRequest]:
+def racked_clusters(draw: st.DrawFn, *, domains: bool = False,
+                    replicas: tuple[int, int] = (2, 4)) -> tuple[list[NodeState], GangRequest]:
     """``domains``: nodes in NVLink domains d1, d2 or none (domain scopes, the fewest
-    domains and free domains opened in the bound)."""
+    domains and free domains opened in the bound); ``replicas``: the gang's range."""
     full = [fixture_topology(name) for name in
             draw(st.lists(st.sampled_from(sorted(FIXTURE_FILES)), min_size=1, max_size=2,
                           unique=True))]
@@ -51,7 +51,7 @@ def racked_clusters(draw: st.DrawFn, *,
             network_gbps=net, network_transport=transport,
             nvlink_domain=draw(st.sampled_from([None, "d1", "d2"])) if domains else None))
     g = draw(st.integers(1, 2))
-    gang = GangRequest(replicas=draw(st.integers(2, 4)), gpus_per_replica=g,
+    gang = GangRequest(replicas=draw(st.integers(*replicas)), gpus_per_replica=g,
                        max_replicas_per_node=draw(st.sampled_from([1, 1, 2, None])))
     return nodes, gang
 
@@ -63,6 +63,22 @@ def test_the_bound_skips_only_scopes_that_cannot_win(
     nodes, gang = case
     fast = solve(nodes, gang)
     with pytest.MonkeyPatch.context() as mp:  # the full search: every scope looked at
+        mp.setattr(search._Search, "prune_by_score", False)
+        full = solve(nodes, gang)
+    assert fast == full
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(racked_clusters(replicas=(5, 12)),
+                 racked_clusters(domains=True, replicas=(5, 12))))
+def test_the_bound_with_replicas_counted_skips_only_scopes_that_cannot_win(
+        case: tuple[list[NodeState], GangRequest]) -> None:
+    """Gangs of 5-12 replicas on nodes of 2-4 GPUs: the m nodes of a placement must hold
+    them all, several replicas each (the bound's ``jmin`` and its knapsack over the
+    replica counts, scopes.bound with ``tight``): the answer is the full search's."""
+    nodes, gang = case
+    fast = solve(nodes, gang)
+    with pytest.MonkeyPatch.context() as mp:
         mp.setattr(search._Search, "prune_by_score", False)
         full = solve(nodes, gang)
     assert fast == full

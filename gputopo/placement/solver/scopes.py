@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from gputopo.placement.objective import ROUND, SPAN_RANK
 from gputopo.placement.solver.grouping import _NAME, _Group, _Kind
+from gputopo.placement.solver.options import _value
 from gputopo.placement.types import UNCAPPED, GangRequest, NodeState
 from gputopo.topology.cost import SPAN_FACTOR, domain_gbps
 from gputopo.topology.model import Topology
@@ -75,9 +76,9 @@ def _f(n: int, m: int, intra: float, net_gbps: float, factor: float) -> float:
     return min(-intra, net_gbps / 8.0 * factor)
 
 
-#: (bus bandwidth, -nodes, slowest pair, locality, -domains, -free domains opened, encoded
-#: blocks, packing, fit): Score's order
-_Bound = tuple[float, int, float, int, int, int, int, int, int]
+#: (bus bandwidth, -nodes, slowest pair, locality, -domains, -free domains opened, then
+#: blocks, packing and fit as one integer, options._value): Score's order
+_Bound = tuple[float, int, float, int, int, int, int | float]
 
 
 def _rate(grp: _Group, fabric: bool) -> float:
@@ -225,7 +226,31 @@ def cap(kind: _Kind, gpu_cap: int, per_node: int, g: int) -> int:
     return min(per_node, min(kind.free, gpu_cap) // g)
 
 
-def bound(scope: Scope, gang: GangRequest) -> _Bound | None:
+def _fewest(room: list[tuple[int, int]], r: int) -> tuple[int, int] | None:
+    """(m, jmin) for ``r`` replicas on nodes of ``room`` ((replicas a node holds, nodes),
+    the most first): the fewest nodes that hold them, two at least (over several nodes),
+    and the fewest replicas each of such m nodes then holds (what the m - 1 others of the
+    most room leave); None when all of them together hold fewer than ``r``."""
+    held = m = 0
+    for j, k in room:
+        take = min(k, -(-(r - held) // j))  # nodes of this room still needed, at most k
+        held += take * j
+        m += take
+        if held >= r:
+            break
+    if held < r:
+        return None
+    m = max(m, 2)
+    others = 0  # the replicas the m - 1 roomiest nodes hold
+    left = m - 1
+    for j, k in room:
+        take = min(k, left)
+        others += take * j
+        left -= take
+    return m, max(1, r - others)
+
+
+def bound(scope: Scope, gang: GangRequest, *, tight: bool = False) -> _Bound | None:
     """An upper bound of the objective of any placement in ``scope``, term by term as
     :class:`Score` compares (blocks encoded), or None when the scope cannot hold the
     gang.
@@ -262,34 +287,111 @@ def bound(scope: Scope, gang: GangRequest) -> _Bound | None:
         if not _fresh(grp, scope.free):
             stale.add(row)
     caps = {row: cap(*row, per_node, g) for row in count}
-    if sum(min(k, r) * caps[row] for row, k in count.items()) < r:
+    # The fewest nodes that hold the R replicas (``m``): the nodes of the most room first.
+    # Only a plan of exactly m nodes ties on the nodes term, and in such a plan a node holds
+    # at least ``jmin`` replicas, what the other m - 1 leave at the most: with 64 one-GPU
+    # replicas on 8-GPU nodes, m = 8 and every node holds 8 (jmin = 8), so its share is a
+    # whole node and the terms below are those of whole nodes, not of one GPU's share.
+    fewest = _fewest(sorted(((caps[row], k) for row, k in count.items() if caps[row]),
+                            reverse=True), r)
+    if fewest is None:
         return None
-    jmax = max(caps.values())
-    m = max(2, math.ceil(r / jmax))
+    m, jmin = fewest
     bw = round(_f(n, m, -math.inf, net, SPAN_FACTOR[scope.span]), ROUND)
-    # a placement that ties on the nodes term uses m nodes, and its slowest pair is at
-    # most its nodes' best: the m-th best of the scope's nodes. Only when it ties on that
-    # do the later terms count, on nodes whose shares reach it (Kind.best_blocks).
-    rated = [(row, caps[row], row[0].best_pair(g, caps[row])) for row in count if caps[row]]
-    pairs = sorted((p for row, _, p in rated for _ in range(min(count[row], m))),
-                   reverse=True)
-    if len(pairs) < m:
-        return None  # fewer than m nodes with room: no placement over several nodes here
-    pair = pairs[m - 1]
-    healths: list[int] = []
-    frees: list[int] = []
-    for row, j, p in rated:
-        if p >= pair:
-            healths.extend([row[0].best_blocks(g, j, pair)] * min(count[row], m))
-            frees.extend([row[0].free] * min(count[row], m))
-    healths.sort(reverse=True)
+    # the nodes a placement of m nodes can use: (kind, most replicas, nodes up to m)
+    rows = [(row[0], caps[row], min(k, m)) for row, k in count.items() if caps[row] >= jmin]
     # a scope's placements of its own span: one NVLink domain, else a rack or wider
     # (narrower ones are found in their own scope); at least one domain unless some
     # node has none
     locality = -SPAN_RANK["nvlink-domain" if scope.span == "nvlink-domain" else "rack"]
     domains = 0 if no_domain else -1
     # every node with room in a free domain: the placement opens one at least
-    opened = -1 if not any(row in stale for row, _, _ in rated) else 0
-    frees.sort()
-    return (bw, -m, pair, locality, domains, opened, sum(healths[:m]), 0,
-            n - sum(frees[:m]))
+    opened = -1 if not any(row in stale for row in count if caps[row] >= jmin) else 0
+    if tight:
+        pair, tail = _tight(rows, g, r, m, jmin)
+        return (bw, -m, pair, locality, domains, opened, tail)
+    # a placement that ties on the nodes term uses m nodes of jmin or more replicas, and its
+    # slowest pair is at most its nodes' best: the m-th best of the scope's nodes. Only when
+    # it ties on that do the later terms count, on nodes whose shares reach it
+    # (Kind.best_blocks).
+    rated = [(kind, j, k, kind.best_pair(g, jmin, j)) for kind, j, k in rows]
+    pairs = sorted((p for _, _, k, p in rated for _ in range(k)), reverse=True)
+    if len(pairs) < m:
+        return None  # fewer than m nodes with room: no placement over several nodes here
+    pair = pairs[m - 1]
+    reach = [(kind, j) for kind, j, k, p in rated if p >= pair for _ in range(k)]
+    return (bw, -m, pair, locality, domains, opened, _tail(reach, g, n, m, jmin, pair))
+
+
+def _tail(reach: list[tuple[_Kind, int]], g: int, n: int, m: int, jmin: int,
+          pair: float) -> int:
+    """The bound of the last three terms (blocks kept, empty nodes opened, GPUs left free:
+    options._value) of m of the nodes in ``reach`` ((kind, most replicas) per node, those
+    whose shares reach the ``pair``), each term on its own: the m best blocks deltas, the
+    empty nodes that m nodes open when fewer than m are in use, the GPUs the m fullest
+    leave (none at the least)."""
+    # (never None: every node here has a share of jmin..j replicas that reaches the pair)
+    healths = sorted((kind.best_blocks(g, jmin, j, pair) or 0 for kind, j in reach),
+                     reverse=True)
+    in_use = sum(not kind.opened for kind, _ in reach)
+    frees = sorted(kind.free for kind, _ in reach)
+    return _value(sum(healths[:m]), max(0, m - in_use), max(0, sum(frees[:m]) - n))
+
+
+def _tight(rows: list[tuple[_Kind, int, int]], g: int, r: int, m: int,
+           jmin: int) -> tuple[float, int | float]:
+    """The bound of the slowest pair and of the last three terms with the replicas
+    counted: the m nodes of a placement hold the R replicas between them, ``jmin`` or
+    more each, so a node's share is not just its best one. ``rows``: (kind, most
+    replicas, nodes) of the nodes with room.
+
+    The pair: the best ``p`` such that m nodes whose shares of j replicas reach ``p``
+    can hold R replicas (m counts that add up to R, each a count some node reaches ``p``
+    with). The tail: per count j, the best value (blocks, opened, left: options._value)
+    of a node's share of j replicas that reaches the pair, then the best sum of m such
+    values whose counts add up to R (a knapsack over m slots). A slot may take the best
+    node of its count again, so this bounds the placements, and is their best when the
+    nodes are many.
+
+    Why: the plain bound takes every node's best share; for 9 one-GPU replicas on two
+    8-GPU nodes that is a share of one GPU (no pair, most blocks kept), and every rack
+    of a busy 10,000-node cluster stayed above the best found and was planned (~100
+    racks, 40-100 ms). Counted, the racks that can only tie are ruled out by their
+    names.
+    """
+    at = [(kind, k, {j: kind.best_pair(g, j, j) for j in range(jmin, jmax + 1)})
+          for kind, jmax, k in rows]
+    for p in sorted({q for _, _, by_j in at for q in by_j.values()}, reverse=True):
+        if sum(k for _, k, by_j in at if max(by_j.values()) >= p) < m:
+            continue
+        best: dict[int, int] = {}  # per count: the best value of a share that reaches p
+        for kind, _, by_j in at:
+            for j, q in by_j.items():
+                if q < p:
+                    continue
+                health = kind.best_blocks(g, j, j, p)
+                assert health is not None  # its best pair reaches p
+                v = _value(health, int(kind.opened), kind.free - j * g)
+                if v > best.get(j, v - 1):
+                    best[j] = v
+        tail = _slots(best, m, r)
+        if tail is not None:
+            return p, tail
+    return -math.inf, -math.inf  # not reached: the lowest pair lets every count in
+
+
+def _slots(best: dict[int, int], m: int, r: int) -> int | None:
+    """The best sum of m values of ``best`` (count -> value, a count taken any number of
+    times) whose counts add up to ``r``; None if no m counts do."""
+    lo, hi = min(best), max(best)
+    layer = {0: 0}  # replicas in the slots so far -> best value
+    for slot in range(1, m + 1):
+        rest = m - slot  # slots still to fill, each with lo..hi replicas
+        nxt: dict[int, int] = {}
+        for held, v in layer.items():
+            for j, u in best.items():
+                t = held + j
+                if rest * lo <= r - t <= rest * hi and v + u > nxt.get(t, v + u - 1):
+                    nxt[t] = v + u
+        layer = nxt
+    return layer.get(r)

@@ -18,7 +18,7 @@ from gputopo.placement.solver.candidate import _Candidate
 from gputopo.placement.solver.grouped_nodes import GroupedNodes
 from gputopo.placement.solver.grouping import _free_domains, _Group, _group_nodes, _Tally
 from gputopo.placement.solver.one_node import single_node
-from gputopo.placement.solver.options import BASE, _encode, _Option, _options
+from gputopo.placement.solver.options import BASE, FIT_BASE, _encode, _Option, _options, _value
 from gputopo.placement.solver.scopes import _Class, _f, cap, scopes
 from gputopo.placement.solver.scopes import bound as scope_bound
 from gputopo.placement.types import GangRequest, NodeState
@@ -31,9 +31,6 @@ DOMAIN_COST = BASE ** 8
 #: Stage c's price of opening an NVLink domain with no GPU in use (the objective's
 #: ``domains_opened``), in the same units: above (blocks, packing), below one more domain.
 OPEN_COST = BASE ** 7
-#: Scale of (blocks, packing) over the fit term (GPUs left free, summed over the touched
-#: nodes) in the knapsack's values: order-preserving while that sum stays below half of it.
-FIT_BASE = 1 << 32
 
 
 def _sumset(x: int, y: int) -> int:
@@ -134,10 +131,16 @@ class _Search:
                     break
                 if self.prune_by_score:
                     have = (top.bus_bandwidth, top.nodes, top.bottleneck_pair, top.locality,
-                            top.domains, top.domains_opened, _encode(top.blocks), top.packing,
-                            top.fit)
+                            top.domains, top.domains_opened,
+                            _value(_encode(top.blocks), -top.packing, -top.fit))
                     if bound < have:
                         break
+                    # the plain bound does not rule it out: the tight one (the replicas
+                    # counted, scopes.bound) may, for the cost of a small knapsack
+                    tight = scope_bound(scope, self.gang, tight=True)
+                    if tight is None or tight < have:
+                        continue
+                    bound = min(bound, tight)  # both hold; either may be the lower
                     first = min(n.name for grp, members in scope.pieces
                                 if cap(grp.kind, grp.cap, self.per_node, self.g)
                                 for n in members)
@@ -372,7 +375,7 @@ class _Search:
             fresh_domain = domain is None or domain != last_domain
             last_domain = domain
             unit = sorted(
-                ((j, (o.health * BASE - int(c.opened)) * FIT_BASE - (c.kind.free - j * self.g))
+                ((j, _value(o.health, int(c.opened), c.kind.free - j * self.g))
                  for j, o in allowed.items()), reverse=True
             )
             # inner[(q, rr)]: best value of q nodes of this class holding rr replicas;
