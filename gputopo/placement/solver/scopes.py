@@ -56,6 +56,8 @@ class Scope:
     span: str
     pieces: list[tuple[_Group, list[NodeState]]]
     free: Container[str]  # the NVLink domains with no GPU in use
+    room: dict[int, int]  # nodes per count of the gang's replicas they can hold
+    rate: float  # the fastest rate of its nodes to the others, Gbit/s (:func:`_rate`)
     fabric: bool = False  # one NVLink domain (see :func:`_classes`)
 
     def __post_init__(self) -> None:
@@ -130,9 +132,21 @@ def _classes(pieces: Iterable[tuple[_Group, list[NodeState]]], free: Container[s
     return out
 
 
-def scopes(groups: list[_Group], g: int, free: Container[str]) -> list[Scope]:
+def _merged(rooms: Iterable[dict[int, int]]) -> dict[int, int]:
+    """The sum of some scopes' :attr:`Scope.room` (count -> nodes)."""
+    out: dict[int, int] = {}
+    for room in rooms:
+        for j, k in room.items():
+            out[j] = out.get(j, 0) + k
+    return out
+
+
+def scopes(groups: list[_Group], g: int, free: Container[str],
+           per_node: int = UNCAPPED) -> list[Scope]:
     """Every NVLink domain, rack, zone and the whole cluster that can hold a multi-node
-    gang, each with its pieces of the groups that have room for a replica.
+    gang of replicas of ``g`` GPUs, at most ``per_node`` on a node, each with its pieces
+    of the groups that have room for a replica and its count of nodes per replicas held
+    (what :func:`bound` reads first).
 
     A scope counts every node for its size (two nodes or more), as the span does; a
     zone that is exactly one rack, and a cluster that is exactly one rack or zone, are
@@ -141,6 +155,8 @@ def scopes(groups: list[_Group], g: int, free: Container[str]) -> list[Scope]:
     """
     size: dict[tuple[str | None, str | None], int] = {}
     pieces: dict[tuple[str | None, str | None], list[tuple[_Group, list[NodeState]]]] = {}
+    room: dict[tuple[str | None, str | None], dict[int, int]] = {}
+    rate: dict[tuple[str | None, str | None], float] = {}
     eligible: list[_Group] = []
     # NVLink domains: their eligible groups (a group is of one domain), every node's
     # count, and which (zone, rack) places they cover (a rack that is exactly one
@@ -164,6 +180,7 @@ def scopes(groups: list[_Group], g: int, free: Container[str]) -> list[Scope]:
                         domain_locs.setdefault(dom, set()).add(loc)
             continue
         eligible.append(grp)
+        j = cap(grp.kind, grp.cap, per_node, g)
         if dom is not None:
             domains.setdefault(dom, []).append((grp, grp.nodes))
         split: dict[tuple[str | None, str | None], list[NodeState]] = {}
@@ -177,6 +194,9 @@ def scopes(groups: list[_Group], g: int, free: Container[str]) -> list[Scope]:
         for loc, members in split.items():
             size[loc] = size.get(loc, 0) + len(members)
             pieces.setdefault(loc, []).append((grp, members))
+            held = room.setdefault(loc, {})
+            held[j] = held.get(j, 0) + len(members)
+            rate[loc] = max(rate.get(loc, 0.0), grp.network_gbps)
             if any_domain:
                 loc_domains.setdefault(loc, set()).add(dom)
                 if dom is not None:
@@ -195,7 +215,11 @@ def scopes(groups: list[_Group], g: int, free: Container[str]) -> list[Scope]:
     scopes: list[Scope] = []
     for dom in sorted(domains):
         if domain_size[dom] >= 2:
-            scopes.append(Scope("nvlink-domain", domains[dom], free, fabric=True))
+            ours = domains[dom]
+            scopes.append(Scope(
+                "nvlink-domain", ours, free,
+                _merged({cap(grp.kind, grp.cap, per_node, g): len(grp.nodes)} for grp, _ in ours),
+                max(_rate(grp, True) for grp, _ in ours), fabric=True))
 
     def one_domain(loc: tuple[str | None, str | None]) -> bool:
         doms = loc_domains.get(loc)
@@ -208,15 +232,19 @@ def scopes(groups: list[_Group], g: int, free: Container[str]) -> list[Scope]:
     for loc in sorted(racks, key=lambda k: (k[0] or "", k[1])):
         if any_domain and one_domain(loc):
             continue  # the rack is exactly one NVLink domain, searched as that
-        scopes.append(Scope("rack", pieces.get(loc, []), free))
+        scopes.append(Scope("rack", pieces.get(loc, []), free, room.get(loc, {}),
+                            rate.get(loc, 0.0)))
     for zone in sorted(zone_size):
         locs = zone_locs[zone]
         if zone_size[zone] >= 2 and not one_rack(locs):
-            scopes.append(Scope("zone", [p for loc in locs for p in pieces.get(loc, ())], free))
+            scopes.append(Scope("zone", [p for loc in locs for p in pieces.get(loc, ())], free,
+                                _merged(room[loc] for loc in locs if loc in room),
+                                max((rate[loc] for loc in locs if loc in rate), default=0.0)))
     node_count = sum(size.values())
     everyone_one_zone = len(zone_size) == 1 and next(iter(zone_size.values())) == node_count
     if node_count >= 2 and not everyone_one_zone and not one_rack(list(size)):
-        scopes.append(Scope("cluster", [(grp, grp.nodes) for grp in eligible], free))
+        scopes.append(Scope("cluster", [(grp, grp.nodes) for grp in eligible], free,
+                            _merged(room.values()), max(rate.values(), default=0.0)))
     return scopes
 
 
@@ -250,64 +278,85 @@ def _fewest(room: list[tuple[int, int]], r: int) -> tuple[int, int] | None:
     return m, max(1, r - others)
 
 
-def bound(scope: Scope, gang: GangRequest, *, tight: bool = False) -> _Bound | None:
+#: The bound of a scope whose nodes can hold the gang, before its later terms are looked
+#: at: none of them rules it out.
+_OPEN = math.inf
+
+
+def bound(scope: Scope, gang: GangRequest, level: int) -> _Bound | None:
     """An upper bound of the objective of any placement in ``scope``, term by term as
-    :class:`Score` compares (blocks encoded), or None when the scope cannot hold the
-    gang.
+    :class:`Score` compares (blocks, packing and fit as one integer, options._value), or
+    None when the scope cannot hold the gang. Three levels, each tighter and
+    costlier than the one before; the search asks for the next only of a scope the last
+    did not rule out (search.multi_node):
+
+    0. the bandwidth and the fewest nodes, from the scope's :attr:`Scope.room` alone;
+    1. every term, from the scope's pieces, each node at its best share;
+    2. as 1, with the replicas counted: the pair and the last three terms of m nodes that
+       hold R replicas between them (:func:`_tight`).
 
     Why the whole objective and not the bandwidth alone: when the network bounds every
     multi-node placement (a TCP cluster) every rack ties on bandwidth, and a gang that
     fits on no single node searched all of them, ~0.15 ms each, to compare the later
     terms (a 2 x 4 gang on a busy 1,000-node cluster: ~20 ms). Each term's bound holds
     given the terms before it tie: the fewest nodes the scope can use (``m``: only a
-    plan of exactly ``m`` nodes ties on the nodes term), the ``m``-th best pair of the
-    nodes' best shares (a placement's slowest pair is its worst node's; the Pareto
-    options keep each node's best), a rack's locality (the narrowest span of two
-    nodes), the ``m`` best blocks deltas of distinct nodes among the shares that reach
-    that pair (only they are in a placement that ties on it), no empty node opened, the
-    GPUs left free on the ``m`` fullest of those nodes.
+    plan of exactly ``m`` nodes ties on the nodes term; the nodes of the most room first)
+    and the fewest replicas each of them then holds (``jmin``: what the m - 1 others of
+    the most room leave), the ``m``-th best pair of the nodes' best shares of ``jmin`` or
+    more replicas (a placement's slowest pair is its worst node's; the Pareto options
+    keep each node's best), a rack's locality (the narrowest span of two nodes), the
+    ``m`` best blocks deltas of distinct nodes among the shares that reach that pair
+    (only they are in a placement that ties on it), the empty nodes opened when fewer
+    than m nodes in use reach it, the GPUs left free on the ``m`` fullest of those
+    nodes. Why ``jmin``: with 64 one-GPU replicas on 8-GPU nodes, m = 8 and every node
+    holds 8, so its share is the whole node, not the one GPU that keeps every block.
 
-    Read from the pieces, not the classes: nodes of one kind and GPU cap are alike to every
-    term (their count is what matters, and only up to ``m``), so a zone's hundred groups
-    are a few dozen rows here, and the scope's classes are built only if it is planned
-    (on the busy benchmark cluster a 2 x 4 gang's 154 scopes, ~1,000 classes, cost 10 ms
-    to build and bound, of which it plans one or two).
+    Why levels: a 10,000-node cluster has ~400 scopes (racks, zones, the cluster), and
+    level 1 reads every piece of each (for a one-GPU gang about every node three times:
+    its rack, its zone, the cluster), 15-35 ms; level 0 rules out the zones and the
+    cluster (their network share is lower) and the racks of slower nodes for a few dict
+    reads each.
+
+    Level 1 reads the pieces, not the classes: nodes of one kind and GPU cap are alike to
+    every term (their count is what matters, and only up to ``m``), so a zone's hundred
+    groups are a few dozen rows here, and the scope's classes are built only if it is
+    planned (on the busy benchmark cluster a 2 x 4 gang's 154 scopes, ~1,000 classes,
+    cost 10 ms to build and bound, of which it plans one or two).
     """
     g, r, n = gang.gpus_per_replica, gang.replicas, gang.total_gpus
+    fewest = _fewest(sorted(scope.room.items(), reverse=True), r)
+    if fewest is None:
+        return None
+    m, jmin = fewest
+    bw = round(_f(n, m, -math.inf, scope.rate, SPAN_FACTOR[scope.span]), ROUND)
+    if level == 0:
+        return (bw, -m, _OPEN, _OPEN, _OPEN, _OPEN, _OPEN)
     per_node = gang.per_node
     count: dict[tuple[_Kind, int], int] = {}  # nodes per (kind, GPU cap)
     stale: set[tuple[_Kind, int]] = set()  # rows with a node outside a free NVLink domain
-    net = 0.0
     no_domain = False
     for grp, members in scope.pieces:
         row = (grp.kind, grp.cap)
         count[row] = count.get(row, 0) + len(members)
-        net = max(net, _rate(grp, scope.fabric))
         no_domain = no_domain or grp.domain is None
         if not _fresh(grp, scope.free):
             stale.add(row)
-    caps = {row: cap(*row, per_node, g) for row in count}
-    # The fewest nodes that hold the R replicas (``m``): the nodes of the most room first.
-    # Only a plan of exactly m nodes ties on the nodes term, and in such a plan a node holds
-    # at least ``jmin`` replicas, what the other m - 1 leave at the most: with 64 one-GPU
-    # replicas on 8-GPU nodes, m = 8 and every node holds 8 (jmin = 8), so its share is a
-    # whole node and the terms below are those of whole nodes, not of one GPU's share.
-    fewest = _fewest(sorted(((caps[row], k) for row, k in count.items() if caps[row]),
-                            reverse=True), r)
-    if fewest is None:
-        return None
-    m, jmin = fewest
-    bw = round(_f(n, m, -math.inf, net, SPAN_FACTOR[scope.span]), ROUND)
     # the nodes a placement of m nodes can use: (kind, most replicas, nodes up to m)
-    rows = [(row[0], caps[row], min(k, m)) for row, k in count.items() if caps[row] >= jmin]
+    rows = []
+    all_fresh = True  # every such node in an NVLink domain with no GPU in use
+    for row, k in count.items():
+        j = cap(*row, per_node, g)
+        if j >= jmin:
+            rows.append((row[0], j, min(k, m)))
+            all_fresh = all_fresh and row not in stale
     # a scope's placements of its own span: one NVLink domain, else a rack or wider
     # (narrower ones are found in their own scope); at least one domain unless some
     # node has none
     locality = -SPAN_RANK["nvlink-domain" if scope.span == "nvlink-domain" else "rack"]
     domains = 0 if no_domain else -1
     # every node with room in a free domain: the placement opens one at least
-    opened = -1 if not any(row in stale for row in count if caps[row] >= jmin) else 0
-    if tight:
+    opened = -1 if all_fresh else 0
+    if level == 2:
         pair, tail = _tight(rows, g, r, m, jmin)
         return (bw, -m, pair, locality, domains, opened, tail)
     # a placement that ties on the nodes term uses m nodes of jmin or more replicas, and its
