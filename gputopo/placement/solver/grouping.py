@@ -10,6 +10,7 @@ reasons and the first bound read.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -18,7 +19,7 @@ from typing import Any
 
 from gputopo.errors import InputError
 from gputopo.placement.objective import ROUND, Score
-from gputopo.placement.solver.options import _Option, _options
+from gputopo.placement.solver.options import _Option, _options, _value
 from gputopo.placement.types import UNCAPPED, NodeState
 from gputopo.topology.cost import domain_gbps
 from gputopo.topology.model import Topology
@@ -49,6 +50,9 @@ class _Kind:
         #: jmax, pair) the best blocks (:meth:`best_pair`, :meth:`best_blocks`)
         self._pairs: dict[tuple[int, int, int], float] = {}
         self._blocks: dict[tuple[int, int, int, float], int | None] = {}
+        #: per g, and per (g, pair): :meth:`count_pairs`, :meth:`count_values`
+        self._count_pairs: dict[int, tuple[float, ...]] = {}
+        self._count_values: dict[tuple[int, float], tuple[int | float, ...]] = {}
         #: per (gang size, share, node network): a one-node placement's (score, bus
         #: bandwidth), see :func:`one_node.one_node`
         self.scored: dict[tuple[Any, ...], tuple[Score, float]] = {}
@@ -79,6 +83,30 @@ class _Kind:
             got = self._blocks[(g, jmin, jmax, pair)] = max(
                 (o.health for o in self._shares(g, jmin, jmax) if o.pair >= pair),
                 default=None)
+        return got
+
+    def count_pairs(self, g: int) -> tuple[float, ...]:
+        """Per count j of replicas of ``g`` GPUs (1, 2, ... as many as fit), the best
+        slowest pair of its shares: what the scopes' tight bound (:func:`scopes._tight`)
+        reads, a row of numbers per node rather than a call per count."""
+        got = self._count_pairs.get(g)
+        if got is None:
+            got = self._count_pairs[g] = tuple(
+                self.best_pair(g, j, j) for j in range(1, self.free // g + 1))
+        return got
+
+    def count_values(self, g: int, pair: float) -> tuple[int | float, ...]:
+        """Per count j as :meth:`count_pairs`, the best value (blocks, opened, left:
+        options._value) of its shares whose slowest pair is at least ``pair``; -inf
+        where none reaches it."""
+        got = self._count_values.get((g, pair))
+        if got is None:
+            values: list[int | float] = []
+            for j in range(1, self.free // g + 1):
+                health = self.best_blocks(g, j, j, pair)
+                values.append(-math.inf if health is None else
+                              _value(health, int(self.opened), self.free - j * g))
+            got = self._count_values[(g, pair)] = tuple(values)
         return got
 
     def _shares(self, g: int, jmin: int, jmax: int) -> list[_Option]:
