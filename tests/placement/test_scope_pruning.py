@@ -152,3 +152,25 @@ def test_racks_whose_nodes_differ_in_their_best_pair_are_not_planned_in_vain(
                        rack=f"r{r:02d}", network_gbps=25.0, network_transport="tcp")
              for r, u in enumerate(used) for kind, topo in (("a", pairs), ("p", pcie))]
     _solved_planning_one_scope(monkeypatch, nodes, GangRequest(2, 2, max_replicas_per_node=1))
+
+
+@pytest.mark.parametrize("replicas", [4, 3])
+def test_racks_that_can_only_tie_on_a_gang_of_one_gpu_replicas_are_not_planned(
+        monkeypatch, replicas: int) -> None:
+    """One-GPU replicas on twelve racks of 2-GPU nodes (a PIX pair each: empty ones and
+    ones with a GPU in use), TCP between them. Two nodes hold the gang, so
+    one of them holds two replicas or more (four: both, ``jmin``; three: one, counted by
+    the tight bound): its share is a pair, not the one GPU that has no pair and keeps
+    every block. Bounded with each node's best share alone, every rack stayed above the
+    best found and all twelve were planned (66e639f); with the replicas counted, the racks after
+    the first tie on the bound and lose on their names. The answer is the full search's."""
+    pair = sub_topology(fixture_topology("pcie-2socket-phb"), [0, 1])
+    # racks of 2-3 empty nodes and 1-3 busy ones (GPU 0 or 1 in use): no two racks share
+    # a plan (their classes differ), all hold the same best placement
+    shapes = [(empty, busy, gpu) for empty in (2, 3) for busy in (1, 2, 3) for gpu in (0, 1)]
+    nodes = [NodeState(name=f"n{r:02d}{i}", topology=pair,
+                       used=frozenset({gpu}) if i >= empty else frozenset(), zone="z1",
+                       rack=f"r{r:02d}", network_gbps=25.0, network_transport="tcp")
+             for r, (empty, busy, gpu) in enumerate(shapes) for i in range(empty + busy)]
+    placement = _solved_planning_one_scope(monkeypatch, nodes, GangRequest(replicas, 1))
+    assert len({s.node for s in placement.slots}) == 2
