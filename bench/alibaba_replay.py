@@ -32,6 +32,13 @@ Modes (``--modes``):
   the product does). Waits, stranded GPUs over the arrival window, the first 8-GPU pod
   that could not start at once.
 - ``recorded``: the same at the recorded times (the cluster is almost idle: a check).
+- ``multi``: ``compressed`` on a multi-GPU-heavy mix of the trace's own pods
+  (:func:`multi_heavy`): one-GPU pods drawn at random (``--seed``) are swapped for
+  multi-GPU pods of the trace, each with its size, CPU, memory, GPU models and observed
+  run time, arriving when the pod it replaces did, until pods with 2+ GPUs are
+  ``--multi-share`` (50 %) of the list. The trace's own list is 98 % one-GPU pods, where
+  the choice of node under churn hardly shows; here half the pods need several GPUs of
+  one node.
 
 "Stranded": free GPUs on partly used nodes, as a share of all free GPUs (and of the 8-GPU
 nodes' free GPUs alone); "best set": a multi-GPU pod's GPUs are as good as any set of that
@@ -48,6 +55,7 @@ import argparse
 import csv
 import heapq
 import os
+import random
 import sys
 import time
 from collections.abc import Sequence
@@ -74,7 +82,7 @@ DEFAULT_DATA = ROOT.parent / "shared" / "data" / "alibaba-gpu-2023"
 NODES_CSV, PODS_CSV = "openb_node_list_gpu_node.csv", "openb_pod_list_default.csv"
 FIXTURES = ROOT / "tests" / "fixtures" / "topologies"
 POLICIES: dict[str, Policy] = {"gputopo": solve, **BASELINES}
-MODES = ("fill", "compressed", "recorded")
+MODES = ("fill", "compressed", "recorded", "multi")
 
 
 class MissingTrace(Exception):
@@ -156,6 +164,29 @@ def load_trace(data: Path, g_wiring: str = "pcie") -> Trace:
                             float(row["deletion_time"]) if row["deletion_time"] else None))
     pods.sort(key=lambda p: (p.created, p.name))
     return Trace(nodes, capacity, models, pods, end)
+
+
+def multi_heavy(trace: Trace, share: float, seed: int) -> Trace:
+    """The trace with one-GPU pods, drawn with ``seed``, swapped for multi-GPU pods of the
+    trace until pods of 2+ GPUs are ``share`` of the list (module docstring, ``multi``).
+
+    A swapped-in pod keeps the arrival of the pod it replaces and brings its own size,
+    CPU, memory, GPU models and run time (deletion - creation; to the trace's end when
+    never deleted), so the list's length and arrival times are the trace's."""
+    rng = random.Random(seed)
+    multi = [p for p in trace.pods if p.gpus > 1]
+    ones = [i for i, p in enumerate(trace.pods) if p.gpus == 1]
+    swap = set(rng.sample(ones, max(0, min(len(ones),
+                                            round(share * len(trace.pods)) - len(multi)))))
+    pods = []
+    for i, pod in enumerate(trace.pods):
+        if i in swap:
+            like = rng.choice(multi)
+            run = (like.ends if like.ends is not None else trace.end) - like.created
+            pod = Pod(f"{like.name}-as-{pod.name}", like.gpus, like.cpu_milli,
+                      like.memory_mib, like.models, pod.created, pod.created + run)
+        pods.append(pod)
+    return Trace(trace.nodes, trace.capacity, trace.models, pods, trace.end)
 
 
 class Cluster:
@@ -363,6 +394,7 @@ def over_time(trace: Trace, policy: str, factor: float) -> dict[str, Any]:
               if trace.pods[i].gpus == 8]
     return {"policy": policy, "pods": len(trace.pods), "started": len(start),
             "neverStarted": len(trace.pods) - len(start),
+            "waited": sum(w > 0 for w in waits),
             "belowMin": hows.get("fallback", 0),
             "waitP50S": percentile(waits, 0.5), "waitP95S": percentile(waits, 0.95),
             "waitMaxS": max(waits, default=0.0), "wait8P95S": percentile(waits8, 0.95),
@@ -387,6 +419,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--g-wiring", choices=("pcie", "dgx1"), default="pcie",
                     help="assumed wiring of the undisclosed 8-GPU models G2/G3")
+    ap.add_argument("--multi-share", type=float, default=0.5,
+                    help="share of pods with 2+ GPUs in the multi mode's mix")
+    ap.add_argument("--seed", type=int, default=1, help="the multi mode's draw")
     args = ap.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
@@ -419,20 +454,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ("stranded8", "stranded, 8-GPU nodes", ".2%"),
                 ("bestSet", "multi-GPU pods on best set", ".0%")])
         else:
-            factor = args.factor if mode == "compressed" else 1.0
-            rows = [over_time(trace, p, factor) for p in policies]
+            factor = args.factor if mode in ("compressed", "multi") else 1.0
+            mix = multi_heavy(trace, args.multi_share, args.seed) if mode == "multi" else trace
+            rows = [over_time(mix, p, factor) for p in policies]
             table = md_table([{**r, "first8Waited": _fmt(r["first8Waited"], "d")}
                               for r in rows], [
                 ("policy", "policy", ""), ("neverStarted", "pods never started", "d"),
+                ("waited", "pods that waited", "d"),
                 ("belowMin", "started below minShare", "d"),
                 ("waitP50S", "wait p50 s", ".0f"), ("waitP95S", "wait p95 s", ".0f"),
                 ("waitMaxS", "wait max s", ".0f"), ("wait8P95S", "8-GPU wait p95 s", ".0f"),
-                ("first8Waited", "1st 8-GPU pod that waited (of 44)", ""),
+                ("first8Waited", "1st 8-GPU pod that waited", ""),
+                ("multiGpu", "multi-GPU pods started", "d"),
                 ("stranded", "stranded (arrivals)", ".2%"),
                 ("stranded8", "stranded, 8-GPU nodes", ".2%"),
                 ("bestSet", "multi-GPU pods on best set", ".0%")])
         took = time.perf_counter() - t0
         what = (f"arrivals / {args.factor:g}" if mode == "compressed" else
+                f"pods of 2+ GPUs {args.multi_share:.0%} (seed {args.seed}), arrivals / "
+                f"{args.factor:g}" if mode == "multi" else
                 "recorded times" if mode == "recorded" else "creation order, no departures")
         print(f"### {mode} ({what}; {took:.0f} s, load average {os.getloadavg()[0]:.1f})\n")
         print(table + "\n")

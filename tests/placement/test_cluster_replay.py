@@ -230,3 +230,28 @@ def test_mixed_generations_nodes_carry_gfd_labels_and_compute_is_charged_per_mod
     assert "## Mixed-generation replay" in out
     for p in mg.POLICIES:
         assert f"| 0.7 | {p} |" in out
+
+
+def test_alibaba_replay_multi_mode_swaps_in_the_traces_own_multi_gpu_pods(tmp_path, capsys):
+    """The multi mode's mix: the list's length and arrival times are the trace's, the share
+    asked of the pods (here all: the tiny trace is 5 of 6 multi-GPU already) asks for 2+
+    GPUs, each swapped-in pod is one of the trace's multi-GPU pods (size, CPU, memory,
+    models, run time), and the same seed draws the same mix."""
+    (tmp_path / alibaba_replay.NODES_CSV).write_text(NODES)
+    (tmp_path / alibaba_replay.PODS_CSV).write_text(PODS)
+    trace = alibaba_replay.load_trace(tmp_path)
+    mix = alibaba_replay.multi_heavy(trace, 1.0, seed=3)
+    assert [p.created for p in mix.pods] == [p.created for p in trace.pods]
+    assert sum(p.gpus > 1 for p in mix.pods) == len(trace.pods) == 6
+    multi = {(p.gpus, p.cpu_milli, p.memory_mib, p.models,
+              (p.ends if p.ends is not None else trace.end) - p.created)
+             for p in trace.pods if p.gpus > 1}
+    for before, after in zip(trace.pods, mix.pods, strict=True):
+        if after != before:
+            assert before.gpus == 1
+            assert (after.gpus, after.cpu_milli, after.memory_mib, after.models,
+                    after.ends - after.created) in multi
+    assert alibaba_replay.multi_heavy(trace, 1.0, seed=3) == mix
+    assert alibaba_replay.main(["--data", str(tmp_path), "--modes", "multi",
+                                "--policies", "gputopo,best-fit"]) == 0
+    assert "pods that waited" in capsys.readouterr().out

@@ -24,10 +24,10 @@ from gputopo.placement.types import GangRequest, NodeState, Placement
 
 
 @st.composite
-def racked_clusters(draw: st.DrawFn, *,
-                    domains: bool = False) -> tuple[list[NodeState], GangRequest]:
+def racked_clusters(draw: st.DrawFn, *, domains: bool = False,
+                    replicas: tuple[int, int] = (2, 4)) -> tuple[list[NodeState], GangRequest]:
     """``domains``: nodes in NVLink domains d1, d2 or none (domain scopes, the fewest
-    domains and free domains opened in the bound)."""
+    domains and free domains opened in the bound); ``replicas``: the gang's range."""
     full = [fixture_topology(name) for name in
             draw(st.lists(st.sampled_from(sorted(FIXTURE_FILES)), min_size=1, max_size=2,
                           unique=True))]
@@ -51,7 +51,7 @@ def racked_clusters(draw: st.DrawFn, *,
             network_gbps=net, network_transport=transport,
             nvlink_domain=draw(st.sampled_from([None, "d1", "d2"])) if domains else None))
     g = draw(st.integers(1, 2))
-    gang = GangRequest(replicas=draw(st.integers(2, 4)), gpus_per_replica=g,
+    gang = GangRequest(replicas=draw(st.integers(*replicas)), gpus_per_replica=g,
                        max_replicas_per_node=draw(st.sampled_from([1, 1, 2, None])))
     return nodes, gang
 
@@ -63,6 +63,22 @@ def test_the_bound_skips_only_scopes_that_cannot_win(
     nodes, gang = case
     fast = solve(nodes, gang)
     with pytest.MonkeyPatch.context() as mp:  # the full search: every scope looked at
+        mp.setattr(search._Search, "prune_by_score", False)
+        full = solve(nodes, gang)
+    assert fast == full
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(racked_clusters(replicas=(5, 12)),
+                 racked_clusters(domains=True, replicas=(5, 12))))
+def test_the_bound_with_replicas_counted_skips_only_scopes_that_cannot_win(
+        case: tuple[list[NodeState], GangRequest]) -> None:
+    """Gangs of 5-12 replicas on nodes of 2-4 GPUs: the m nodes of a placement must hold
+    them all, several replicas each (the bound's ``jmin`` and its knapsack over the
+    replica counts, scopes.bound with ``tight``): the answer is the full search's."""
+    nodes, gang = case
+    fast = solve(nodes, gang)
+    with pytest.MonkeyPatch.context() as mp:
         mp.setattr(search._Search, "prune_by_score", False)
         full = solve(nodes, gang)
     assert fast == full
@@ -136,3 +152,25 @@ def test_racks_whose_nodes_differ_in_their_best_pair_are_not_planned_in_vain(
                        rack=f"r{r:02d}", network_gbps=25.0, network_transport="tcp")
              for r, u in enumerate(used) for kind, topo in (("a", pairs), ("p", pcie))]
     _solved_planning_one_scope(monkeypatch, nodes, GangRequest(2, 2, max_replicas_per_node=1))
+
+
+@pytest.mark.parametrize("replicas", [4, 3])
+def test_racks_that_can_only_tie_on_a_gang_of_one_gpu_replicas_are_not_planned(
+        monkeypatch, replicas: int) -> None:
+    """One-GPU replicas on twelve racks of 2-GPU nodes (a PIX pair each: empty ones and
+    ones with a GPU in use), TCP between them. Two nodes hold the gang, so
+    one of them holds two replicas or more (four: both, ``jmin``; three: one, counted by
+    the tight bound): its share is a pair, not the one GPU that has no pair and keeps
+    every block. Bounded with each node's best share alone, every rack stayed above the
+    best found and all twelve were planned (66e639f); with the replicas counted, the racks after
+    the first tie on the bound and lose on their names. The answer is the full search's."""
+    pair = sub_topology(fixture_topology("pcie-2socket-phb"), [0, 1])
+    # racks of 2-3 empty nodes and 1-3 busy ones (GPU 0 or 1 in use): no two racks share
+    # a plan (their classes differ), all hold the same best placement
+    shapes = [(empty, busy, gpu) for empty in (2, 3) for busy in (1, 2, 3) for gpu in (0, 1)]
+    nodes = [NodeState(name=f"n{r:02d}{i}", topology=pair,
+                       used=frozenset({gpu}) if i >= empty else frozenset(), zone="z1",
+                       rack=f"r{r:02d}", network_gbps=25.0, network_transport="tcp")
+             for r, (empty, busy, gpu) in enumerate(shapes) for i in range(empty + busy)]
+    placement = _solved_planning_one_scope(monkeypatch, nodes, GangRequest(replicas, 1))
+    assert len({s.node for s in placement.slots}) == 2

@@ -10,6 +10,7 @@ reasons and the first bound read.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -18,7 +19,7 @@ from typing import Any
 
 from gputopo.errors import InputError
 from gputopo.placement.objective import ROUND, Score
-from gputopo.placement.solver.options import _Option, _options
+from gputopo.placement.solver.options import _Option, _options, _value
 from gputopo.placement.types import UNCAPPED, NodeState
 from gputopo.topology.cost import domain_gbps
 from gputopo.topology.model import Topology
@@ -45,27 +46,30 @@ class _Kind:
         #: per gang size n: (one-node key, best n-GPU share), see :meth:`one_node`
         self.rated: dict[int, tuple[tuple[float, float, int, int, int, int, int], _Option]] = {}
         self._head: tuple[str, tuple[int, ...]] | None = None
-        #: what :func:`scopes.bound` reads: per (g, jmax) the best pair, per (g, jmax, pair)
-        #: the best blocks (:meth:`best_pair`, :meth:`best_blocks`)
-        self._pairs: dict[tuple[int, int], float] = {}
-        self._blocks: dict[tuple[int, int, float], int] = {}
+        #: what :func:`scopes.bound` reads: per (g, jmin, jmax) the best pair, per (g, jmin,
+        #: jmax, pair) the best blocks (:meth:`best_pair`, :meth:`best_blocks`)
+        self._pairs: dict[tuple[int, int, int], float] = {}
+        self._blocks: dict[tuple[int, int, int, float], int | None] = {}
+        #: per g, and per (g, pair): :meth:`count_pairs`, :meth:`count_values`
+        self._count_pairs: dict[int, tuple[float, ...]] = {}
+        self._count_values: dict[tuple[int, float], tuple[int | float, ...]] = {}
         #: per (gang size, share, node network): a one-node placement's (score, bus
         #: bandwidth), see :func:`one_node.one_node`
         self.scored: dict[tuple[Any, ...], tuple[Score, float]] = {}
 
-    def best_pair(self, g: int, jmax: int) -> float:
-        """The best slowest pair of any share of 1..``jmax`` replicas of ``g`` GPUs on such
-        a node (the Pareto options keep it): what :func:`scopes.bound` bounds a scope's
-        pair term with."""
-        got = self._pairs.get((g, jmax))
+    def best_pair(self, g: int, jmin: int, jmax: int) -> float:
+        """The best slowest pair of any share of ``jmin``..``jmax`` replicas of ``g`` GPUs
+        on such a node (the Pareto options keep it): what :func:`scopes.bound` bounds a
+        scope's pair term with."""
+        got = self._pairs.get((g, jmin, jmax))
         if got is None:
-            got = self._pairs[(g, jmax)] = max(o.pair for o in self._shares(g, jmax))
+            got = self._pairs[(g, jmin, jmax)] = max(
+                o.pair for o in self._shares(g, jmin, jmax))
         return got
 
-    def best_blocks(self, g: int, jmax: int, pair: float) -> int:
-        """The best encoded blocks delta of the shares of 1..``jmax`` replicas of ``g``
-        GPUs whose slowest pair is at least ``pair`` (never called above
-        :meth:`best_pair`).
+    def best_blocks(self, g: int, jmin: int, jmax: int, pair: float) -> int | None:
+        """The best encoded blocks delta of the shares of ``jmin``..``jmax`` replicas of
+        ``g`` GPUs whose slowest pair is at least ``pair``; None if none reaches it.
 
         Why not the best blocks of any share: the objective compares the slowest pair
         before the blocks, so a placement that ties a scope's pair bound uses only shares
@@ -74,15 +78,40 @@ class _Kind:
         cluster every rack stayed above the best found and was planned in vain (a 2 x 4
         gang: ~100 racks, ~15 ms). The Pareto options (ring, pair, blocks) hold the best
         blocks of every pair threshold."""
-        got = self._blocks.get((g, jmax, pair))
+        got = self._blocks.get((g, jmin, jmax, pair))
         if got is None:
-            got = self._blocks[(g, jmax, pair)] = max(
-                o.health for o in self._shares(g, jmax) if o.pair >= pair)
+            got = self._blocks[(g, jmin, jmax, pair)] = max(
+                (o.health for o in self._shares(g, jmin, jmax) if o.pair >= pair),
+                default=None)
         return got
 
-    def _shares(self, g: int, jmax: int) -> list[_Option]:
-        """The Pareto options of every share of 1..``jmax`` replicas of ``g`` GPUs."""
-        return [o for j in range(1, jmax + 1)
+    def count_pairs(self, g: int) -> tuple[float, ...]:
+        """Per count j of replicas of ``g`` GPUs (1, 2, ... as many as fit), the best
+        slowest pair of its shares: what the scopes' tight bound (:func:`scopes._tight`)
+        reads, a row of numbers per node rather than a call per count."""
+        got = self._count_pairs.get(g)
+        if got is None:
+            got = self._count_pairs[g] = tuple(
+                self.best_pair(g, j, j) for j in range(1, self.free // g + 1))
+        return got
+
+    def count_values(self, g: int, pair: float) -> tuple[int | float, ...]:
+        """Per count j as :meth:`count_pairs`, the best value (blocks, opened, left:
+        options._value) of its shares whose slowest pair is at least ``pair``; -inf
+        where none reaches it."""
+        got = self._count_values.get((g, pair))
+        if got is None:
+            values: list[int | float] = []
+            for j in range(1, self.free // g + 1):
+                health = self.best_blocks(g, j, j, pair)
+                values.append(-math.inf if health is None else
+                              _value(health, int(self.opened), self.free - j * g))
+            got = self._count_values[(g, pair)] = tuple(values)
+        return got
+
+    def _shares(self, g: int, jmin: int, jmax: int) -> list[_Option]:
+        """The Pareto options of every share of ``jmin``..``jmax`` replicas of ``g`` GPUs."""
+        return [o for j in range(jmin, jmax + 1)
                 for o in _options(self.topology, self.free_mask, j * g)]
 
     def one_node(self, n: int) -> tuple[tuple[float, float, int, int, int, int, int], _Option]:

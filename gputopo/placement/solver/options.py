@@ -21,6 +21,9 @@ from gputopo.topology.model import Topology
 #: Base of the integer encoding of the blocks vector (order-preserving while every summed
 #: component stays within +-BASE/2; 64 touched nodes x 32 blocks is far below).
 BASE = 1 << 20
+#: Scale of (blocks, packing) over the fit term (GPUs left free, summed over the touched
+#: nodes) in :func:`_value`: order-preserving while that sum stays below half of it.
+FIT_BASE = 1 << 32
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,14 @@ def _encode(vec: Iterable[int]) -> int:
     for v in vec:
         out = out * BASE + v
     return out
+
+
+def _value(health: int, opened: int, left: int) -> int:
+    """The objective's last three terms as one integer, larger is better: the encoded
+    blocks kept (``health``), minus the empty nodes ``opened``, minus the GPUs ``left``
+    free. Sums of node values are the values of the sums (the multi-node knapsack adds
+    them node by node, the scopes' bound too)."""
+    return (health * BASE - opened) * FIT_BASE - left
 
 
 def _index_by_position(topology: Topology, mask: int) -> tuple[int, ...]:

@@ -8,18 +8,18 @@ slow case (polynomial in the replicas) and the part the oracle tests prove exact
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Sequence
 from functools import lru_cache
-from operator import itemgetter
 
 from gputopo.placement.objective import ROUND, SPAN_RANK, Score, score_by_name, span_of, tie_break
 from gputopo.placement.solver.candidate import _Candidate
 from gputopo.placement.solver.grouped_nodes import GroupedNodes
 from gputopo.placement.solver.grouping import _free_domains, _Group, _group_nodes, _Tally
 from gputopo.placement.solver.one_node import single_node
-from gputopo.placement.solver.options import BASE, _encode, _Option, _options
-from gputopo.placement.solver.scopes import _Class, _f, cap, scopes
+from gputopo.placement.solver.options import BASE, FIT_BASE, _encode, _Option, _options, _value
+from gputopo.placement.solver.scopes import Scope, _Class, _f, cap, scopes
 from gputopo.placement.solver.scopes import bound as scope_bound
 from gputopo.placement.types import GangRequest, NodeState
 from gputopo.topology.cost import SPAN_FACTOR
@@ -31,9 +31,6 @@ DOMAIN_COST = BASE ** 8
 #: Stage c's price of opening an NVLink domain with no GPU in use (the objective's
 #: ``domains_opened``), in the same units: above (blocks, packing), below one more domain.
 OPEN_COST = BASE ** 7
-#: Scale of (blocks, packing) over the fit term (GPUs left free, summed over the touched
-#: nodes) in the knapsack's values: order-preserving while that sum stays below half of it.
-FIT_BASE = 1 << 32
 
 
 def _sumset(x: int, y: int) -> int:
@@ -117,37 +114,52 @@ class _Search:
             m_lb = max(2, math.ceil(self.r / jmax))
             if round(_f(self.n, m_lb, -math.inf, net, 1.0), ROUND) < best.score.bus_bandwidth:
                 return best
-        # Scopes best bound first; the bound covers the whole objective (``scopes.bound``), so
-        # once one is below the best found, so is every later one. A scope whose bound only
-        # equals the best can still win the tie-break by node names, unless its first name
-        # comes after the best's first.
-        rated = []
-        for scope in scopes(self.groups, self.g, self.free):
-            bound = scope_bound(scope, self.gang)
+        # Scopes best bound first, the bound of the whole objective (``scopes.bound``): once
+        # the best left is below the best placement found, so is every other. A scope's
+        # bound is worked out in levels, each tighter and costlier (scopes.bound): the heap
+        # holds every scope with its latest; the top one is bounded at the next level and
+        # put back, or at the last level planned. So a scope is planned only when its
+        # tightest bound is the highest left, and one whose cheap bound is already below
+        # the best found is never bounded further. A scope whose bound only equals the
+        # best can still win the tie-break by node names, unless its first name comes after
+        # the best's first.
+        heap: list[tuple[tuple[float | int, ...], int, int, int, Scope]] = []
+        for seq, scope in enumerate(scopes(self.groups, self.g, self.free, self.per_node)):
+            bound = scope_bound(scope, self.gang, 0)
             if bound is not None:
-                rated.append((bound, -SPAN_RANK[scope.span], scope))
-        rated.sort(key=itemgetter(0, 1), reverse=True)
-        for bound, _, scope in rated:
+                heapq.heappush(heap, (_negated(bound), SPAN_RANK[scope.span], seq, 0, scope))
+        last = 2 if self.prune_by_score else 0
+        while heap:
+            key, rank, seq, level, scope = heapq.heappop(heap)
+            bound = _negated(key)
             if best is not None:
                 top = best.score
                 if bound[0] < top.bus_bandwidth:
                     break
                 if self.prune_by_score:
                     have = (top.bus_bandwidth, top.nodes, top.bottleneck_pair, top.locality,
-                            top.domains, top.domains_opened, _encode(top.blocks), top.packing,
-                            top.fit)
+                            top.domains, top.domains_opened,
+                            _value(_encode(top.blocks), -top.packing, -top.fit))
                     if bound < have:
                         break
-                    first = min(n.name for grp, members in scope.pieces
-                                if cap(grp.kind, grp.cap, self.per_node, self.g)
-                                for n in members)
-                    if bound == have and first > best.tie[0][0]:
+                    if bound == have and self._first(scope) > best.tie[0][0]:
                         continue
+            if level < last:
+                tighter = scope_bound(scope, self.gang, level + 1)
+                if tighter is not None:  # both hold; either may be the lower
+                    bound = min(bound, tighter)
+                    heapq.heappush(heap, (_negated(bound), rank, seq, level + 1, scope))
+                continue
             cand = self._scope(scope.span, scope.classes(),
                                None if best is None else best.score.bus_bandwidth)
             if cand is not None and cand.better_than(best):
                 best = cand
         return best
+
+    def _first(self, scope: Scope) -> str:
+        """The smallest name of a node of ``scope`` with room for a replica."""
+        return min(n.name for grp, members in scope.pieces
+                   if cap(grp.kind, grp.cap, self.per_node, self.g) for n in members)
 
     #: Skip scopes by the bound of the whole objective (off: by bandwidth only, the full
     #: search tests/placement/test_scope_pruning.py compares against).
@@ -372,7 +384,7 @@ class _Search:
             fresh_domain = domain is None or domain != last_domain
             last_domain = domain
             unit = sorted(
-                ((j, (o.health * BASE - int(c.opened)) * FIT_BASE - (c.kind.free - j * self.g))
+                ((j, _value(o.health, int(c.opened), c.kind.free - j * self.g))
                  for j, o in allowed.items()), reverse=True
             )
             # inner[(q, rr)]: best value of q nodes of this class holding rr replicas;
@@ -433,6 +445,12 @@ class _Search:
                 q, rr = q - 1, rr - j
         plan.reverse()
         return state[end], plan
+
+
+def _negated(bound: tuple[float | int, ...]) -> tuple[float | int, ...]:
+    """A bound with every term negated: the heap pops the smallest, the search wants the
+    highest bound first."""
+    return tuple(-x for x in bound)
 
 
 def _rev(gpus: tuple[int, ...]) -> tuple[int, ...]:
