@@ -169,6 +169,9 @@ def _topology_json(topology: Topology) -> str:
     return topology.to_json()
 
 
+_Loc = tuple[str | None, str | None]  # (zone, rack)
+
+
 @dataclass(eq=False)
 class _Group:
     """The nodes of one solve that share a kind and a network: one pass over the nodes
@@ -184,7 +187,26 @@ class _Group:
     def __post_init__(self) -> None:
         self._canon: tuple[str, tuple[int, ...], float, int] | None = None
         self._first: NodeState | None = None
+        self._split: dict[_Loc, list[NodeState]] | None = None
         self.free = min(self.kind.free, self.cap)  # GPUs the gang may take on one node
+
+    def places(self) -> dict[_Loc, list[NodeState]]:
+        """Its nodes by (zone, rack), in their order: the multi-node search's scopes are
+        unions of these pieces, and their bounds read the pieces' sizes. Split once, when
+        first asked, and kept with the group: a :class:`GroupedNodes` keeps its groups
+        between solves, so a solve of a kept grouping splits only the groups a change
+        rebuilt."""
+        if self._split is None:
+            split: dict[_Loc, list[NodeState]] = {}
+            for node in self.nodes:
+                loc = (node.zone, node.rack)
+                members = split.get(loc)
+                if members is None:
+                    split[loc] = [node]
+                else:
+                    members.append(node)
+            self._split = split
+        return self._split
 
     def reach(self) -> float:
         """The fastest rate its nodes can reach another node at: the effective network,

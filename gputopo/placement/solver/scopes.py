@@ -10,14 +10,14 @@ the search itself (search.py) only plans one scope at a time.
 from __future__ import annotations
 
 import math
-from collections.abc import Container, Iterable
+from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache, reduce
 from itertools import zip_longest
 from operator import or_
 
 from gputopo.placement.objective import ROUND, SPAN_RANK
-from gputopo.placement.solver.grouping import _NAME, _Group, _Kind
+from gputopo.placement.solver.grouping import _NAME, _Group, _Kind, _Loc
 from gputopo.placement.solver.options import _value
 from gputopo.placement.types import UNCAPPED, GangRequest, NodeState
 from gputopo.topology.cost import SPAN_FACTOR, domain_gbps
@@ -52,12 +52,15 @@ class _Class:
 
 @dataclass(eq=False)
 class Scope:
-    """One scope of the multi-node search: its span and its pieces (each group with its
-    nodes inside the scope). Its classes are built when the search plans it: most scopes
-    of a busy cluster are ruled out by their :func:`bound` first, which reads the pieces."""
+    """One scope of the multi-node search: its span and its groups, each with its count of
+    nodes inside the scope (``held``: one dict per rack, or one for a scope of whole
+    groups, ``locs`` None). Its nodes (:meth:`pieces`) and classes are looked up only when
+    the search needs them: most scopes of a busy cluster are ruled out by their
+    :func:`bound` first, which reads the counts."""
 
     span: str
-    pieces: list[tuple[_Group, list[NodeState]]]
+    held: list[dict[_Group, int]]
+    locs: list[_Loc] | None  # the rack of each of ``held``; None: whole groups
     free: Container[str]  # the NVLink domains with no GPU in use
     room: dict[int, int]  # nodes per count of the gang's replicas they can hold
     rate: float  # the fastest rate of its nodes to the others, Gbit/s (:func:`_rate`)
@@ -66,10 +69,23 @@ class Scope:
     def __post_init__(self) -> None:
         self._classes: list[_Class] | None = None
 
+    def counts(self) -> Iterator[tuple[_Group, int]]:
+        """Each group with room with its count of nodes in the scope (a group once per
+        rack it has nodes in)."""
+        for held in self.held:
+            yield from held.items()
+
+    def pieces(self) -> list[tuple[_Group, list[NodeState]]]:
+        """Each group with room with its nodes in the scope (once per rack)."""
+        if self.locs is None:
+            return [(grp, grp.nodes) for held in self.held for grp in held]
+        return [(grp, grp.places()[loc])
+                for loc, held in zip(self.locs, self.held, strict=True) for grp in held]
+
     def classes(self) -> list[_Class]:
         """The scope's classes, in the search's order (:func:`_classes`)."""
         if self._classes is None:
-            self._classes = _classes(self.pieces, self.free, fabric=self.fabric)
+            self._classes = _classes(self.pieces(), self.free, fabric=self.fabric)
         return self._classes
 
 
@@ -147,72 +163,72 @@ def _merged(rooms: Iterable[dict[int, int]]) -> dict[int, int]:
 def scopes(groups: list[_Group], g: int, free: Container[str],
            per_node: int = UNCAPPED) -> list[Scope]:
     """Every NVLink domain, rack, zone and the whole cluster that can hold a multi-node
-    gang of replicas of ``g`` GPUs, at most ``per_node`` on a node, each with its pieces
-    of the groups that have room for a replica and its count of nodes per replicas held
-    (what :func:`bound` reads first).
+    gang of replicas of ``g`` GPUs, at most ``per_node`` on a node, each with its groups
+    that have room for a replica (their count of nodes there) and its count of nodes per
+    replicas held (what :func:`bound` reads first).
 
     A scope counts every node for its size (two nodes or more), as the span does; a
     zone that is exactly one rack, and a cluster that is exactly one rack or zone, are
-    searched once, in the narrower scope. One pass over the nodes splits the groups by
-    (zone, rack); zones and the cluster are unions of those pieces.
+    searched once, in the narrower scope. Each group's nodes are split by (zone, rack)
+    (:meth:`_Group.places`, once per group: a kept grouping keeps it); zones and the
+    cluster are unions of those pieces. Why counts and not the pieces' nodes: a busy
+    10,000-node cluster has ~5,700 (group, rack) pieces and ~400 scopes, of which the
+    search looks at the nodes of a hundred at most (:meth:`Scope.pieces`); collecting
+    every piece's nodes for every scope was a third of a 16 x 1 solve.
     """
-    size: dict[tuple[str | None, str | None], int] = {}
-    pieces: dict[tuple[str | None, str | None], list[tuple[_Group, list[NodeState]]]] = {}
-    room: dict[tuple[str | None, str | None], dict[int, int]] = {}
-    rate: dict[tuple[str | None, str | None], float] = {}
-    eligible: list[_Group] = []
+    size: dict[_Loc, int] = {}
+    held: dict[_Loc, dict[_Group, int]] = {}  # per rack, its groups with room: nodes there
+    room: dict[_Loc, dict[int, int]] = {}
+    rate: dict[_Loc, float] = {}
+    eligible: dict[_Group, int] = {}
     # NVLink domains: their eligible groups (a group is of one domain), every node's
     # count, and which (zone, rack) places they cover (a rack that is exactly one
     # domain is searched once, as the domain)
-    domains: dict[str, list[tuple[_Group, list[NodeState]]]] = {}
+    domains: dict[str, dict[_Group, int]] = {}
     domain_size: dict[str, int] = {}
-    loc_domains: dict[tuple[str | None, str | None], set[str | None]] = {}
-    domain_locs: dict[str, set[tuple[str | None, str | None]]] = {}
+    loc_domains: dict[_Loc, set[str | None]] = {}
+    domain_locs: dict[str, set[_Loc]] = {}
     any_domain = any(grp.domain is not None for grp in groups)
     for grp in groups:
         dom = grp.domain
         if dom is not None:
             domain_size[dom] = domain_size.get(dom, 0) + len(grp.nodes)
-        if grp.free < g:
-            for node in grp.nodes:
-                loc = (node.zone, node.rack)
-                size[loc] = size.get(loc, 0) + 1
-                if any_domain:
-                    loc_domains.setdefault(loc, set()).add(dom)
-                    if dom is not None:
-                        domain_locs.setdefault(dom, set()).add(loc)
-            continue
-        eligible.append(grp)
-        j = cap(grp.kind, grp.cap, per_node, g)
-        if dom is not None:
-            domains.setdefault(dom, []).append((grp, grp.nodes))
-        split: dict[tuple[str | None, str | None], list[NodeState]] = {}
-        for node in grp.nodes:
-            loc = (node.zone, node.rack)
-            members = split.get(loc)
-            if members is None:
-                split[loc] = [node]
-            else:
-                members.append(node)
-        for loc, members in split.items():
-            size[loc] = size.get(loc, 0) + len(members)
-            pieces.setdefault(loc, []).append((grp, members))
-            held = room.setdefault(loc, {})
-            held[j] = held.get(j, 0) + len(members)
-            rate[loc] = max(rate.get(loc, 0.0), grp.network_gbps)
-            if any_domain:
+        places = grp.places()
+        if any_domain:
+            for loc in places:
                 loc_domains.setdefault(loc, set()).add(dom)
                 if dom is not None:
                     domain_locs.setdefault(dom, set()).add(loc)
+        if grp.free < g:
+            for loc, members in places.items():
+                size[loc] = size.get(loc, 0) + len(members)
+            continue
+        eligible[grp] = len(grp.nodes)
+        j = cap(grp.kind, grp.cap, per_node, g)
+        if dom is not None:
+            domains.setdefault(dom, {})[grp] = len(grp.nodes)
+        net = grp.network_gbps
+        for loc, members in places.items():
+            k = len(members)
+            size[loc] = size.get(loc, 0) + k
+            here = held.get(loc)
+            if here is None:
+                held[loc], room[loc], rate[loc] = {grp: k}, {j: k}, net
+                continue
+            here[grp] = k
+            at = room[loc]
+            at[j] = at.get(j, 0) + k
+            if net > rate[loc]:
+                rate[loc] = net
 
     zone_size: dict[str, int] = {}
-    zone_locs: dict[str, list[tuple[str | None, str | None]]] = {}
+    zone_locs: dict[str, list[_Loc]] = {}
     for loc, count in size.items():
         if loc[0] is not None:
             zone_size[loc[0]] = zone_size.get(loc[0], 0) + count
             zone_locs.setdefault(loc[0], []).append(loc)
 
-    def one_rack(locs: list[tuple[str | None, str | None]]) -> bool:
+    def one_rack(locs: list[_Loc]) -> bool:
         return len(locs) == 1 and locs[0][1] is not None
 
     scopes: list[Scope] = []
@@ -220,11 +236,11 @@ def scopes(groups: list[_Group], g: int, free: Container[str],
         if domain_size[dom] >= 2:
             ours = domains[dom]
             scopes.append(Scope(
-                "nvlink-domain", ours, free,
-                _merged({cap(grp.kind, grp.cap, per_node, g): len(grp.nodes)} for grp, _ in ours),
-                max(_rate(grp, True) for grp, _ in ours), fabric=True))
+                "nvlink-domain", [ours], None, free,
+                _merged({cap(grp.kind, grp.cap, per_node, g): len(grp.nodes)} for grp in ours),
+                max(_rate(grp, True) for grp in ours), fabric=True))
 
-    def one_domain(loc: tuple[str | None, str | None]) -> bool:
+    def one_domain(loc: _Loc) -> bool:
         doms = loc_domains.get(loc)
         if not doms or len(doms) != 1:
             return False
@@ -235,18 +251,21 @@ def scopes(groups: list[_Group], g: int, free: Container[str],
     for loc in sorted(racks, key=lambda k: (k[0] or "", k[1])):
         if any_domain and one_domain(loc):
             continue  # the rack is exactly one NVLink domain, searched as that
-        scopes.append(Scope("rack", pieces.get(loc, []), free, room.get(loc, {}),
-                            rate.get(loc, 0.0)))
+        if loc in held:
+            scopes.append(Scope("rack", [held[loc]], [loc], free, room[loc], rate[loc]))
+        else:
+            scopes.append(Scope("rack", [], [], free, {}, 0.0))
     for zone in sorted(zone_size):
         locs = zone_locs[zone]
         if zone_size[zone] >= 2 and not one_rack(locs):
-            scopes.append(Scope("zone", [p for loc in locs for p in pieces.get(loc, ())], free,
-                                _merged(room[loc] for loc in locs if loc in room),
-                                max((rate[loc] for loc in locs if loc in rate), default=0.0)))
+            ours = [loc for loc in locs if loc in held]
+            scopes.append(Scope("zone", [held[loc] for loc in ours], ours, free,
+                                _merged(room[loc] for loc in ours),
+                                max((rate[loc] for loc in ours), default=0.0)))
     node_count = sum(size.values())
     everyone_one_zone = len(zone_size) == 1 and next(iter(zone_size.values())) == node_count
     if node_count >= 2 and not everyone_one_zone and not one_rack(list(size)):
-        scopes.append(Scope("cluster", [(grp, grp.nodes) for grp in eligible], free,
+        scopes.append(Scope("cluster", [eligible], None, free,
                             _merged(room.values()), max(rate.values(), default=0.0)))
     return scopes
 
@@ -294,7 +313,7 @@ def bound(scope: Scope, gang: GangRequest, level: int) -> _Bound | None:
     did not rule out (search.multi_node):
 
     0. the bandwidth and the fewest nodes, from the scope's :attr:`Scope.room` alone;
-    1. every term, from the scope's pieces, each node at its best share;
+    1. every term, from the scope's groups and counts, each node at its best share;
     2. as 1, with the replicas counted: the pair and the last three terms of m nodes that
        hold R replicas between them (:func:`_tight`).
 
@@ -320,7 +339,7 @@ def bound(scope: Scope, gang: GangRequest, level: int) -> _Bound | None:
     cluster (their network share is lower) and the racks of slower nodes for a few dict
     reads each.
 
-    Level 1 reads the pieces, not the classes: nodes of one kind and GPU cap are alike to
+    Level 1 reads the groups' counts, not the classes: nodes of one kind and GPU cap are alike to
     every term (their count is what matters, and only up to ``m``), so a zone's hundred
     groups are a few dozen rows here, and the scope's classes are built only if it is
     planned (on the busy benchmark cluster a 2 x 4 gang's 154 scopes, ~1,000 classes,
@@ -338,9 +357,9 @@ def bound(scope: Scope, gang: GangRequest, level: int) -> _Bound | None:
     count: dict[tuple[_Kind, int], int] = {}  # nodes per (kind, GPU cap)
     stale: set[tuple[_Kind, int]] = set()  # rows with a node outside a free NVLink domain
     no_domain = False
-    for grp, members in scope.pieces:
+    for grp, k in scope.counts():
         row = (grp.kind, grp.cap)
-        count[row] = count.get(row, 0) + len(members)
+        count[row] = count.get(row, 0) + k
         no_domain = no_domain or grp.domain is None
         if not _fresh(grp, scope.free):
             stale.add(row)

@@ -158,7 +158,7 @@ class _Search:
 
     def _first(self, scope: Scope) -> str:
         """The smallest name of a node of ``scope`` with room for a replica."""
-        return min(n.name for grp, members in scope.pieces
+        return min(n.name for grp, members in scope.pieces()
                    if cap(grp.kind, grp.cap, self.per_node, self.g) for n in members)
 
     #: Skip scopes by the bound of the whole objective (off: by bandwidth only, the full
