@@ -188,6 +188,7 @@ class _Group:
         self._canon: tuple[str, tuple[int, ...], float, int] | None = None
         self._first: NodeState | None = None
         self._split: dict[_Loc, list[NodeState]] | None = None
+        self._firsts: dict[_Loc, str] | None = None
         self.free = min(self.kind.free, self.cap)  # GPUs the gang may take on one node
 
     def places(self) -> dict[_Loc, list[NodeState]]:
@@ -207,6 +208,17 @@ class _Group:
                     members.append(node)
             self._split = split
         return self._split
+
+    def first_at(self, loc: _Loc) -> str:
+        """The smallest name of its nodes in rack ``loc`` (kept with the group, as
+        :meth:`places`: the multi-node search asks it of every rack that ties with the
+        best placement found, a hundred racks of one-GPU replicas on a busy cluster)."""
+        if self._firsts is None:
+            self._firsts = {}
+        first = self._firsts.get(loc)
+        if first is None:
+            first = self._firsts[loc] = min(n.name for n in self.places()[loc])
+        return first
 
     def reach(self) -> float:
         """The fastest rate its nodes can reach another node at: the effective network,

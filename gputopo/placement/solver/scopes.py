@@ -82,6 +82,14 @@ class Scope:
         return [(grp, grp.places()[loc])
                 for loc, held in zip(self.locs, self.held, strict=True) for grp in held]
 
+    def first(self) -> str:
+        """The smallest name of its nodes with room for a replica (every node of
+        :meth:`pieces` has room)."""
+        if self.locs is None:
+            return min(grp.first() for held in self.held for grp in held)
+        return min(grp.first_at(loc)
+                   for loc, held in zip(self.locs, self.held, strict=True) for grp in held)
+
     def classes(self) -> list[_Class]:
         """The scope's classes, in the search's order (:func:`_classes`)."""
         if self._classes is None:

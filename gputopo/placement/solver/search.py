@@ -142,7 +142,7 @@ class _Search:
                             _value(_encode(top.blocks), -top.packing, -top.fit))
                     if bound < have:
                         break
-                    if bound == have and self._first(scope) > best.tie[0][0]:
+                    if bound == have and scope.first() > best.tie[0][0]:
                         continue
             if level < last:
                 tighter = scope_bound(scope, self.gang, level + 1)
@@ -155,11 +155,6 @@ class _Search:
             if cand is not None and cand.better_than(best):
                 best = cand
         return best
-
-    def _first(self, scope: Scope) -> str:
-        """The smallest name of a node of ``scope`` with room for a replica."""
-        return min(n.name for grp, members in scope.pieces()
-                   if cap(grp.kind, grp.cap, self.per_node, self.g) for n in members)
 
     #: Skip scopes by the bound of the whole objective (off: by bandwidth only, the full
     #: search tests/placement/test_scope_pruning.py compares against).
