@@ -76,11 +76,12 @@ class Scope:
             yield from held.items()
 
     def pieces(self) -> list[tuple[_Group, list[NodeState]]]:
-        """Each group with room with its nodes in the scope (once per rack)."""
+        """Each group with room with its nodes in the scope."""
         if self.locs is None:
             return [(grp, grp.nodes) for held in self.held for grp in held]
-        return [(grp, grp.places()[loc])
-                for loc, held in zip(self.locs, self.held, strict=True) for grp in held]
+        ours = set(self.locs)
+        groups = dict.fromkeys(grp for held in self.held for grp in held)
+        return [(grp, grp.within(ours)) for grp in groups]
 
     def first(self) -> str:
         """The smallest name of its nodes with room for a replica (every node of
@@ -178,7 +179,7 @@ def scopes(groups: list[_Group], g: int, free: Container[str],
     A scope counts every node for its size (two nodes or more), as the span does; a
     zone that is exactly one rack, and a cluster that is exactly one rack or zone, are
     searched once, in the narrower scope. Each group's nodes are split by (zone, rack)
-    (:meth:`_Group.places`, once per group: a kept grouping keeps it); zones and the
+    (:meth:`_Group.racks`, once per group: a kept grouping keeps it); zones and the
     cluster are unions of those pieces. Why counts and not the pieces' nodes: a busy
     10,000-node cluster has ~5,700 (group, rack) pieces and ~400 scopes, of which the
     search looks at the nodes of a hundred at most (:meth:`Scope.pieces`); collecting
@@ -201,23 +202,22 @@ def scopes(groups: list[_Group], g: int, free: Container[str],
         dom = grp.domain
         if dom is not None:
             domain_size[dom] = domain_size.get(dom, 0) + len(grp.nodes)
-        places = grp.places()
+        places = grp.racks()
         if any_domain:
             for loc in places:
                 loc_domains.setdefault(loc, set()).add(dom)
                 if dom is not None:
                     domain_locs.setdefault(dom, set()).add(loc)
         if grp.free < g:
-            for loc, members in places.items():
-                size[loc] = size.get(loc, 0) + len(members)
+            for loc, k in places.items():
+                size[loc] = size.get(loc, 0) + k
             continue
         eligible[grp] = len(grp.nodes)
         j = cap(grp.kind, grp.cap, per_node, g)
         if dom is not None:
             domains.setdefault(dom, {})[grp] = len(grp.nodes)
         net = grp.network_gbps
-        for loc, members in places.items():
-            k = len(members)
+        for loc, k in places.items():
             size[loc] = size.get(loc, 0) + k
             here = held.get(loc)
             if here is None:
