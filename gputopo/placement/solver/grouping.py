@@ -188,7 +188,7 @@ class _Group:
         self._canon: tuple[str, tuple[int, ...], float, int] | None = None
         self._first: NodeState | None = None
         self._racks: dict[_Loc, int] | None = None
-        self._firsts: dict[_Loc, str] = {}
+        self._firsts: dict[_Loc, str] | None = None
         self.free = min(self.kind.free, self.cap)  # GPUs the gang may take on one node
 
     def racks(self) -> dict[_Loc, int]:
@@ -202,17 +202,9 @@ class _Group:
         collector's full passes met."""
         if self._racks is None:
             counts: dict[_Loc, int] = {}
-            firsts = self._firsts
             for node in self.nodes:
                 loc = (node.zone, node.rack)
-                k = counts.get(loc)
-                if k is None:
-                    counts[loc] = 1
-                    firsts[loc] = node.name
-                else:
-                    counts[loc] = k + 1
-                    if node.name < firsts[loc]:
-                        firsts[loc] = node.name
+                counts[loc] = counts.get(loc, 0) + 1
             self._racks = counts
         return self._racks
 
@@ -221,10 +213,18 @@ class _Group:
         return [n for n in self.nodes if (n.zone, n.rack) in locs]
 
     def first_at(self, loc: _Loc) -> str:
-        """The smallest name of its nodes in rack ``loc``, found as :meth:`racks` counts
-        them: the multi-node search asks it of every rack that ties with the best
-        placement found (a hundred racks of one-GPU replicas on a busy cluster)."""
-        self.racks()
+        """The smallest name of its nodes in rack ``loc``: the multi-node search asks it of
+        every rack that ties with the best placement found (a hundred racks of one-GPU
+        replicas on a busy cluster), so one pass finds it for every rack of the group, and
+        the group keeps them."""
+        if self._firsts is None:
+            firsts: dict[_Loc, str] = {}
+            for node in self.nodes:
+                at = (node.zone, node.rack)
+                first = firsts.get(at)
+                if first is None or node.name < first:
+                    firsts[at] = node.name
+            self._firsts = firsts
         return self._firsts[loc]
 
     def reach(self) -> float:
