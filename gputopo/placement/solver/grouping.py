@@ -208,6 +208,20 @@ class _Group:
             self._racks = counts
         return self._racks
 
+    def count_into(self, size: dict[_Loc, int]) -> None:
+        """Add its count of nodes per rack to ``size``: from :meth:`racks` when counted,
+        else straight from its nodes. Why: a group with no room for the gang's replicas is
+        read only for the racks' sizes (a 8 x 8 gang: most groups), and counting it apart
+        first cost a dict per group and a second loop (~2 ms a plain solve at 10,000
+        nodes)."""
+        if self._racks is not None:
+            for loc, k in self._racks.items():
+                size[loc] = size.get(loc, 0) + k
+            return
+        for node in self.nodes:
+            loc = (node.zone, node.rack)
+            size[loc] = size.get(loc, 0) + 1
+
     def within(self, locs: Container[_Loc]) -> list[NodeState]:
         """Its nodes in the racks ``locs`` ((zone, rack) each), in their order."""
         return [n for n in self.nodes if (n.zone, n.rack) in locs]

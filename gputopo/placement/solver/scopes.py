@@ -202,16 +202,15 @@ def scopes(groups: list[_Group], g: int, free: Container[str],
         dom = grp.domain
         if dom is not None:
             domain_size[dom] = domain_size.get(dom, 0) + len(grp.nodes)
-        places = grp.racks()
         if any_domain:
-            for loc in places:
+            for loc in grp.racks():
                 loc_domains.setdefault(loc, set()).add(dom)
                 if dom is not None:
                     domain_locs.setdefault(dom, set()).add(loc)
-        if grp.free < g:
-            for loc, k in places.items():
-                size[loc] = size.get(loc, 0) + k
+        if grp.free < g:  # no room for a replica: only the racks' sizes count it
+            grp.count_into(size)
             continue
+        places = grp.racks()
         eligible[grp] = len(grp.nodes)
         j = cap(grp.kind, grp.cap, per_node, g)
         if dom is not None:
