@@ -211,7 +211,7 @@ class _Group:
     def count_into(self, size: dict[_Loc, int]) -> None:
         """Add its count of nodes per rack to ``size``: from :meth:`racks` when counted,
         else straight from its nodes. Why: a group with no room for the gang's replicas is
-        read only for the racks' sizes (a 8 x 8 gang: most groups), and counting it apart
+        read only for the racks' sizes (an 8 x 8 gang: most groups), and counting it apart
         first cost a dict per group and a second loop (~2 ms a plain solve at 10,000
         nodes)."""
         if self._racks is not None:

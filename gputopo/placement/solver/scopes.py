@@ -178,9 +178,9 @@ def scopes(groups: list[_Group], g: int, free: Container[str],
 
     A scope counts every node for its size (two nodes or more), as the span does; a
     zone that is exactly one rack, and a cluster that is exactly one rack or zone, are
-    searched once, in the narrower scope. Each group's nodes are split by (zone, rack)
-    (:meth:`_Group.racks`, once per group: a kept grouping keeps it); zones and the
-    cluster are unions of those pieces. Why counts and not the pieces' nodes: a busy
+    searched once, in the narrower scope. Each group's nodes are counted per (zone, rack)
+    (:meth:`_Group.racks`, once per group: a kept grouping keeps the counts); zones and
+    the cluster are unions of those pieces. Why counts and not the pieces' nodes: a busy
     10,000-node cluster has ~5,700 (group, rack) pieces and ~400 scopes, of which the
     search looks at the nodes of a hundred at most (:meth:`Scope.pieces`); collecting
     every piece's nodes for every scope was a third of a 16 x 1 solve.
@@ -346,10 +346,10 @@ def bound(scope: Scope, gang: GangRequest, level: int) -> _Bound | None:
     cluster (their network share is lower) and the racks of slower nodes for a few dict
     reads each.
 
-    Level 1 reads the groups' counts, not the classes: nodes of one kind and GPU cap are alike to
-    every term (their count is what matters, and only up to ``m``), so a zone's hundred
-    groups are a few dozen rows here, and the scope's classes are built only if it is
-    planned (on the busy benchmark cluster a 2 x 4 gang's 154 scopes, ~1,000 classes,
+    Level 1 reads the groups' counts, not the classes: nodes of one kind and GPU cap are
+    alike to every term (their count is what matters, and only up to ``m``), so a zone's
+    hundred groups are a few dozen rows here, and the scope's classes are built only if it
+    is planned (on the busy benchmark cluster a 2 x 4 gang's 154 scopes, ~1,000 classes,
     cost 10 ms to build and bound, of which it plans one or two).
     """
     g, r, n = gang.gpus_per_replica, gang.replicas, gang.total_gpus
