@@ -52,6 +52,7 @@ from gputopo.cluster.reservations import (
 )
 from gputopo.cluster.source import ClusterReader
 from gputopo.placement.types import ReplicaSlot
+from gputopo.placement.waiting import against_typical
 from webhook import events, metrics
 from webhook.placement import dra_slot
 from webhook.placement.mutations import record_json, remove_gate, write_slot
@@ -141,7 +142,10 @@ class PlacementQueue:
                             place=lambda g, need: self._place(
                                 g, now, good_share=need, fallback=need < g.rule.min_share),
                             give_up=lambda g, why: self._deny(g, now, why),
-                            may_act=self.is_leader)
+                            may_act=self.is_leader, keep=self._kept(),
+                            place_avoiding=lambda g, need, avoid: self._place(
+                                g, now, good_share=need, fallback=need < g.rule.min_share,
+                                avoid=avoid))
         if self.recorder is not None:
             for position, gang in enumerate(gangs, start=1):
                 why = result.waiting.get(str(gang.key))
@@ -152,8 +156,20 @@ class PlacementQueue:
                         f"the queue ({gang.demand}, waited {gang.waited(now):.0f} s): {why}")
         return result
 
+    def _kept(self) -> Callable[[WaitingGang, float], frozenset[str]]:
+        """What a starving gang keeps from the gangs behind it in a pass: the nodes it could
+        use well (``GangReserver.kept_for`` on every node; none when it asks more GPUs than
+        the cluster has: gputopo.placement.starvation)."""
+        def kept(g: WaitingGang, need: float) -> frozenset[str]:
+            nodes = self.cluster.node_states()
+            if g.request.total_gpus > sum(len(n.topology.gpus) for n in nodes):
+                return frozenset()
+            return self.reserver.kept_for(nodes, g.request, need,
+                                          typical=against_typical(g.rule, need))
+        return kept
+
     def _place(self, gang: WaitingGang, now: float, *, good_share: float | None,
-               fallback: bool = False) -> str | None:
+               fallback: bool = False, avoid: frozenset[str] = frozenset()) -> str | None:
         """Place ``gang`` and release its pods; None when done, else why not. ``good_share``:
         the share of its best the placement needs (``fallback``: the lower bar of
         ``afterMaxWait: takeBest``)."""
@@ -168,7 +184,7 @@ class PlacementQueue:
                                              key=key, gang=gang.request, good_share=good_share,
                                              net=settled_network(gang.pods[0].record),
                                              shares=gang.transport_share, typical=not fallback,
-                                             pack_share=gang.rule.min_share)
+                                             pack_share=gang.rule.min_share, avoid=avoid)
                 if isinstance(made, Unplaced):
                     return made.reason
                 res = made[0]
