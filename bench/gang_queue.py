@@ -152,7 +152,7 @@ class GangQueue:
                               for g in self.waiting),
                              uid=key.uid, now=now, cluster_gpus=self.cluster_gpus,
                              starvation_seconds=self.starvation_seconds):
-                avoid |= self._kept(w.request, w.rule, w.need(now))
+                avoid |= self._kept(w.request, w.rule)
         made = self._reserve(key, gang, self.rule.start_share(overdue=False), typical=True,
                              avoid=avoid)
         if isinstance(made, GangReservation):
@@ -199,7 +199,7 @@ class GangQueue:
                 place=place, give_up=give_up,
                 # the product's backfill around a starving gang, for gangs that wait for a
                 # good placement; a baseline's queue stops behind it (no rule, no "good")
-                keep=(lambda g, need: self._kept(g.request, g.rule, need))
+                keep=(lambda g: self._kept(g.request, g.rule))
                 if self.wait_for_good else None,
                 place_avoiding=place_avoiding)
             done = set(result.placed) | set(result.fallen_back) | set(result.denied)
@@ -211,15 +211,13 @@ class GangQueue:
         return self.store.held_gpus()
 
     # --- helpers -------------------------------------------------------------------------
-    def _kept(self, gang: GangRequest | None, rule: WaitingRule, need: float
-              ) -> frozenset[str]:
+    def _kept(self, gang: GangRequest | None, rule: WaitingRule) -> frozenset[str]:
         """The nodes a starving gang could use well, as the product's queue and admission
         see them (``GangReserver.kept_for`` on every node; none for a gang larger than
         the cluster)."""
         if gang is None or gang.total_gpus > self.cluster_gpus:
             return frozenset()
-        return self.reserver.kept_for(self.nodes, gang, need,
-                                      typical=against_typical(rule, need))
+        return self.reserver.kept_for(self.nodes, gang, rule.min_share)
 
     def _reserve(self, key: GangKey, gang: GangRequest, need: float, *, typical: bool,
                  avoid: frozenset[str] = frozenset()) -> GangReservation | Unplaced:

@@ -53,10 +53,6 @@ class Waiter:
     request: GangRequest | None = field(default=None, compare=False)
     rule: WaitingRule = field(default_factory=WaitingRule, compare=False)
 
-    def need(self, now: float) -> float:
-        """The share of its best it starts at now (``minShare``, its floor once overdue)."""
-        return self.rule.start_share(overdue=now - self.since >= self.max_wait_seconds)
-
 
 def starving(waited: float, starvation_seconds: float = DEFAULT_STARVATION_SECONDS) -> bool:
     """True when a gang that has waited ``waited`` seconds may no longer be overtaken."""

@@ -600,16 +600,17 @@ class GangReserver:
             f"in a row (last: {last})"
         )
 
-    def kept_for(self, nodes: Sequence[NodeState], gang: GangRequest, need: float, *,
-                 typical: bool) -> frozenset[str]:
+    def kept_for(self, nodes: Sequence[NodeState], gang: GangRequest, min_share: float
+                 ) -> frozenset[str]:
         """The nodes a starving ``gang`` keeps from the gangs behind it: among the kinds on
-        which its best (every GPU free) reaches ``need`` of its waiting rule's reference
-        (the typical kind's, or with ``typical`` False the slowest's), the fewest nodes of
+        which its best (every GPU free) reaches ``min_share`` of its waiting rule's typical
+        reference (where it runs well: never the floor of ``takeBest``, which would steer
+        it onto the hardware the floor merely tolerates), the slowest, the fewest nodes of
         one kind in one zone that hold it, those with the most GPUs free now (they drain
         first; as EASY backfill reserves for the head job the nodes that free up first);
         of one kind across zones when no zone has enough; every node of those kinds when
         no kind alone holds it; none when it fits nowhere. (gputopo.placement.starvation)"""
-        ref = self.ideal_speed(nodes, gang, reference=True, typical=typical)
+        ref = self.ideal_speed(nodes, gang, reference=True)
         if ref is None:
             return frozenset()
         kinds: dict[Hashable, list[NodeState]] = {}
@@ -617,7 +618,7 @@ class GangReserver:
             kinds.setdefault(node_kind(n), []).append(n)
         rated = [(best, of_kind) for of_kind in kinds.values()
                  if (best := self.ideal_speed(of_kind, gang)) is not None
-                 and starts(best, ref, need, gang.compute_share)]
+                 and starts(best, ref, min_share, gang.compute_share)]
         # the slowest good kind first: what the others lose least by
         good = [of_kind for _, of_kind in sorted(
             rated, key=lambda r: (r[0].tflops or 0.0, r[0].gbps, r[1][0].name))]

@@ -58,7 +58,7 @@ from gputopo.cluster.source import node_state_named
 from gputopo.placement import starvation
 from gputopo.placement.job_needs import needs_annotations, with_needs
 from gputopo.placement.types import GangRequest, ReplicaSlot
-from gputopo.placement.waiting import after_max_wait_text, against_typical
+from gputopo.placement.waiting import after_max_wait_text
 from webhook import events, metrics
 from webhook.placement import dra_slot, network, network_writes, node_choice
 from webhook.placement.compute_domain import ComputeDomains
@@ -422,10 +422,8 @@ class PlacementStep:
             return None, frozenset()
         avoid: frozenset[str] = frozenset()
         for w in held:
-            need = w.need(now)
             avoid |= (frozenset(n.name for n in nodes) if w.request is None else
-                      self.reserver.kept_for(nodes, w.request, need,
-                                             typical=against_typical(w.rule, need)))
+                      self.reserver.kept_for(nodes, w.request, w.rule.min_share))
         return starvation.held_text(held[0], now), avoid
 
     def _may_wait(self, ctx: AdmissionContext) -> bool:

@@ -185,7 +185,7 @@ def serve_pass(
     place: Callable[[WaitingGang, float], str | None],
     give_up: Callable[[WaitingGang, str], bool],
     may_act: Callable[[], bool] = lambda: True,
-    keep: Callable[[WaitingGang, float], frozenset[str]] | None = None,
+    keep: Callable[[WaitingGang], frozenset[str]] | None = None,
     place_avoiding: Callable[[WaitingGang, float, frozenset[str]], str | None] | None = None,
 ) -> PassResult:
     """The queue's policy for one pass over ``gangs`` (oldest first), I/O left to callers:
@@ -197,7 +197,7 @@ def serve_pass(
     placed below ``minShare``). Backfill: a gang that does not start is
     skipped, younger ones may go — unless it is starving: then the pass stops there, or
     with ``keep`` and ``place_avoiding`` (backfill around a reservation, as EASY backfill
-    does) the gangs behind it are placed only off ``keep(gang, need)``, the nodes it could
+    does) the gangs behind it are placed only off ``keep(gang)``, the nodes it could
     use well (:mod:`gputopo.placement.starvation`), through ``place_avoiding(gang, need,
     nodes)``."""
     result = PassResult()
@@ -236,7 +236,7 @@ def serve_pass(
             result.blocked_by = name
             break  # nothing behind a starving gang is placed before it
         if starvation.holds(gang.waited(now), gang.max_wait_seconds, starvation_seconds):
-            kept = keep(gang, lower)  # nothing behind it takes the nodes it could use well
+            kept = keep(gang)  # nothing behind it takes the nodes it could use well
             if kept:
                 result.blocked_by = result.blocked_by or name
                 avoid = avoid | kept

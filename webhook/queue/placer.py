@@ -52,7 +52,6 @@ from gputopo.cluster.reservations import (
 )
 from gputopo.cluster.source import ClusterReader
 from gputopo.placement.types import ReplicaSlot
-from gputopo.placement.waiting import against_typical
 from webhook import events, metrics
 from webhook.placement import dra_slot
 from webhook.placement.mutations import record_json, remove_gate, write_slot
@@ -156,16 +155,15 @@ class PlacementQueue:
                         f"the queue ({gang.demand}, waited {gang.waited(now):.0f} s): {why}")
         return result
 
-    def _kept(self) -> Callable[[WaitingGang, float], frozenset[str]]:
+    def _kept(self) -> Callable[[WaitingGang], frozenset[str]]:
         """What a starving gang keeps from the gangs behind it in a pass: the nodes it could
         use well (``GangReserver.kept_for`` on every node; none when it asks more GPUs than
         the cluster has: gputopo.placement.starvation)."""
-        def kept(g: WaitingGang, need: float) -> frozenset[str]:
+        def kept(g: WaitingGang) -> frozenset[str]:
             nodes = self.cluster.node_states()
             if g.request.total_gpus > sum(len(n.topology.gpus) for n in nodes):
                 return frozenset()
-            return self.reserver.kept_for(nodes, g.request, need,
-                                          typical=against_typical(g.rule, need))
+            return self.reserver.kept_for(nodes, g.request, g.rule.min_share)
         return kept
 
     def _place(self, gang: WaitingGang, now: float, *, good_share: float | None,
