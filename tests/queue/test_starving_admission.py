@@ -33,8 +33,10 @@ from queue_kit import (
 from test_placement_live import live_admitter
 
 from gputopo import names
+from gputopo.cli import main
 from gputopo.cluster.reservations import GangKey
 from gputopo.placement.starvation import DEFAULT_STARVATION_SECONDS, Waiter, holding
+from gputopo.yamlio import dump_documents
 from webhook.queue.placer import PlacementQueue
 
 MAX_WAIT = 3600.0  # the default policy's maxWaitSeconds
@@ -58,7 +60,7 @@ def _aged(view: Any, seconds: float) -> bool:
 @pytest.mark.parametrize("waited", [DEFAULT_STARVATION_SECONDS + 100,
                                     DEFAULT_STARVATION_SECONDS + MAX_WAIT + 100])
 def test_a_new_gang_waits_behind_a_starving_gang_then_the_queue_places_it_first(
-        kube, waited):
+        kube, waited, tmp_path, capsys):
     holder = busy_cluster(kube)
     with live_admitter(kube, can_wait=True) as (admitter, view):
         assert wait_for(lambda: sum(len(n.used) for n in view.node_states()) == 12)
@@ -83,6 +85,18 @@ def test_a_new_gang_waits_behind_a_starving_gang_then_the_queue_places_it_first(
         assert "MPIJob default/old has waited" in rec["reason"], rec["reason"]
         assert any("MPIJob default/old" in w and "waits for a placement" in w
                    for w in warnings), warnings
+
+        # `gputopo queue` says what the pass would: the newcomer does not fit off the kept node
+        path = tmp_path / "cluster.yaml"
+        path.write_text(dump_documents([*kube.objects("v1", "Node"),
+                                        *kube.objects("v1", "Namespace"),
+                                        *kube.objects("v1", "Pod")]))
+        capsys.readouterr()
+        assert main(["queue", "--cluster", str(path), "-o", "json"]) == 0
+        found = json.loads(capsys.readouterr().out)
+        assert [r["job"] for r in found] == ["MPIJob default/old", "MPIJob default/young"]
+        assert "a starving gang ahead keeps" in found[1]["why"], found[1]["why"]
+        assert not found[1]["why"].startswith("fits now")
 
         kube.remove(holder)  # GPUs 0-3 of node A (an NVLink quad) free up
         assert wait_for(lambda: sum(len(n.used) for n in view.node_states()) == 10)
