@@ -6,9 +6,11 @@ the product's pieces (as ``bench/queue_replay.py`` does):
 
 - **admission**: :meth:`webhook.placement.reserve.GangReserver.reserve`, the solve +
   compare-and-swap reservation of the webhook, with the policy's solver in place of
-  gputopo's. gputopo's gangs wait for a good placement as the product's do (the waiting
-  rule, :mod:`gputopo.placement.waiting`: ``minShare`` of the gang's best bandwidth); a
-  baseline takes any feasible placement (it has no such rule).
+  gputopo's; a gang that waits for a good placement waits behind a starving one
+  (:mod:`gputopo.placement.starvation`) as the webhook's does. gputopo's gangs wait for
+  a good placement as the product's do (the waiting rule,
+  :mod:`gputopo.placement.waiting`: ``minShare`` of the gang's best bandwidth); a baseline
+  takes any feasible placement (it has no such rule).
 - **the queue**: a gang that got no placement waits; after every event (an arrival, a
   job's end) one pass of :func:`webhook.queue.gangs.serve_pass` (arrival order, backfill,
   starvation guard, the waiting rule after ``maxWaitSeconds``) places what it can, exactly
@@ -31,6 +33,7 @@ from typing import Any
 
 from gputopo.cluster.node_fit import NodeFacts
 from gputopo.cluster.reservations import GangKey, GangReservation, InMemoryReservationStore
+from gputopo.placement.starvation import Waiter, holding
 from gputopo.placement.types import GangRequest, NodeState, Placement
 from gputopo.placement.waiting import WaitingRule, against_typical
 from webhook.placement.reserve import GangReserver, Unplaced
@@ -132,13 +135,26 @@ class GangQueue:
         self.reserver = GangReserver(self.store, solver=self.policy)
         self.reader = _Reader(self.nodes)
         self.nodes = self.reader.nodes
+        #: every GPU of the cluster: a starving gang larger holds no admission
+        self.cluster_gpus = sum(len(n.topology.gpus) for n in self.nodes)
         #: what the last :meth:`serve` pass decided (the product's PassResult)
         self.last_pass = PassResult()
 
     # --- the events ----------------------------------------------------------------------
     def arrive(self, key: GangKey, gang: GangRequest, now: float) -> Started | None:
-        """A gang's first GPU pod is admitted: placed now, or it waits (None)."""
-        made = self._reserve(key, gang, self.rule.start_share(overdue=False), typical=True)
+        """A gang's first GPU pod is admitted: placed now, or it waits (None): behind a
+        starving gang (gputopo.placement.starvation, for gangs that wait for a good
+        placement, as the product's admission), or for a placement."""
+        avoid: frozenset[str] = frozenset()
+        if self.wait_for_good and self.waiting:
+            for w in holding((Waiter(str(g.key), g.key.uid, g.since, g.request.total_gpus,
+                                     g.max_wait_seconds, g.request, g.rule)
+                              for g in self.waiting),
+                             uid=key.uid, now=now, cluster_gpus=self.cluster_gpus,
+                             starvation_seconds=self.starvation_seconds):
+                avoid |= self._kept(w.request, w.rule)
+        made = self._reserve(key, gang, self.rule.start_share(overdue=False), typical=True,
+                             avoid=avoid)
         if isinstance(made, GangReservation):
             return Started(key, now, made, "admission")
         self.waiting.append(WaitingGang(key, gang, now, self.max_wait_seconds,
@@ -162,6 +178,16 @@ class GangQueue:
                                "queue" if need >= g.rule.min_share else "fallback"))
             return None
 
+        def place_avoiding(g: WaitingGang, need: float, avoid: frozenset[str]
+                           ) -> str | None:
+            made = self._reserve(g.key, g.request, need,
+                                 typical=against_typical(g.rule, need), avoid=avoid)
+            if isinstance(made, Unplaced):
+                return made.reason
+            out.append(Started(g.key, now, made,
+                               "queue" if need >= g.rule.min_share else "fallback"))
+            return None
+
         def give_up(g: WaitingGang, why: str) -> bool:
             self.denied.append(g.key)
             return True
@@ -170,7 +196,12 @@ class GangQueue:
         if self.waiting:
             result = self.last_pass = serve_pass(
                 self.waiting, now=now, starvation_seconds=self.starvation_seconds,
-                place=place, give_up=give_up)
+                place=place, give_up=give_up,
+                # the product's backfill around a starving gang, for gangs that wait for a
+                # good placement; a baseline's queue stops behind it (no rule, no "good")
+                keep=(lambda g: self._kept(g.request, g.rule))
+                if self.wait_for_good else None,
+                place_avoiding=place_avoiding)
             done = set(result.placed) | set(result.fallen_back) | set(result.denied)
             self.waiting[:] = [g for g in self.waiting if str(g.key) not in done]
         return out
@@ -180,12 +211,21 @@ class GangQueue:
         return self.store.held_gpus()
 
     # --- helpers -------------------------------------------------------------------------
-    def _reserve(self, key: GangKey, gang: GangRequest, need: float, *, typical: bool
-                 ) -> GangReservation | Unplaced:
+    def _kept(self, gang: GangRequest | None, rule: WaitingRule) -> frozenset[str]:
+        """The nodes a starving gang could use well, as the product's queue and admission
+        see them (``GangReserver.kept_for`` on every node; none for a gang larger than
+        the cluster)."""
+        if gang is None or gang.total_gpus > self.cluster_gpus:
+            return frozenset()
+        return self.reserver.kept_for(self.nodes, gang, rule.min_share)
+
+    def _reserve(self, key: GangKey, gang: GangRequest, need: float, *, typical: bool,
+                 avoid: frozenset[str] = frozenset()) -> GangReservation | Unplaced:
         self.reader.never, self.reader.blocked = (
             self.unfit(key) if self.unfit is not None else (frozenset(), frozenset()))
         made = self.reserver.reserve(cluster=self.reader, pod={}, key=key, gang=gang,
                                      good_share=need if self.wait_for_good else None,
                                      typical=typical,
-                                     pack_share=self.rule.min_share if self.packs else None)
+                                     pack_share=self.rule.min_share if self.packs else None,
+                                     avoid=avoid)
         return made if isinstance(made, Unplaced) else made[0]

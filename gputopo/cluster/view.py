@@ -63,9 +63,11 @@ from gputopo.cluster.reservations import (
 )
 from gputopo.cluster.snapshot import object_key
 from gputopo.cluster.source import namespace_opted_in
+from gputopo.cluster.waiters import by_gang, waiter_of
 from gputopo.cluster.watch_trim import trim_node, trim_pod
 from gputopo.errors import TopologyError
 from gputopo.kubeaccess import NoClusterAccess, cluster_configuration
+from gputopo.placement.starvation import Waiter
 from gputopo.placement.types import NodeState
 
 log = logging.getLogger(__name__)
@@ -129,6 +131,8 @@ class ClusterView:
         # the requests of pods on each node (bound, or pinned and not yet bound), and
         # their sum, kept up to date pod by pod as held GPUs are
         self._pod_asks: dict[tuple[str, str], tuple[str, Requests]] = {}
+        #: gated pods of waiting gangs (gputopo.cluster.waiters), for the starvation guard
+        self._waiters: dict[tuple[str, str], Waiter] = {}
         self._asked: dict[str, Requests] = {}
         self._base: dict[str, NodeState | None] = {}  # node → state without usage (None: bad)
         self._final: dict[str, NodeState] = {}  # node → state with its used GPUs
@@ -277,6 +281,11 @@ class ClusterView:
 
     def _pod_changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
         key = key_of(old if old is not None else new or {})
+        waiter = waiter_of(new) if new is not None else None
+        if waiter is not None:
+            self._waiters[key] = waiter
+        else:
+            self._waiters.pop(key, None)
         self._pod_ports_changed(key, new)
         self._pod_asks_changed(key, new)
         before = self._pod_gpus.pop(key, None)
@@ -332,6 +341,13 @@ class ClusterView:
                 del self._asked[node]
             self._final.pop(node, None)
         self._states = None
+
+    def waiting_gangs(self) -> list[Waiter]:
+        """The gangs waiting in the placement queue, one per gang (their gated pods)."""
+        with self._lock:
+            if not self._waiters:
+                return []
+            return by_gang(self._waiters.values())
 
     def _release_job(self, job: dict[str, Any], why: str) -> None:
         store = self.reservations

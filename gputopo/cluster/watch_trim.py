@@ -32,6 +32,10 @@ def trim_pod(pod: dict[str, Any]) -> dict[str, Any]:
     spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
     status = pod.get("status") if isinstance(pod.get("status"), dict) else {}
     kept_spec: dict[str, Any] = {"nodeName": spec.get("nodeName")} if spec.get("nodeName") else {}
+    if any(isinstance(g, dict) and g.get("name") == names.PLACEMENT_GATE
+           for g in spec.get("schedulingGates") or ()):
+        # gated by gputopo: a waiting gang's pod (gputopo.cluster.waiters)
+        kept_spec["schedulingGates"] = [{"name": names.PLACEMENT_GATE}]
     held = ob.host_ports_held_by_pod(pod)
     kept: dict[str, Any] = {}
     if held is not None:  # the host ports it holds, in the shape the API gives them

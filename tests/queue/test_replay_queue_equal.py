@@ -17,6 +17,7 @@ so a replay that drops one of them fails here.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -27,6 +28,7 @@ from queue_kit import admit_and_create, gated, wait_for
 from test_placement_live import live_admitter
 
 from bench.gang_queue import GangQueue
+from gputopo import names
 from gputopo.cluster.demo import demo_cluster_path
 from gputopo.cluster.reservations import GangKey
 from gputopo.placement.solver import solve
@@ -52,9 +54,18 @@ OVERDUE = [
     ("arrive", "y0", 1, 4), ("pass", 0),  # below minShare: it waits
     ("pass", 3700),  # after maxWaitSeconds it takes what reaches floorShare
 ]
+HELD = [
+    *FULL, ("arrive", "w1", 1, 8), ("age", 700),  # w1 waits, and starves
+    ("end-on-each-node", "a"),  # 2 + 2 free: w1 keeps the node A (tied, first by name)
+    ("arrive", "y0", 1, 2),  # placed off the kept node, on B
+    ("arrive", "y1", 1, 2),  # only A:2 free: held behind w1 at admission
+    ("pass", 0),  # w1 still cannot start; y1 may not take its node
+]
 #: what each sequence must exercise (the product's decisions)
 RULES = {"starving": ("admitted", "gated", "not good", "queue placed", "backfill", "blocked"),
-         "overdue": ("admitted", "gated", "not good", "fallen back")}
+         "overdue": ("admitted", "gated", "not good", "fallen back"),
+         "held": ("admitted", "gated", "held", "blocked")}
+SEQUENCES = {"starving": STARVING, "overdue": OVERDUE, "held": HELD}
 
 
 def _held(store: Any) -> dict[str, set[int]]:
@@ -65,9 +76,9 @@ def _slots(res: Any) -> list[tuple[str, tuple[int, ...]]]:
     return sorted((s.node, tuple(s.gpus)) for s in res.slots)
 
 
-@pytest.mark.parametrize("case", ["starving", "overdue"])
+@pytest.mark.parametrize("case", sorted(SEQUENCES))
 def test_the_replay_queue_decides_as_the_product_queue(kube, case):
-    sequence = STARVING if case == "starving" else OVERDUE
+    sequence = SEQUENCES[case]
     decisions: list[tuple[Any, ...]] = []  # the product's, for the coverage check
     for obj in load_documents(demo_cluster_path()):  # the seeds' two DGX-1 nodes
         kube.apply(obj)
@@ -95,6 +106,18 @@ def test_the_replay_queue_decides_as_the_product_queue(kube, case):
                     decisions.append(("admitted", name))
                     assert started is not None, f"{name}: the replay gated what was placed"
                     assert _slots(started.reservation) == _slots(res), name
+            elif event[0] == "age":  # the waiting gangs waited ``seconds`` longer
+                for p in kube.objects("v1", "Pod"):
+                    if gated(p):
+                        rec = record_of(p)
+                        rec["since"] -= event[1]
+                        p["metadata"]["annotations"][names.PLACEMENT_ANNOTATION] = \
+                            json.dumps(rec)
+                        kube.apply(p)
+                for g in replay.waiting:
+                    g.since -= event[1]
+                assert wait_for(lambda aged=event[1]: all(
+                    time.time() - w.since >= aged for w in view.waiting_gangs()))
             elif event[0].startswith("end-"):
                 running = {}
                 for name in sorted(jobs):
@@ -149,5 +172,7 @@ def test_the_replay_queue_decides_as_the_product_queue(kube, case):
         "backfill": any(p.placed and p.waiting for p in passes),  # past a waiting gang
         "blocked": any(p.blocked_by for p in passes),  # the starvation guard
         "fallen back": any(p.fallen_back for p in passes),  # maxWaitSeconds, floorShare
+        # a new gang kept off a starving gang's node at admission
+        "held": any(d[0] == "gated" and "has waited" in d[2] for d in decisions),
     }
     assert [r for r in RULES[case] if not seen[r]] == [], decisions

@@ -180,6 +180,15 @@ def _slot_ports(placement: Placement, fit: Fit) -> dict[str, frozenset[tuple[str
     return out
 
 
+def kept_free(free: Sequence[NodeState], avoid: frozenset[str]) -> Sequence[NodeState]:
+    """``free`` with every GPU of the nodes in ``avoid`` marked used."""
+    full = [replace(n, used=frozenset(n.topology.indices)) for n in free if n.name in avoid]
+    if isinstance(free, GroupedNodes):
+        return free.replaced(full)
+    by_name = {n.name: n for n in full}
+    return [by_name.get(n.name, n) for n in free]
+
+
 def ruled_out(reason: str, fit: Sequence[NodeState], excluded: int) -> str:
     """``reason``, plus how many nodes the pod's own constraints left out."""
     if not excluded:
@@ -496,6 +505,7 @@ class GangReserver:
         gang: GangRequest, good_share: float | None = None,
         net: network.GangNetwork | None = None, shares: TransportShares | None = None,
         typical: bool = True, pack_share: float | None = None,
+        avoid: frozenset[str] = frozenset(),
     ) -> tuple[GangReservation, bool] | Unplaced:
         """Solve the whole gang and reserve it; re-solve on conflict, a bounded number of
         times. Returns the reservation and whether THIS call made it (False: a concurrent
@@ -528,6 +538,9 @@ class GangReserver:
         ``pack_share``: the policy's ``minShare``: the gang is solved with that share of its
         typical reference as its bar for a good one-node placement (:meth:`good_bar`;
         among good ones packing decides); None: bandwidth first.
+
+        ``avoid``: nodes a starving gang could use well (:meth:`kept_for`): their GPUs are
+        not taken (as if all were held), the gang is judged as ever.
         """
         last = ""
         try:  # abandoned gangs free their GPUs before we look for free ones
@@ -539,6 +552,8 @@ class GangReserver:
         volumes = pod_volumes(cluster, pod)
         for attempt in range(1, self.max_attempts + 1):
             entry, free, excluded, held = self._fit_and_free(cluster, pod, shares)
+            if avoid:
+                free = kept_free(free, avoid)
             judged = self.judge(entry.fit, free, gang, demand, volumes, net=net,
                                 no_ports=no_ports, good_share=good_share, typical=typical,
                                 pack_share=pack_share)
@@ -584,6 +599,58 @@ class GangReserver:
             f"the GPUs chosen were taken by concurrent admissions {self.max_attempts} times "
             f"in a row (last: {last})"
         )
+
+    def kept_for(self, nodes: Sequence[NodeState], gang: GangRequest, min_share: float
+                 ) -> frozenset[str]:
+        """The nodes a starving ``gang`` keeps from the gangs behind it: among the kinds on
+        which its best (every GPU free) reaches ``min_share`` of its waiting rule's typical
+        reference (where it runs well: never the floor of ``takeBest``, which would steer
+        it onto the hardware the floor merely tolerates), the slowest, the fewest nodes of
+        one kind in one zone that hold it, those with the most GPUs free now (they drain
+        first; as EASY backfill reserves for the head job the nodes that free up first);
+        of one kind across zones when no zone has enough; every node of those kinds when
+        no kind alone holds it; none when it fits nowhere. (gputopo.placement.starvation)"""
+        ref = self.ideal_speed(nodes, gang, reference=True)
+        if ref is None:
+            return frozenset()
+        kinds: dict[Hashable, list[NodeState]] = {}
+        for n in nodes:
+            kinds.setdefault(node_kind(n), []).append(n)
+        rated = [(best, of_kind) for of_kind in kinds.values()
+                 if (best := self.ideal_speed(of_kind, gang)) is not None
+                 and starts(best, ref, min_share, gang.compute_share)]
+        # the slowest good kind first: what the others lose least by
+        good = [of_kind for _, of_kind in sorted(
+            rated, key=lambda r: (r[0].tflops or 0.0, r[0].gbps, r[1][0].name))]
+        if not good:
+            return frozenset(n.name for n in nodes)
+        held = self.store.held_gpus()
+
+        def free(n: NodeState) -> int:
+            return len(n.topology.gpus) - len(set(n.used) | held.get(n.name, set()))
+
+        per_node = gang.per_node * gang.gpus_per_replica
+        for scope in ("zone", "kind"):
+            best_free, chosen = -1, None
+            for of_kind in good:
+                groups: dict[object, list[NodeState]] = {}
+                for n in of_kind:
+                    groups.setdefault(n.zone if scope == "zone" else None, []).append(n)
+                for group in groups.values():
+                    take, gpus = [], 0
+                    for n in sorted(group, key=lambda n: (-free(n), n.name)):
+                        if gpus >= gang.total_gpus:
+                            break
+                        take.append(n)
+                        gpus += min(len(n.topology.gpus), per_node)
+                    got = sum(free(n) for n in take)
+                    if gpus >= gang.total_gpus and got > best_free:
+                        best_free, chosen = got, take
+                if chosen is not None:
+                    return frozenset(n.name for n in chosen)
+            if chosen is not None:
+                return frozenset(n.name for n in chosen)
+        return frozenset(n.name for of_kind in good for n in of_kind)
 
     def _in_flight_blocks(self, bound: Sequence[NodeState], held: Mapping[str, Any],
                           gang: GangRequest, free: Sequence[NodeState] | None = None,

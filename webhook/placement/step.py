@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import replace
@@ -54,6 +55,7 @@ from gputopo.cluster.reservations import (
     pick_slot,
 )
 from gputopo.cluster.source import node_state_named
+from gputopo.placement import starvation
 from gputopo.placement.job_needs import needs_annotations, with_needs
 from gputopo.placement.types import GangRequest, ReplicaSlot
 from gputopo.placement.waiting import after_max_wait_text
@@ -97,6 +99,7 @@ from webhook.placement.reserve import (
     GangReserver,
     Solver,
     Unplaced,
+    kept_free,
     ruled_out,
 )
 from webhook.placement.slot_repair import repair_scopes, slot_node_problem
@@ -318,9 +321,10 @@ class PlacementStep:
         try:
             res = self.store.get(key)
             if res is None:
-                made = self._reserve(ctx, key, gang, net)
+                behind, avoid = self._held_back(ctx, key)
+                made = self._reserve(ctx, key, gang, net, avoid)
                 if isinstance(made, Unplaced):
-                    return made
+                    return made if behind is None else Unplaced(f"{behind}: {made.reason}")
                 res, fresh = made
             size = len(res.slots[0].gpus) if res.slots else 0
             if size != gang.gpus_per_replica:
@@ -387,7 +391,8 @@ class PlacementStep:
                         f"concurrent admissions {self.max_attempts} times in a row")
 
     def _reserve(
-        self, ctx: AdmissionContext, key: GangKey, gang: GangRequest, net: network.GangNetwork
+        self, ctx: AdmissionContext, key: GangKey, gang: GangRequest, net: network.GangNetwork,
+        avoid: frozenset[str] = frozenset(),
     ) -> tuple[GangReservation, bool] | Unplaced:
         """Solve the whole gang and reserve it (:meth:`GangReserver.reserve`, shared with
         the placement queue); the admitted pod's constraints decide for the gang."""
@@ -395,7 +400,31 @@ class PlacementStep:
         return self.reserver.reserve(cluster=ctx.cluster, pod=ctx.pod, key=key, gang=gang,
                                      good_share=self._min_share(ctx), net=net,
                                      shares=settings.transport_share,
-                                     pack_share=settings.waiting.min_share)
+                                     pack_share=settings.waiting.min_share, avoid=avoid)
+
+    def _held_back(self, ctx: AdmissionContext, key: GangKey
+                   ) -> tuple[str | None, frozenset[str]]:
+        """The queue's starvation guard at admission (:mod:`gputopo.placement.starvation`):
+        for a NEW gang that may wait, why it waits if it does, and the nodes starving gangs
+        could use well (it may not take their GPUs); (None, none) when no gang starves.
+        Costs one dict look on a cluster where no gang waits."""
+        waiting = getattr(ctx.cluster, "waiting_gangs", None)
+        if waiting is None or not self._may_wait(ctx):
+            return None, frozenset()
+        gangs = waiting()
+        if not gangs:
+            return None, frozenset()
+        now = time.time()
+        nodes = ctx.cluster.node_states()
+        held = starvation.holding(gangs, uid=key.uid, now=now,
+                                  cluster_gpus=sum(len(n.topology.gpus) for n in nodes))
+        if not held:
+            return None, frozenset()
+        avoid: frozenset[str] = frozenset()
+        for w in held:
+            avoid |= (frozenset(n.name for n in nodes) if w.request is None else
+                      self.reserver.kept_for(nodes, w.request, w.rule.min_share))
+        return starvation.held_text(held[0], now), avoid
 
     def _may_wait(self, ctx: AdmissionContext) -> bool:
         """The gang may wait for a good placement (``whenFull: wait`` and a queue runs)."""
@@ -416,9 +445,12 @@ class PlacementStep:
         try:
             res = self.store.get(key)
             if res is None:
+                behind, avoid = self._held_back(ctx, key)
                 settings = placement_settings(ctx.policy)
                 fit, free, excluded = self.reserver.fit_and_free(ctx.cluster, ctx.pod,
                                                                  settings.transport_share)
+                if avoid:
+                    free = kept_free(free, avoid)
                 # solved and judged as reserve() does (GangReserver.judge: the same nodes,
                 # bar and waiting check), or the preview would differ from the live answer
                 judged = self.reserver.judge(fit, free, gang, pod_demand(ctx.pod),
@@ -427,10 +459,12 @@ class PlacementStep:
                                              pack_share=settings.waiting.min_share)
                 placement, fit = judged.placement, judged.nodes.bound
                 if not placement.feasible:
-                    return Unplaced(_ruled_out(placement.reason or "no feasible placement",
-                                               fit, excluded))
+                    why = _ruled_out(placement.reason or "no feasible placement", fit,
+                                     excluded)
+                    return Unplaced(why if behind is None else f"{behind}: {why}")
                 if judged.poor is not None:
-                    return judged.poor
+                    return (judged.poor if behind is None else
+                            Unplaced(f"{behind}: {judged.poor.reason}"))
                 slot_nodes = {s.node for s in placement.slots}
                 plan = net.decide(placement.slots, {n.name: n.host_ports for n in fit
                                                     if n.name in slot_nodes})

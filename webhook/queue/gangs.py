@@ -26,14 +26,16 @@ from typing import Any
 
 from gputopo import names
 from gputopo.cluster.reservations import GangKey, ReplicaKey
+from gputopo.placement import starvation
 from gputopo.placement.job_needs import recorded_needs
 from gputopo.placement.types import GangRequest
 from gputopo.placement.waiting import WaitingRule, rule_from_record
 from gputopo.topology.transport import TRANSPORT_EFFICIENCY, TransportShares, order_problem
 from webhook.placement import network
 
-#: A gang that has waited this long blocks backfill behind it (docs/queue.md).
-DEFAULT_STARVATION_SECONDS = 600.0
+#: A gang that has waited this long blocks backfill behind it, and new gangs at admission
+#: (gputopo.placement.starvation; docs/queue.md).
+DEFAULT_STARVATION_SECONDS = starvation.DEFAULT_STARVATION_SECONDS
 
 
 @dataclass(frozen=True)
@@ -162,7 +164,7 @@ def transport_shares(gang: Mapping[str, Any]) -> TransportShares:
 
 def starving(gang: WaitingGang, now: float, starvation_seconds: float) -> bool:
     """True when ``gang`` has waited long enough that nothing behind it may be placed first."""
-    return gang.waited(now) >= starvation_seconds
+    return starvation.starving(gang.waited(now), starvation_seconds)
 
 
 @dataclass
@@ -183,6 +185,8 @@ def serve_pass(
     place: Callable[[WaitingGang, float], str | None],
     give_up: Callable[[WaitingGang, str], bool],
     may_act: Callable[[], bool] = lambda: True,
+    keep: Callable[[WaitingGang], frozenset[str]] | None = None,
+    place_avoiding: Callable[[WaitingGang, float, frozenset[str]], str | None] | None = None,
 ) -> PassResult:
     """The queue's policy for one pass over ``gangs`` (oldest first), I/O left to callers:
     ``place(gang, need)`` places the gang when the best placement free reaches ``need``, its
@@ -191,21 +195,32 @@ def serve_pass(
     (True when done). ``need`` comes from the gang's own rule: ``minShare`` first, then
     after ``maxWaitSeconds`` with ``afterMaxWait: takeBest`` its floor (``fallen_back``:
     placed below ``minShare``). Backfill: a gang that does not start is
-    skipped, younger ones may go — unless it is starving, then the pass stops there."""
+    skipped, younger ones may go — unless it is starving: then the pass stops there, or
+    with ``keep`` and ``place_avoiding`` (backfill around a reservation, as EASY backfill
+    does) the gangs behind it are placed only off ``keep(gang)``, the nodes it could
+    use well (:mod:`gputopo.placement.starvation`), through ``place_avoiding(gang, need,
+    nodes)``."""
     result = PassResult()
+    avoid: frozenset[str] = frozenset()
+
+    def try_place(gang: WaitingGang, need: float) -> str | None:
+        if avoid and place_avoiding is not None:
+            return place_avoiding(gang, need, avoid)
+        return place(gang, need)
+
     for gang in gangs:
         if not may_act():
             result.not_leader = True
             return result
         name = str(gang.key)
         overdue = gang.overdue(now)
-        why = place(gang, gang.rule.min_share)
+        why = try_place(gang, gang.rule.min_share)
         if why is None:
             result.placed.append(name)
             continue
         lower = gang.rule.start_share(overdue=overdue)
         if lower < gang.rule.min_share:  # overdue, takeBest: down to its floor
-            below = place(gang, lower)
+            below = try_place(gang, lower)
             if below is None:
                 result.fallen_back.append(name)
                 continue
@@ -215,9 +230,16 @@ def serve_pass(
                 result.denied.append(name)
             continue
         result.waiting[name] = why
-        if starving(gang, now, starvation_seconds):
+        if not starving(gang, now, starvation_seconds):
+            continue
+        if keep is None or place_avoiding is None:
             result.blocked_by = name
             break  # nothing behind a starving gang is placed before it
+        if starvation.holds(gang.waited(now), gang.max_wait_seconds, starvation_seconds):
+            kept = keep(gang)  # nothing behind it takes the nodes it could use well
+            if kept:
+                result.blocked_by = result.blocked_by or name
+                avoid = avoid | kept
     return result
 
 

@@ -141,7 +141,10 @@ class PlacementQueue:
                             place=lambda g, need: self._place(
                                 g, now, good_share=need, fallback=need < g.rule.min_share),
                             give_up=lambda g, why: self._deny(g, now, why),
-                            may_act=self.is_leader)
+                            may_act=self.is_leader, keep=self._kept(),
+                            place_avoiding=lambda g, need, avoid: self._place(
+                                g, now, good_share=need, fallback=need < g.rule.min_share,
+                                avoid=avoid))
         if self.recorder is not None:
             for position, gang in enumerate(gangs, start=1):
                 why = result.waiting.get(str(gang.key))
@@ -152,8 +155,19 @@ class PlacementQueue:
                         f"the queue ({gang.demand}, waited {gang.waited(now):.0f} s): {why}")
         return result
 
+    def _kept(self) -> Callable[[WaitingGang], frozenset[str]]:
+        """What a starving gang keeps from the gangs behind it in a pass: the nodes it could
+        use well (``GangReserver.kept_for`` on every node; none when it asks more GPUs than
+        the cluster has: gputopo.placement.starvation)."""
+        def kept(g: WaitingGang) -> frozenset[str]:
+            nodes = self.cluster.node_states()
+            if g.request.total_gpus > sum(len(n.topology.gpus) for n in nodes):
+                return frozenset()
+            return self.reserver.kept_for(nodes, g.request, g.rule.min_share)
+        return kept
+
     def _place(self, gang: WaitingGang, now: float, *, good_share: float | None,
-               fallback: bool = False) -> str | None:
+               fallback: bool = False, avoid: frozenset[str] = frozenset()) -> str | None:
         """Place ``gang`` and release its pods; None when done, else why not. ``good_share``:
         the share of its best the placement needs (``fallback``: the lower bar of
         ``afterMaxWait: takeBest``)."""
@@ -168,7 +182,7 @@ class PlacementQueue:
                                              key=key, gang=gang.request, good_share=good_share,
                                              net=settled_network(gang.pods[0].record),
                                              shares=gang.transport_share, typical=not fallback,
-                                             pack_share=gang.rule.min_share)
+                                             pack_share=gang.rule.min_share, avoid=avoid)
                 if isinstance(made, Unplaced):
                     return made.reason
                 res = made[0]

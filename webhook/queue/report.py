@@ -18,8 +18,9 @@ from datetime import UTC, datetime
 from gputopo.cluster.node_resources import capped_by_resources, pod_demand
 from gputopo.cluster.node_volumes import pod_volumes
 from gputopo.cluster.source import ClusterReader
+from gputopo.placement import starvation
 from gputopo.placement.waiting import against_typical
-from webhook.placement.reserve import GangReserver, ruled_out
+from webhook.placement.reserve import GangReserver, kept_free, ruled_out
 from webhook.queue.gangs import WaitingGang, settled_network
 
 
@@ -35,7 +36,7 @@ class Row:
 
 
 def why_not_now(gang: WaitingGang, cluster: ClusterReader, reserver: GangReserver, *,
-                now: float | None = None) -> str:
+                now: float | None = None, avoid: frozenset[str] = frozenset()) -> str:
     """Why ``gang`` is not placed now, in a sentence (no side effects): what the queue's
     next pass would answer, as :meth:`webhook.queue.placer.PlacementQueue.run_once` calls
     :meth:`GangReserver.reserve`, at the share its waiting rule asks at ``now`` (default:
@@ -45,7 +46,8 @@ def why_not_now(gang: WaitingGang, cluster: ClusterReader, reserver: GangReserve
     enough for the first is good enough for the second, so the share at ``now`` decides
     alone. The pass's retry when a node's host-port range is used up (``PortsUsedUp``) is
     not followed: a gated gang's network plan is settled from its records, so it never
-    asks for new ports."""
+    asks for new ports. ``avoid``: the nodes starving gangs ahead of it keep (the pass
+    solves it without their GPUs: :func:`kept_ahead`)."""
     key = gang.key
     exists = getattr(cluster, "job_exists", None)  # a live view can tell; a file cannot
     if exists is not None and exists(key) is False:  # the pass gives it nothing
@@ -58,6 +60,8 @@ def why_not_now(gang: WaitingGang, cluster: ClusterReader, reserver: GangReserve
     volumes = pod_volumes(cluster, pod)
     net = settled_network(gang.pods[0].record)
     fit, free, excluded = reserver.fit_and_free(cluster, pod, gang.transport_share)
+    if avoid:
+        free = kept_free(free, avoid)
     judged = reserver.judge(fit, free, gang.request, demand, volumes, net=net,
                             good_share=need, typical=against_typical(gang.rule, need),
                             pack_share=gang.rule.min_share)
@@ -87,12 +91,32 @@ def why_not_now(gang: WaitingGang, cluster: ClusterReader, reserver: GangReserve
 def rows(gangs: list[WaitingGang], cluster: ClusterReader, reserver: GangReserver, *,
          now: float | None = None) -> list[Row]:
     t = time.time() if now is None else now
-    return [Row(position=i, job=f"{g.key.kind} {g.key.namespace}/{g.key.name}",
-                demand=g.demand, pods=len(g.pods),
-                since=datetime.fromtimestamp(g.since, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                waited_seconds=round(g.waited(t), 1),
-                why=why_not_now(g, cluster, reserver, now=t))
-            for i, g in enumerate(gangs, start=1)]
+    out, avoid = [], frozenset[str]()
+    for i, g in enumerate(gangs, start=1):
+        why = why_not_now(g, cluster, reserver, now=t, avoid=avoid)
+        if avoid and not why.startswith("fits now"):
+            why = f"{why} (the nodes a starving gang ahead keeps left out)"
+        out.append(Row(position=i, job=f"{g.key.kind} {g.key.namespace}/{g.key.name}",
+                       demand=g.demand, pods=len(g.pods),
+                       since=datetime.fromtimestamp(g.since, UTC).strftime(
+                           "%Y-%m-%dT%H:%M:%SZ"),
+                       waited_seconds=round(g.waited(t), 1), why=why))
+        avoid |= kept_ahead(g, why, cluster, reserver, t)
+    return out
+
+
+def kept_ahead(gang: WaitingGang, why: str, cluster: ClusterReader, reserver: GangReserver,
+               now: float) -> frozenset[str]:
+    """The nodes ``gang`` keeps from the gangs behind it in the queue's pass (it starves
+    and does not start: :func:`webhook.queue.gangs.serve_pass`), as the placer computes
+    them; none otherwise."""
+    if why.startswith("fits now") or not starvation.holds(gang.waited(now),
+                                                          gang.max_wait_seconds):
+        return frozenset()
+    nodes = cluster.node_states()
+    if gang.request.total_gpus > sum(len(n.topology.gpus) for n in nodes):
+        return frozenset()
+    return reserver.kept_for(nodes, gang.request, gang.rule.min_share)
 
 
 def table(found: list[Row]) -> str:
