@@ -323,14 +323,15 @@ def identities_from_args(args: argparse.Namespace) -> list[dict[str, Any]]:
 def annotation_patch(topo: Topology, identities: list[dict[str, Any]] | None = None
                      ) -> dict[str, Any]:
     """The strategic-merge patch that sets the node's topology annotation, each
-    ``gpus[i]`` with its ``uuid`` and ``pciBusId`` where NVML gave them (CONTRACT.md)."""
+    ``gpus[i]`` with its ``uuid``, ``pciBusId``, ``name`` and ``memoryMiB`` where NVML gave
+    them (CONTRACT.md; gputopo.topology.nvml.gpu_identities)."""
     if not identities:
         return {"metadata": {"annotations": {names.TOPOLOGY_ANNOTATION: topo.to_json()}}}
     value = topo.to_annotation()
     by_index = {g["index"]: g for g in identities}
     for g in value.get("gpus") or []:
         extra = by_index.get(g.get("index"), {})
-        g.update({k: v for k, v in extra.items() if k in ("uuid", "pciBusId")})
+        g.update({k: v for k, v in extra.items() if k != "index"})
     return {"metadata": {"annotations": {names.TOPOLOGY_ANNOTATION: json.dumps(
         value, separators=(",", ":"))}}}
 

@@ -57,6 +57,16 @@ class NvmlSource(Protocol):
         """``nvmlDeviceGetUUID`` ("GPU-…"): what a DRA device names (None: unknown)."""
         ...
 
+    def name(self, index: int) -> str | None:
+        """``nvmlDeviceGetName`` ("NVIDIA A100-SXM4-80GB"): the GPU model where GPU Feature
+        Discovery does not label the node (gputopo.cluster.gpu_facts; None: unknown)."""
+        ...
+
+    def memory_mib(self, index: int) -> int | None:
+        """``nvmlDeviceGetMemoryInfo().total`` in MiB, as GFD's ``nvidia.com/gpu.memory``
+        writes it (None: unknown)."""
+        ...
+
     def fabric(self, index: int) -> Fabric | None:
         """``nvmlDeviceGetGpuFabricInfo``: (cluster UUID, clique id, state, status), None
         where the GPU or driver has no fabric (every GPU before Hopper)."""
@@ -107,25 +117,35 @@ def topology_from_nvml(source: NvmlSource) -> Topology:
     )
 
 
+#: What the reporter adds to each ``gpus[i]`` beside the wiring, by annotation key: the
+#: source's answer of that name (CONTRACT.md: uuid and pciBusId tie a DRA device to its
+#: index; name and memoryMiB name the GPU model where GFD does not run).
+IDENTITY_KEYS = {"uuid": "uuid", "name": "name", "memoryMiB": "memory_mib"}
+
+
 def gpu_identities(source: NvmlSource) -> list[dict[str, Any]]:
-    """Each GPU's ``index``, ``uuid`` and ``pciBusId`` as NVML reports them: what the
-    reporter adds to each ``gpus[i]`` of the topology annotation, so that a DRA device
-    (named by uuid and PCI bus id, not by index) can be tied to its index."""
+    """Each GPU's ``index``, ``pciBusId`` and, where NVML says them, ``uuid``, ``name`` and
+    ``memoryMiB``: what the reporter adds to each ``gpus[i]`` of the topology annotation,
+    so that a DRA device (named by uuid and PCI bus id, not by index) can be tied to its
+    index and the node's GPU model is known without GPU Feature Discovery."""
     out = []
     for i in range(source.device_count()):
         entry: dict[str, Any] = {"index": i, "pciBusId": source.bus_id(i)}
-        uuid = _uuid(source, i)
-        if uuid:
-            entry["uuid"] = uuid
+        entry.update(_optional(source, i))
         out.append(entry)
     return out
 
 
-def _uuid(source: NvmlSource, index: int) -> str | None:
-    """The GPU's uuid, from a source that can say (older recordings and test sources
-    implement no ``uuid``)."""
-    ask = getattr(source, "uuid", None)
-    return ask(index) if ask is not None else None
+def _optional(source: NvmlSource, index: int) -> dict[str, Any]:
+    """The answers a source gives of :data:`IDENTITY_KEYS` (older recordings and test
+    sources implement none of them, or answer None)."""
+    out = {}
+    for key, method in IDENTITY_KEYS.items():
+        ask = getattr(source, method, None)
+        value = ask(index) if ask is not None else None
+        if value:
+            out[key] = value
+    return out
 
 
 def local_topology(recorded: str | None = None) -> Topology:
@@ -195,6 +215,14 @@ class RecordedNvml:
         raw = self._devices[index].get("uuid")
         return raw if isinstance(raw, str) and raw else None
 
+    def name(self, index: int) -> str | None:
+        raw = self._devices[index].get("name")
+        return raw if isinstance(raw, str) and raw else None
+
+    def memory_mib(self, index: int) -> int | None:
+        raw = self._devices[index].get("memoryMiB")
+        return raw if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0 else None
+
     def fabric(self, index: int) -> Fabric | None:
         raw = self._devices[index].get("fabric")
         if not isinstance(raw, Mapping):
@@ -216,7 +244,7 @@ def record(source: NvmlSource) -> dict[str, Any]:
                 "numa": source.numa_node(i),
                 "arch": source.architecture(i),
                 "nvlinkRemotes": list(source.nvlink_remotes(i)),
-                **({"uuid": u} if (u := _uuid(source, i)) else {}),
+                **_optional(source, i),
                 **_fabric_record(source.fabric(i)),
             }
             for i in range(n)
@@ -263,6 +291,19 @@ class PynvmlSource:  # pragma: no cover - needs a GPU and its driver
             return _text(self._nvml.nvmlDeviceGetUUID(self._handles[index]))
         except self._nvml.NVMLError:
             return None
+
+    def name(self, index: int) -> str | None:
+        try:
+            return _text(self._nvml.nvmlDeviceGetName(self._handles[index]))
+        except self._nvml.NVMLError:
+            return None
+
+    def memory_mib(self, index: int) -> int | None:
+        try:
+            info = self._nvml.nvmlDeviceGetMemoryInfo(self._handles[index])
+        except self._nvml.NVMLError:
+            return None
+        return int(info.total) // (1 << 20)
 
     def common_ancestor(self, a: int, b: int) -> int:
         return int(

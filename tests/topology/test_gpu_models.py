@@ -89,3 +89,41 @@ def test_gfd_labels_are_read_before_the_reporters_annotation() -> None:
 def test_bus_ids_take_dras_four_digit_domain() -> None:
     assert normal_bus_id("00000000:07:00.0") == "0000:07:00.0"
     assert normal_bus_id("0000:B7:00.0") == "0000:b7:00.0"
+
+
+def test_the_reporter_names_the_gpu_model_where_gfd_does_not_run(tmp_path) -> None:
+    """``topology report`` from recorded NVML answers: each ``gpus[i]`` carries NVML's
+    name and total memory, and a node without GFD labels is rated as that model."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    data = json.loads((repo / "tests" / "topology" / "data" / "dgx1-v100-nvml.json")
+                      .read_text())
+    for dev in data["devices"]:
+        dev["name"], dev["memoryMiB"] = "Tesla V100-SXM2-16GB", 16160
+    rec = tmp_path / "nvml.json"
+    rec.write_text(json.dumps(data))
+    p = subprocess.run([sys.executable, "-m", "gputopo", "topology", "report",
+                        "--nvml-recorded", str(rec), "--node", "n1", "--dry-run",
+                        "--transport", "off"], capture_output=True, text=True, cwd=repo,
+                       env={**os.environ, "PYTHONPATH": str(repo)}, timeout=60)
+    assert p.returncode == 0, p.stderr
+    ann = json.loads(p.stdout)["patch"]["metadata"]["annotations"]
+    gpus = json.loads(ann["gputopo.io/topology"])["gpus"]
+    assert {(g["name"], g["memoryMiB"]) for g in gpus} == {("Tesla V100-SXM2-16GB", 16160)}
+    model = gpu_model_of({"metadata": {"name": "n1", "annotations": ann}})
+    assert model is not None and model.name == "V100-SXM2-16GB"
+    assert model.memory_mib == 16160 and model.known
+    # a recording without them (older reporters) adds neither
+    for dev in data["devices"]:
+        del dev["name"], dev["memoryMiB"]
+    rec.write_text(json.dumps(data))
+    p = subprocess.run([sys.executable, "-m", "gputopo", "topology", "report",
+                        "--nvml-recorded", str(rec), "--node", "n1", "--dry-run",
+                        "--transport", "off"], capture_output=True, text=True, cwd=repo,
+                       env={**os.environ, "PYTHONPATH": str(repo)}, timeout=60)
+    ann = json.loads(p.stdout)["patch"]["metadata"]["annotations"]
+    assert gpu_model_of({"metadata": {"name": "n1", "annotations": ann}}) is None
