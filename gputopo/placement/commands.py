@@ -18,7 +18,7 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -27,7 +27,6 @@ from gputopo.operators import expand, is_training_job, with_identity
 from gputopo.operators.trainjob import is_runtime
 from gputopo.placement.generations import solve_models
 from gputopo.placement.job_needs import compute_share_of, with_needs
-from gputopo.placement.objective import ROUND
 from gputopo.placement.types import (
     GangRequest,
     NodeState,
@@ -36,10 +35,6 @@ from gputopo.placement.types import (
 )
 from gputopo.placement.waiting import (
     DEFAULT_MIN_SHARE,
-    kind_gpus,
-    node_kind,
-    node_kinds,
-    reference_bandwidth,
 )
 from gputopo.quantity import gpu_memory_mib
 from gputopo.topology.transport import (
@@ -257,7 +252,7 @@ def _place(args: argparse.Namespace) -> int:
         if pod:
             placement = _judged(snapshot, pod, gang, shares)
         else:  # no pod: no constraints, volumes nor requests besides the GPUs
-            placement = solve_fitting(solve_models, nodes, with_bar(nodes, gang, {}), {})
+            placement = solve_fitting(solve_models, nodes, _with_bar(nodes, gang), {})
     except InputError as exc:
         raise InputError(exc.reason, file=snapshot.source) from exc
     if args.output == "json":
@@ -296,29 +291,14 @@ def _judged(snapshot: Any, pod: dict[str, Any], gang: GangRequest,
     return placement
 
 
-def with_bar(nodes: Sequence[NodeState], gang: GangRequest, demand: Mapping[str, int]
-             ) -> GangRequest:
-    """``gang`` with the bar the webhook solves it with (``GangReserver.good_bar``): the
-    default ``minShare`` of the waiting rule's minShare reference on ``nodes`` (its best on
-    the empty nodes of each kind alone, the pods' other requests limiting how many share
-    a node), so that ``place`` answers what admission would choose (docs/placement.md,
-    "Good enough on one node"); on several GPU models its bandwidth placed well too
-    (``GangRequest.well_gbps``). A one-GPU gang has no bar."""
-    if gang.total_gpus == 1:
-        return gang
-    from gputopo.cluster.node_resources import empty_nodes
+def _with_bar(nodes: Sequence[NodeState], gang: GangRequest) -> GangRequest:
+    """``gang`` with the bar admission solves it with (``GangReserver.good_bar`` at the
+    default ``minShare``), so that ``place --replicas`` answers what the webhook would
+    choose (docs/placement.md, "Good enough on one node")."""
+    from gputopo.cluster.reservations import InMemoryReservationStore
+    from webhook.placement.reserve import GangReserver
 
-    kinds = {n.name: node_kind(n) for n in nodes}
-
-    def best_on(on: frozenset[Hashable]) -> float:
-        ref = [n for n in nodes if kinds[n.name] in on] if on else list(nodes)
-        best = solve_models(empty_nodes(ref, demand, gang), gang)
-        return best.bus_bandwidth_gbps if best.feasible else 0.0
-
-    reference = reference_bandwidth(node_kinds(nodes), best_on, kind_gpus(nodes), gang)
-    many = len({k.gpu_model for k in kinds.values()}) > 1  # several GPU models
-    return replace(gang, good_gbps=round(DEFAULT_MIN_SHARE * reference, ROUND),
-                   well_gbps=(best_on(frozenset()) or None) if many else None)
+    return GangReserver(InMemoryReservationStore()).good_bar(nodes, gang, DEFAULT_MIN_SHARE)
 
 
 def render(placement: Placement, node_count: int) -> str:
