@@ -37,9 +37,12 @@ def terms(pod: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def pinned_node(pod: dict[str, Any]) -> str:
-    """The node every nodeSelectorTerm pins the pod to (asserts they all agree)."""
+    """The node every non-empty nodeSelectorTerm pins the pod to (asserts they all agree;
+    an empty term matches no node, so it needs no pin)."""
     found = set()
     for term in terms(pod):
+        if not (term.get("matchExpressions") or term.get("matchFields")):
+            continue
         pins = [f["values"] for f in term.get("matchFields", [])
                 if f.get("key") == "metadata.name" and f.get("operator") == "In"]
         assert len(pins) == 1 and len(pins[0]) == 1, f"term without a single pin: {term}"

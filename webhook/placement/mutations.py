@@ -7,9 +7,13 @@ Every function mutates the pod dict in place and returns the warnings it has for
 
 Rules (docs/placement.md):
 - node pin: a REQUIRED node affinity requirement ``matchFields metadata.name In [node]``
-  (what the DaemonSet controller writes) is added to EVERY existing nodeSelectorTerm, since
+  (what the DaemonSet controller writes) is added to EVERY non-empty nodeSelectorTerm, since
   terms are ORed: a pin in only one term would let the scheduler pick another term's nodes.
-  No terms → one new term.
+  An empty term (``{}``) matches no node (``k8s.io/api/core/v1`` NodeSelectorTerm: "a null
+  or empty node selector term matches no objects"; component-helpers ``nodeaffinity``
+  skips it) and stays empty: holding the pin alone, it would match the pinned node whatever
+  the pod's other terms say, and on a gated pod the API server refuses it ("only additions
+  are allowed", ``validateNodeSelectorTermHasOnlyAdditions``). No terms → one new term.
 - ``topology.kubernetes.io/gpu-group`` / ``gpu-visible``: always ours. They decide which
   GPUs the device plumbing hands out, so a value already on the pod (copied or forged) is
   replaced, with a warning.
@@ -80,8 +84,18 @@ def cuda_positions(gpu_group: Sequence[int], gpu_visible: Sequence[int]) -> str:
     return ",".join(str(order.index(g)) for g in gpu_group)
 
 
+def empty_term(term: object) -> bool:
+    """True for a nodeSelectorTerm that matches no node: null, or no requirement at all
+    (``{}``, empty lists), as the scheduler and :mod:`gputopo.cluster.node_fit` read it."""
+    if not isinstance(term, Mapping):
+        return True
+    return not any(isinstance(term.get(k), list) and term[k]
+                   for k in ("matchExpressions", "matchFields"))
+
+
 def pin_to_node(pod: dict[str, Any], node: str) -> list[str]:
-    """Add the required ``metadata.name In [node]`` requirement to every nodeSelectorTerm."""
+    """Add the required ``metadata.name In [node]`` requirement to every non-empty
+    nodeSelectorTerm (an empty one matches no node and is left so: the pin must narrow)."""
     warnings: list[str] = []
     spec = pod.setdefault("spec", {})
     affinity = spec.get("affinity")
@@ -94,11 +108,12 @@ def pin_to_node(pod: dict[str, Any], node: str) -> list[str]:
     if not isinstance(required, dict):
         required = node_aff["requiredDuringSchedulingIgnoredDuringExecution"] = {}
     terms = required.get("nodeSelectorTerms")
-    if not isinstance(terms, list) or not terms:
-        terms = required["nodeSelectorTerms"] = [{}]
     pin = {"key": NODE_NAME_FIELD, "operator": "In", "values": [node]}
+    if not isinstance(terms, list) or not terms:
+        required["nodeSelectorTerms"] = [{"matchFields": [pin]}]
+        return warnings
     for k, term in enumerate(terms):
-        if not isinstance(term, dict):
+        if not isinstance(term, dict) or empty_term(term):
             continue
         fields = term.get("matchFields")
         if not isinstance(fields, list):
@@ -157,7 +172,8 @@ def unpin(pod: dict[str, Any], node: str) -> bool:
             fields[:] = [f for f in fields if f != pin]
             if not fields:
                 del term["matchFields"]
-                if not term:  # pin_to_node made it for the pin: nothing of the user's
+                if not term:  # pin_to_node made it for the pin (it writes into no
+                    # empty term of the user's: those stay as they were)
                     made.append(i)
     if not found:
         return False
