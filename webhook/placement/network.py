@@ -209,7 +209,9 @@ def _replicas(specs: Mapping[str, Any], rtype: str) -> int:
     return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else 1
 
 
-def _type_named(specs: Mapping[str, Any], lower: str) -> str | None:
+def type_named(specs: Mapping[str, Any], lower: str) -> str | None:
+    """The replica type of ``specs`` whose lower-case name is ``lower`` (``worker`` →
+    ``Worker``), or None."""
     for rtype in specs:
         if str(rtype).lower() == lower:
             return str(rtype)
@@ -222,9 +224,15 @@ def ordered_replicas(job: Job) -> list[str]:
     return [f"{t.lower()}/{i}" for t in job.gpu_types for i in range(_replicas(job.specs, t))]
 
 
-def _user_host_ports(spec: Mapping[str, Any]) -> set[Port]:
-    """Explicit hostPorts of the user's own pod (before gputopo's mutations)."""
-    return claimed_ports(spec, host_network=False)
+def _user_host_ports(spec: Mapping[str, Any], *, host_network: bool = False,
+                     skip: frozenset[str] | set[str] = frozenset()) -> set[Port]:
+    """Host ports the user's own pod (before gputopo's mutations) claims: its explicit
+    hostPorts; with ``host_network`` (the user's own host networking) every declared port,
+    written with ``hostPort`` or without, since the API server defaults ``hostPort =
+    containerPort`` on a host-network pod before any webhook sees it (``gputopo mutate``
+    reads the file as written; both must read alike). Ports named in ``skip`` (the plan
+    rewrites them) are left out."""
+    return claimed_ports(spec, host_network=host_network, skip=skip)
 
 
 def _template_host_ports(job: Job) -> frozenset[Port]:
@@ -244,9 +252,18 @@ def needs(job: Job, *, mode: str, pod_spec: Mapping[str, Any],
     ``written``: the ports an earlier plan of this gang wrote into the pod (re-admission,
     :mod:`webhook.placement.readmission`): the plan's to move, never the user's."""
     warnings: list[str] = []
-    fixed = frozenset(_user_host_ports(original_spec) - written.held) | \
-        _template_host_ports(job)
     user_host = original_spec.get("hostNetwork") is True and not written.policy_host
+
+    def own_fixed(skip: set[str], moved: frozenset[Port] = frozenset()) -> frozenset[Port]:
+        """The user's host ports the plan does not move (``skip``: names; ``moved``). A pod
+        whose host networking was the policy's (``written.policy_host``) has every port's
+        hostPort = containerPort from that (the API server's defaulting): the user's own
+        are its template's."""
+        own = set() if written.policy_host else _user_host_ports(
+            original_spec, host_network=user_host, skip=skip)
+        return frozenset(own - written.held - moved) | _template_host_ports(job)
+
+    fixed = own_fixed(set())
     wants_host = pod_spec.get("hostNetwork") is True
     if not wants_host:
         return _shared_fixed(Needs(POD, "the pods do not use the host network"), job, fixed,
@@ -270,6 +287,8 @@ def needs(job: Job, *, mode: str, pod_spec: Mapping[str, Any],
         return Needs("after-solve", "", fixed=fixed, warnings=tuple(warnings),
                      listeners=listeners)
     role, tasks, movable, pinned = _rewritable(job, pod_spec, warnings, written)
+    fixed = own_fixed(movable, frozenset({("TCP", trainer_network.PORT)})
+                      if role == trainer_network.ROLE else frozenset())
     fixed |= {("TCP", port) for port in pinned.values()}
     if role == "tfjob" and not tasks:
         # a task of TF_CONFIG gets no mutation (no GPU): its TF_CONFIG cannot be rewritten
@@ -324,7 +343,7 @@ def _shared_ports(job: Job, pod_spec: Mapping[str, Any], pod_type: str | None,
     admitted pod: ``written``)."""
     users: dict[Port, int] = {}
     for rtype in job.gpu_types:
-        if pod_type and rtype.lower() == pod_type.lower():
+        if pod_type and rtype.lower() == pod_type.lower() and not written.policy_host:
             ports = claimed_ports(pod_spec, host_network=host_network, skip=skip)
             ports -= written.held
         else:
@@ -341,7 +360,7 @@ def _rewritable(job: Job, pod_spec: Mapping[str, Any], warnings: list[str],
     port the user fixed → that port). A rendezvous port an earlier plan wrote
     (``written.rendezvous``) reads as the operator's: it is the plan's to move."""
     if job.kind == trainer_network.KIND:
-        node = _type_named(job.specs, "node")
+        node = type_named(job.specs, "node")
         if trainer_network.torch_rendezvous(node in job.gpu_types, pod_spec,
                                             written.rendezvous):
             return trainer_network.ROLE, (trainer_network.RANK0,), set(), {}
@@ -353,11 +372,11 @@ def _rewritable(job: Job, pod_spec: Mapping[str, Any], warnings: list[str],
     if job.kind == "PyTorchJob":
         rdzv = env_value(pod_spec, RDZV_ENV)
         if rdzv is not None:
-            worker = _type_named(job.specs, "worker")
+            worker = type_named(job.specs, "worker")
             if worker is None or worker not in job.gpu_types:
                 return "", (), set(), {}
             return "pytorch-elastic", ("worker/0",), {port_name}, {}
-        master = _type_named(job.specs, "master")
+        master = type_named(job.specs, "master")
         if master is None or master not in job.gpu_types:
             # the master gets no mutation: its port stays; the workers do not listen on it
             return "pytorch-workers", (), {port_name}, {}
@@ -392,7 +411,7 @@ def sshd_workers(job: Job) -> bool:
     mpi-operator v2beta1, and Trainer's MPI runtimes (``deepspeed-distributed``), the
     runtimes whose JobSet has a ``launcher`` replicated job (``plugins/mpi/mpi.go``)."""
     return (job.api_version, job.kind) == MPI_V2BETA1 or (
-        job.kind == trainer_network.KIND and _type_named(job.specs, "launcher") is not None)
+        job.kind == trainer_network.KIND and type_named(job.specs, "launcher") is not None)
 
 
 def _tf_config(spec: Mapping[str, Any]) -> dict[str, Any]:

@@ -29,6 +29,8 @@ from webhook.placement.network import (
     Plan,
     all_containers,
     as_list,
+    template_spec,
+    type_named,
 )
 from webhook.placement.ports import OPERATOR_DEFAULT_PORTS
 from webhook.placement.readmission import NOTHING_WRITTEN, WrittenPorts
@@ -42,6 +44,9 @@ def apply(pod: dict[str, Any], original: Mapping[str, Any], plan: Plan, job: Job
     spec = pod.setdefault("spec", {})
     ospec = original.get("spec") if isinstance(original.get("spec"), dict) else {}
     if plan.kind == POD:
+        if written.policy_host:  # the user's own pod: its template (see _pod_network)
+            rtype = type_named(job.specs, replica.partition("/")[0])
+            ospec = template_spec(job.specs, rtype) if rtype else {}
         return _pod_network(spec, ospec, gpu_containers, written.policy_host)
     if plan.role.startswith("pytorch"):
         return _pytorch(spec, plan, job, replica)
@@ -57,7 +62,10 @@ def _pod_network(spec: dict[str, Any], ospec: Mapping[str, Any],
                  gpu_containers: Sequence[dict[str, Any]], policy_host: bool) -> list[str]:
     """Take back what the policy added for host networking; NCCL env for co-located pods.
     ``policy_host``: the pod came in with the policy's host networking from an earlier
-    plan (re-admission: :mod:`webhook.placement.readmission`), taken back too."""
+    plan (re-admission: :mod:`webhook.placement.readmission`), taken back too; ``ospec``
+    is then the replica's template (the pod as it came in holds the hostPort = containerPort
+    that host networking gave every port: kept, two packed replicas would hold one host
+    port)."""
     warnings: list[str] = []
     if spec.get("hostNetwork") is True and (ospec.get("hostNetwork") is not True
                                             or policy_host):
