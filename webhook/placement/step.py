@@ -36,9 +36,7 @@ import time
 from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import replace
-from typing import Any
 
-from gputopo import names
 from gputopo.cluster.dra import dra_containers
 from gputopo.cluster.dra_claims import ClaimList, ClaimWriter, KubernetesClaims
 from gputopo.cluster.node_resources import pod_demand, solve_fitting
@@ -58,20 +56,21 @@ from gputopo.cluster.source import node_state_named
 from gputopo.placement import starvation
 from gputopo.placement.job_needs import needs_annotations, with_needs
 from gputopo.placement.types import GangRequest, ReplicaSlot
-from gputopo.placement.waiting import after_max_wait_text
-from webhook import events, metrics
+from webhook import events
 from webhook.placement import dra_slot, network, network_writes, node_choice
 from webhook.placement.compute_domain import ComputeDomains
 from webhook.placement.fitting import HeldMemo
 from webhook.placement.mutations import (
-    GPU_RESOURCES,
-    apply_slot,
     apply_unplaced,
-    apply_waiting,
     gpu_containers,
-    gpu_list,
     pinned_to,
     unpin,
+)
+from webhook.placement.outcome_writes import (
+    gpu_resources,
+    placement_settings,
+    write_slot_outcome,
+    write_unplaced,
 )
 from webhook.placement.readmission import (
     NOTHING_WRITTEN,
@@ -81,12 +80,9 @@ from webhook.placement.readmission import (
     written_ports,
 )
 from webhook.placement.records import (
-    WHEN_FULL_DENY,
     WHEN_FULL_WAIT,
     Granted,
     admission_events,
-    placed_record,
-    waiting_record,
 )
 from webhook.placement.replicas import (
     gpu_counts_by_replica_type,
@@ -103,7 +99,7 @@ from webhook.placement.reserve import (
     ruled_out,
 )
 from webhook.placement.slot_repair import repair_scopes, slot_node_problem
-from webhook.policy.schema import OWNER_KINDS, PlacementSettings, Policy
+from webhook.policy.schema import OWNER_KINDS, PlacementSettings
 from webhook.steps import AdmissionContext, JobInfo
 
 log = logging.getLogger(__name__)
@@ -113,16 +109,6 @@ __all__ = ["DEFAULT_MAX_ATTEMPTS", "DEFAULT_SETTLE_SECONDS", "Granted", "HeldMem
 #: Seconds one admission may spend talking to an API-backed reservation store: the webhook's
 #: timeoutSeconds is 5, and the solve, the patch and the HTTPS round trip need the rest.
 STORE_SECONDS = 3.0
-
-
-def placement_settings(policy: Policy | None) -> PlacementSettings:
-    """The primary policy's placement section (no policy: the defaults)."""
-    return policy.placement if policy is not None else PlacementSettings()
-
-
-def policy_name(policy: Policy | None) -> str:
-    """The matched policy's name, for metrics and messages."""
-    return policy.name if policy is not None else "?"
 
 
 _ruled_out = ruled_out
@@ -181,7 +167,7 @@ class PlacementStep:
         settings = placement_settings(ctx.policy)
         if not settings.enabled:
             return
-        resources = _gpu_resources(ctx.policy)
+        resources = gpu_resources(ctx.policy)
         gpus = job.gpus_per_pod
         if gpus <= 0:
             return
@@ -279,11 +265,11 @@ class PlacementStep:
             outcome = dra_slot.pin_slot(ctx, key, replica, outcome, ask, self.claims,
                                         preview=preview)
         if isinstance(outcome, Granted):
-            self._write_slot(ctx, key, replica, outcome, net, containers, preview=preview,
-                             dra=ask is not None)
+            write_slot_outcome(ctx, key, replica, outcome, net, containers, preview=preview,
+                               dra=ask is not None, compute_domains=self.compute_domains)
         else:
-            self._unplaced(ctx, key, replica, gang, outcome, settings, net, containers,
-                           preview=preview)
+            write_unplaced(ctx, key, replica, gang, outcome, settings, net, containers,
+                           preview=preview, can_wait=self.can_wait)
         if self.recorder is not None and not preview:
             self._tell(ctx, job, outcome, settings)
 
@@ -488,136 +474,6 @@ class PlacementStep:
         return Granted(reservation=res, slot=res.slot(number), fresh=False,
                        plan=net.plan_for(res.network, res.slots))
 
-    # --- writing -------------------------------------------------------------------------
-    def _write_slot(
-        self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, granted: Granted,
-        net: network.GangNetwork, containers: list[dict[str, Any]], *, preview: bool,
-        dra: bool = False,
-    ) -> None:
-        res, slot = granted.reservation, granted.slot
-        visible = res.visible_gpus(slot.node)
-        plan = granted.plan
-        # the plan's JSON replaces the stored one: not copied first (only its JSON is kept)
-        record = placed_record(key, replica, res, slot, visible,
-                               network=None if plan is None else plan.to_json())
-        policy = ctx.policy
-        ctx.warnings.extend(
-            apply_slot(ctx.pod, node=slot.node, gpu_group=slot.gpus, gpu_visible=visible,
-                       record=record, gpu_resources=_gpu_resources(policy),
-                       warn_scheduler=_scheduler_unhandled(policy),
-                       gpu_env=placement_settings(policy).gpu_env,
-                       # DRA: the driver makes only the claimed devices visible (CDI)
-                       containers=[] if dra else containers)
-        )
-        if plan is not None:
-            ctx.warnings.extend(network_writes.apply(
-                ctx.pod, ctx.original, plan, net.job, replica.wire(), containers,
-                net.written))
-        if placement_settings(policy).compute_domain == "create":
-            ctx.warnings.extend(self.compute_domains.apply(ctx, res, containers,
-                                                           preview=preview))
-        if ctx.audit:
-            ctx.warnings.append(
-                f"placement (audit): would pin this pod ({replica.wire()}) to node "
-                f"{slot.node}, GPUs {gpu_list(slot.gpus)} of the job's "
-                f"{gpu_list(visible)} there; nothing was reserved"
-            )
-        if granted.moved:
-            ctx.warnings.append(
-                f"placement: this pod's slot moved to node {slot.node}, GPUs "
-                f"{gpu_list(slot.gpus)}: {granted.moved}"
-            )
-        if not preview:
-            metrics.tally(metrics.PLACEMENTS, "moved" if granted.moved else
-                          "placed" if granted.fresh else "reused")()
-        if not ctx.request.dry_run:
-            metrics.tally(metrics.MUTATIONS, "placement", policy_name(policy),
-                          "audit" if ctx.audit else "enforce")()
-
-    def _unplaced(
-        self, ctx: AdmissionContext, key: GangKey, replica: ReplicaKey, gang: GangRequest,
-        why: Unplaced, settings: PlacementSettings, net: network.GangNetwork,
-        containers: list[dict[str, Any]], *, preview: bool,
-    ) -> None:
-        what = f"{key.kind} {key.namespace}/{key.name}"
-        demand = f"{gang.replicas} pod(s) x {gang.gpus_per_replica} GPU(s)"
-        if settings.when_full == WHEN_FULL_DENY:
-            message = (
-                f"gputopo cannot place {what} ({demand}) on GPUs that fit together: "
-                f"{why.reason}. Policy {policy_name(ctx.policy)!r} denies such pods "
-                f"(placement.whenFull: deny); free GPUs, make the job smaller, or "
-                f"set whenFull: wait (or admit) to run it later (or without topology "
-                f"placement)."
-            )
-            if ctx.audit:
-                ctx.warnings.append(f"placement (audit): would deny: {message}")
-                return
-            if not preview:
-                metrics.PLACEMENTS.labels(result="denied").inc()
-            ctx.deny(message)
-            return
-        record: dict[str, Any] = {
-            "placed": False,
-            "job": what,
-            "jobUid": key.uid,
-            "replica": replica.wire(),
-            "node": None,
-            "gpus": [],
-            "reason": why.reason,
-        }
-        wait = settings.when_full == WHEN_FULL_WAIT and not why.lasting
-        if wait and self.can_wait:
-            plan, cap = network.waiting_plan(net.need)
-            gated = replace(gang, good_gbps=None, well_gbps=None,
-                            max_replicas_per_node=tighter(cap, spread_of(ctx.pod).per_node))
-            record.update(waiting_record(key, gated, settings, plan, net.need.fixed))
-            dra_ask = ctx.job.dra if ctx.job is not None else None
-            if dra_ask is not None and dra_ask.gpus and dra_ask.why_not is None:
-                # which of its claims' requests are GPUs, for the queue (placement.
-                # gpuDeviceClasses of the policy that admitted it)
-                record["gang"]["gpuDeviceClasses"] = list(settings.gpu_device_classes)
-            ctx.warnings.extend(network_writes.apply(
-                ctx.pod, ctx.original, plan, net.job, replica.wire(), containers,
-                net.written))
-            ctx.warnings.extend(apply_waiting(
-                ctx.pod, record=record, gpu_resources=_gpu_resources(ctx.policy),
-                warn_scheduler=_scheduler_unhandled(ctx.policy), gpu_env=settings.gpu_env,
-                containers=containers))
-            if dra_ask is not None and dra_ask.gpus and dra_ask.why_not is None:
-                # spec.resourceClaims is immutable after CREATE: the names now, the claims
-                # when the queue places the gang (webhook/placement/dra_slot.py)
-                dra_slot.name_claims(ctx.pod, dra_ask, job=key.name, replica=replica.wire())
-            prefix = "placement (audit): would gate" if ctx.audit else "placement:"
-            ctx.warnings.append(
-                f"{prefix} {what} ({demand}) waits for a placement: {why.reason}; its pods "
-                f"are held by the scheduling gate {names.PLACEMENT_GATE} until the queue "
-                f"places the whole gang: "
-                f"{after_max_wait_text(settings.waiting, settings.max_wait_seconds)}")
-            if not preview:
-                metrics.PLACEMENTS.labels(result="gated").inc()
-            return
-        # Unpinned, the scheduler may put replicas anywhere: ports the operator declared
-        # keep them apart (NodePorts), but sshd of MPIJob v2beta1 workers is declared
-        # nowhere, so those take the pod network (as "after-solve" would for a shared node).
-        plan = None
-        if net.need.kind in (network.POD, "after-solve"):
-            plan = network.Plan(network.POD, net.need.why or "pod networking: the gang is "
-                                "unplaced, so no two workers can be kept off one node")
-            record["network"] = plan.to_json()
-        ctx.warnings.extend(apply_unplaced(ctx.pod, record))
-        if plan is not None:
-            ctx.warnings.extend(network_writes.apply(
-                ctx.pod, ctx.original, plan, net.job, replica.wire(), containers,
-                net.written))
-        prefix = "placement (audit): would leave" if ctx.audit else "placement:"
-        note = ("" if not wait else "; whenFull: wait needs the placement queue, which runs "
-                "only in a webhook with a live cluster")
-        ctx.warnings.append(
-            f"{prefix} {what} ({demand}) left unplaced: {why.reason}; admitted without "
-            f"node or GPU pinning{note}"
-        )
-        if not preview:
-            metrics.PLACEMENTS.labels(result="unplaced").inc()
 
 
 def store_deadline(store: object) -> AbstractContextManager[None]:
@@ -630,16 +486,6 @@ def store_deadline(store: object) -> AbstractContextManager[None]:
 #: One "nothing" for every admission: a nullcontext keeps no state, so it can be entered
 #: again and again (one object fewer to build per GPU pod).
 _NO_DEADLINE: AbstractContextManager[None] = contextlib.nullcontext()
-
-
-def _gpu_resources(policy: Policy | None) -> frozenset[str]:
-    """GPU resource names of the matched policy (before and after its rename)."""
-    return policy.gpu_resources if policy is not None else GPU_RESOURCES
-
-
-def _scheduler_unhandled(policy: Policy | None) -> bool:
-    """False when the policy's own mutations already set schedulerName (and warned)."""
-    return policy is None or policy.mutations.scheduler_name is None
 
 
 def make_placement_step(store: ReservationStore | None = None, *,

@@ -55,8 +55,8 @@ from gputopo.placement.types import ReplicaSlot
 from webhook import events, metrics
 from webhook.placement import dra_slot
 from webhook.placement.mutations import record_json, remove_gate, write_slot
+from webhook.placement.records import placed_record
 from webhook.placement.reserve import GangReserver, Unplaced
-from webhook.placement.step import placed_record
 from webhook.queue.gangs import (
     DEFAULT_STARVATION_SECONDS,
     PassResult,
