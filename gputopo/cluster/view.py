@@ -7,9 +7,10 @@ ACK report ConfigMap, locality), the GPUs bound pods hold, Namespaces, the Kubef
 training jobs — current through list+watch with the official ``kubernetes`` client, the
 way client-go informers do: list, then watch from the list's resourceVersion, follow
 bookmarks, re-list on 410 Gone, reconnect with backoff when the API server is away (and
-keep answering from the last known state meanwhile). About 620 lines: the watch handlers
-and the reservation release and reconcile they drive stay in one class (the list+watch loop,
-the trimming, the on-demand GETs and the memory-only reader are modules of their own).
+keep answering from the last known state meanwhile). The watch handlers and the
+reservation release and reconcile they drive stay in one class; the list+watch loop, the
+trimming, what pods hold per node (:mod:`gputopo.cluster.pod_holdings`), the on-demand
+GETs and the memory-only reader are modules of their own.
 
 Node data goes through :mod:`gputopo.cluster.objects`, the same functions the file-backed
 snapshot uses, so both agree on activation, GPUs in use and bad data (a node with a corrupt
@@ -47,14 +48,14 @@ from gputopo.cluster.informer import (
     TRANSPORT_ERRORS,
     Informer,
     WatchedKind,
-    key_of,
     short_error,
 )
 from gputopo.cluster.ledger_feed import LEDGER_SELECTOR, LedgerFeed
 from gputopo.cluster.memory_reader import MemoryOnlyReader
 from gputopo.cluster.metrics import NODE_DATA_ERRORS, RESERVATION_RELEASES
-from gputopo.cluster.node_resources import NodeResources, Requests, sum_requests
+from gputopo.cluster.node_resources import NodeResources, sum_requests
 from gputopo.cluster.object_gets import get_object, job_exists_by_get
+from gputopo.cluster.pod_holdings import PodHoldings
 from gputopo.cluster.reservations import (
     GangKey,
     ReservationStore,
@@ -63,7 +64,7 @@ from gputopo.cluster.reservations import (
 )
 from gputopo.cluster.snapshot import object_key
 from gputopo.cluster.source import namespace_opted_in
-from gputopo.cluster.waiters import by_gang, waiter_of
+from gputopo.cluster.waiters import by_gang
 from gputopo.cluster.watch_trim import trim_node, trim_pod
 from gputopo.errors import TopologyError
 from gputopo.kubeaccess import NoClusterAccess, cluster_configuration
@@ -123,17 +124,8 @@ class ClusterView:
         self._synced = threading.Event()
         self.warnings: dict[str, str] = {}  # node → why it is left out
         self.released: list[GangKey] = []  # reservations this view released, for the record
-        # derived indexes, maintained by _changed under the lock
-        self._pod_gpus: dict[tuple[str, str], tuple[str, tuple[int, ...]]] = {}
-        self._used: dict[str, dict[tuple[str, str], tuple[int, ...]]] = {}
-        self._pod_ports: dict[tuple[str, str], tuple[str, frozenset[tuple[str, int]]]] = {}
-        self._ports: dict[str, dict[tuple[str, str], frozenset[tuple[str, int]]]] = {}
-        # the requests of pods on each node (bound, or pinned and not yet bound), and
-        # their sum, kept up to date pod by pod as held GPUs are
-        self._pod_asks: dict[tuple[str, str], tuple[str, Requests]] = {}
-        #: gated pods of waiting gangs (gputopo.cluster.waiters), for the starvation guard
-        self._waiters: dict[tuple[str, str], Waiter] = {}
-        self._asked: dict[str, Requests] = {}
+        # derived indexes, maintained by _changed under the lock: what pods hold per node
+        self._holdings = PodHoldings()
         self._base: dict[str, NodeState | None] = {}  # node → state without usage (None: bad)
         self._final: dict[str, NodeState] = {}  # node → state with its used GPUs
         self._states: tuple[NodeState, ...] | None = None
@@ -280,74 +272,17 @@ class ClusterView:
         self._states = None
 
     def _pod_changed(self, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
-        key = key_of(old if old is not None else new or {})
-        waiter = waiter_of(new) if new is not None else None
-        if waiter is not None:
-            self._waiters[key] = waiter
-        else:
-            self._waiters.pop(key, None)
-        self._pod_ports_changed(key, new)
-        self._pod_asks_changed(key, new)
-        before = self._pod_gpus.pop(key, None)
-        after = ob.gpus_held_by_pod(new) if new is not None else None
-        if before == after:
-            if after is not None:
-                self._pod_gpus[key] = after
-            return
-        if before is not None:
-            self._used.get(before[0], {}).pop(key, None)
-            self._final.pop(before[0], None)
-        if after is not None:
-            self._pod_gpus[key] = after
-            self._used.setdefault(after[0], {})[key] = after[1]
-            self._final.pop(after[0], None)
-        self._states = None
-
-    def _pod_ports_changed(self, key: tuple[str, str], new: dict[str, Any] | None) -> None:
-        """Host ports a pod holds, indexed per node like its GPUs."""
-        before = self._pod_ports.pop(key, None)
-        after = ob.host_ports_held_by_pod(new) if new is not None else None
-        if after is not None:
-            self._pod_ports[key] = after
-        if before == after:
-            return
-        if before is not None:
-            self._ports.get(before[0], {}).pop(key, None)
-            self._final.pop(before[0], None)
-        if after is not None:
-            self._ports.setdefault(after[0], {})[key] = after[1]
-            self._final.pop(after[0], None)
-        self._states = None
-
-    def _pod_asks_changed(self, key: tuple[str, str], new: dict[str, Any] | None) -> None:
-        """CPU, memory, pods and extended resources a pod asks for, summed per node: a
-        change adds or takes away one pod's request, never a pass over the node's pods."""
-        before = self._pod_asks.pop(key, None)
-        after = ob.requests_held_by_pod(new) if new is not None else None
-        if after is not None:
-            self._pod_asks[key] = after
-        if before == after:
-            return
-        for was, sign in ((before, -1), (after, 1)):
-            if was is None:
-                continue
-            node, asks = was
-            total = self._asked.setdefault(node, {})
-            for k, v in asks.items():
-                total[k] = total.get(k, 0) + sign * v
-                if not total[k]:
-                    del total[k]
-            if not total:
-                del self._asked[node]
+        changed = self._holdings.pod_changed(old, new)
+        for node in changed:
             self._final.pop(node, None)
-        self._states = None
+        if changed:
+            self._states = None
 
     def waiting_gangs(self) -> list[Waiter]:
         """The gangs waiting in the placement queue, one per gang (their gated pods)."""
         with self._lock:
-            if not self._waiters:
-                return []
-            return by_gang(self._waiters.values())
+            waiters = self._holdings.waiters
+            return by_gang(waiters.values()) if waiters else []
 
     def _release_job(self, job: dict[str, Any], why: str) -> None:
         store = self.reservations
@@ -568,15 +503,15 @@ class ClusterView:
                     if base is None:
                         continue
                     final = base
-                    used = self._used.get(name)
+                    used = self._holdings.used.get(name)
                     if used:
                         known = set(base.topology.indices)
                         final = replace(base, used=base.used | frozenset(
                             g for gs in used.values() for g in gs if g in known))
-                    ports = self._ports.get(name)
+                    ports = self._holdings.ports.get(name)
                     if ports:
                         final = replace(final, host_ports=frozenset().union(*ports.values()))
-                    asked = self._asked.get(name)
+                    asked = self._holdings.asked.get(name)
                     if asked and base.resources is not None:
                         final = replace(final, resources=NodeResources(
                             base.resources.allocatable, sum_requests([asked])))
