@@ -16,7 +16,7 @@ admitter share, as the server splits them), by kind and by function: the same on
 machine and every run, so a change's effect on the interpreter's work is read exactly,
 without the noise of a shared machine. Why it matters: on an idle KVM guest each review
 starts with cold caches and branch predictors, and its CPU then grows with the code it
-runs (docs/benchmarks.md, "Idle wake-ups").
+runs (``git show 5b1c38e:docs/benchmarks.md``, "Idle wake-ups").
 ``--parts`` times the old and new ways of the review's own steps (patch, copy, decode,
 encode) on the pods this workload really admits, interleaved in one process, so the
 machine's noise hits both alike. Transport (TLS, HTTP, the ASGI app) is not in here:
@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip", type=int, default=0, metavar="N",
                     help="admit the first N reviews unmeasured: with --count 2500 --skip "
                          "1500 the figures are of the busy cluster (past ~1,500 reviews no "
-                         "node holds a 2 x 4 gang: docs/benchmarks.md)")
+                         "node holds a 2 x 4 gang: docs/benchmarks.md, "
+                         "\"Admission latency\")")
     args = ap.parse_args(argv)
     if args.skip and (args.parts or args.opcodes or args.components):
         ap.error("--skip is for CPU per kind and cProfile (not --parts, --opcodes, "

@@ -10,7 +10,8 @@ Future (with a Condition and its lock), a work item, and an asyncio future chain
 first by two done-callbacks that hop threads. Here a hand-off is one ``SimpleQueue.put``
 (C) and, on the way back, one ``call_soon_threadsafe``. At 50 reviews/s, where every review
 wakes an idle process and pays for it in cache misses, the hand-off's own code was a
-visible share of the event loop's CPU per review (docs/benchmarks.md, "Idle wake-ups").
+visible share of the event loop's CPU per review (``git show 5b1c38e:docs/benchmarks.md``,
+"Idle wake-ups").
 
 Shutdown keeps the executor's guarantees: :meth:`shutdown` lets the running call finish,
 cancels the calls still queued (their awaiting coroutines see ``CancelledError``), and the

@@ -216,7 +216,8 @@ def check_pod_object(pod: dict[str, Any]) -> None:
     Why not in :func:`parse_review`: the pipeline calls this once it knows it will read the
     pod (a job pod in an opted-in namespace). A pod it lets through untouched is never read
     past its namespace and owner, so its shape is the API server's business; checking it
-    cost a third of an out-of-scope review (docs/benchmarks.md)."""
+    cost a third of an out-of-scope review (``git show 5b1c38e:docs/benchmarks.md``,
+    "Solver state kept across gangs")."""
     problem = check_pod(pod)
     if problem is not None:
         where, reason = problem

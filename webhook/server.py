@@ -23,9 +23,10 @@ goes to the one admitter thread.
 Why ``POST /mutate`` (and the benchmark's ``POST /noop``) are plain ASGI handlers in front
 of FastAPI: every admission pays for the framework's request machinery — eight middleware
 layers, routing, dependency solving, a Request object, a JSONResponse — about 0.1 ms of CPU
-on the event loop per review in the py-spy profile of docs/benchmarks.md, for two routes
-that only move bytes in and out. Everything else (the probes, ``/metrics``, 404/405
-answers, the exception handler, the lifespan that shuts the admitter down) stays FastAPI.
+on the event loop per review in a py-spy profile (``git show 5b1c38e:docs/benchmarks.md``,
+"Where the CPU goes"), for two routes that only move bytes in and out. Everything else (the
+probes, ``/metrics``, 404/405 answers, the exception handler, the lifespan that shuts the
+admitter down) stays FastAPI.
 """
 
 from __future__ import annotations
@@ -320,10 +321,10 @@ class _QuietServer(uvicorn.Server):
     (once a second) and look whether to stop. A webhook idles most of its life, and each of
     those wake-ups of an idle process costs far more than its few lines: 2.1 of the idle
     server's 2.7 ms of CPU a second here, 0.04 ms per review at 50 reviews/s
-    (docs/benchmarks.md, "Idle wake-ups"). Here the tick sleeps a second (the header is
-    refreshed on every tick, so it is as fresh as uvicorn's), and a stop — ours, or
-    uvicorn's own signal handler — wakes it at once instead of within the tick. Each tick
-    also adds the durations the reviews queued (``LATENCY``, a
+    (``git show 5b1c38e:docs/benchmarks.md``, "Idle wake-ups"). Here the tick sleeps a
+    second (the header is refreshed on every tick, so it is as fresh as uvicorn's), and a
+    stop — ours, or uvicorn's own signal handler — wakes it at once instead of within the
+    tick. Each tick also adds the durations the reviews queued (``LATENCY``, a
     :class:`webhook.deferred_histogram.DeferredHistogram`) in one batch.
     """
 
@@ -382,7 +383,8 @@ class WebhookServer:
             host=host,
             port=port,
             # httptools (C) rather than h11 (pure Python) parses HTTP/1.1: 0.2-0.3 ms less
-            # CPU per request on the /noop floor at 200 req/s (docs/benchmarks.md)
+            # CPU per request on the /noop floor at 200 req/s (git show
+            # 5b1c38e:docs/benchmarks.md, "Where the CPU goes")
             http="httptools",
             lifespan="on",
             access_log=False,
@@ -433,7 +435,9 @@ class WebhookServer:
         # Everything built so far (policies, the cluster view, topology caches) lives as
         # long as the process: move it out of the collector's sight, so the full
         # collections that admissions trigger stop rescanning it. Measured with
-        # bench/admission.py at 200 req/s: p99 about 1.8x lower (docs/benchmarks.md).
+        # bench/admission.py at 200 req/s: p99 about 1.8x lower (git show
+        # 5b1c38e:docs/benchmarks.md, "After the fact: a frozen heap, and how noisy this
+        # machine is").
         gc.collect()
         gc.freeze()
         reloader = asyncio.create_task(self.tls.run(), name="certificate-reloader")

@@ -6,7 +6,9 @@ GET, per node a ledger GET and a claim PUT, the record POST, per node a commit P
 generated ``CoreV1Api`` methods validate every argument with pydantic and re-serialise the
 headers, the path and the body (``sanitize_for_serialization`` walks every field) on each
 call: ~0.03 ms of a GET's and ~0.13 ms of a PUT's ~0.4-0.5 ms client-side CPU on loopback
-(docs/benchmarks.md, "Held GPUs from a watch of the ledgers"). This module sends the very
+(measured: ``git show 5b1c38e:docs/benchmarks.md``, "Held GPUs from a watch of the
+ledgers, on the live path"; today's figures: docs/benchmarks.md, "Reservations on the live
+path"). This module sends the very
 same requests — method, URL, headers (the client's default headers, cookie and auth, the
 token refresh hook included), the body encoded by the client's REST layer — through the
 same ``ApiClient.call_api``, so TLS, proxies, timeouts and retries stay the client's; it

@@ -25,7 +25,8 @@ class MemoryOnlyReader:
         #: none; ``namespace`` then says WouldBlock). The view's own ``dict.get``, without
         #: the lock: one dict read is atomic, and the watch replaces the answer with the
         #: object, under the lock. Why: the server's event loop asks it of every review,
-        #: and each Python function a cold review touches costs on its own (docs/benchmarks.md).
+        #: and each Python function a cold review touches costs on its own
+        #: (``git show 5b1c38e:docs/benchmarks.md``, "Cold CPU: the event loop's share").
         self.namespace_opted_in = view._opted_in.get
 
     def namespace(self, name: str) -> dict[str, Any] | None:

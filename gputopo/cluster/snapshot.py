@@ -50,7 +50,8 @@ class ClusterSnapshot:
         #: Namespace here). Why a bound ``dict.get``: the server's event loop asks it of
         #: every review, and on the idle benchmark guest each Python function a review
         #: touches costs on its own cold (``namespace()`` and its key: ~10 us, against
-        #: ~3 for this and no Namespace object read; docs/benchmarks.md).
+        #: ~3 for this and no Namespace object read; ``git show 5b1c38e:docs/benchmarks.md``,
+        #: "Cold CPU: the event loop's share").
         self.namespace_opted_in = self._opted_in.get
         self._states: tuple[NodeState, ...] | None = None  # node_states() until the next add()
         for obj in self.objects:

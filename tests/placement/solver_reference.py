@@ -58,7 +58,7 @@ The search, for ``R`` replicas of ``G`` GPUs (``n = R*G``):
 Exactness is proved against brute force on small clusters
 (tests/placement/test_solver_oracle.py).
 Known cost: the DPs are polynomial in ``R`` (replicas); gangs of dozens of one-GPU replicas
-spread over many nodes are the slow case (docs/benchmarks.md).
+spread over many nodes are the slow case (docs/benchmarks.md, "Solver latency").
 """
 
 from __future__ import annotations
