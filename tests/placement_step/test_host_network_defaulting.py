@@ -23,7 +23,8 @@ from apiserver_rules import host_ports, stored
 from placement_checks import record
 from placement_jobs import mpijob
 from test_network_plan import pytorchjob
-from test_readmission import POLICIES, _job_and_pods, _running
+from test_readmission import _cluster as readmission_cluster
+from test_readmission import _job_and_pods, _running, admit_policies
 from test_trainjob_gangs import NODES
 
 from gputopo.cluster.demo import demo_cluster_path
@@ -98,21 +99,13 @@ def test_host_networking_the_policy_gave_is_taken_back_with_its_defaulted_host_p
     job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0][
         "ports"] = [{"name": "metrics", "containerPort": 9090}]
     owners, pods = _job_and_pods(job)
-    half = tmp_path / "half.yaml"
-    half.write_text(yaml.safe_dump_all([
-        *load_documents(demo_cluster_path()),
-        *(_running(f"held-{i}", n, "0,1,2,3", []) for i, n in enumerate(NODES))]))
-    policies = tmp_path / "policies"  # the shipped ones, taking the spread placement now
-    policies.mkdir()
-    for f in POLICIES.glob("*.yaml"):
-        (policies / f.name).write_text(f.read_text().replace("whenFull: wait",
-                                                             "whenFull: admit"))
+    half = readmission_cluster(tmp_path, "gpus-0-3-held")
+    policies = admit_policies(tmp_path)
     first = mutate([*owners, *pods], "--policies", str(policies), cluster=half)
     spread = [stored(d) for d in first.docs if (record(d) or {}).get("placed")]
     assert len({record(p)["node"] for p in spread}) == 2
     assert all(host_ports(p) == {("TCP", 9090)} for p in spread)
-    empty = tmp_path / "empty.yaml"
-    empty.write_text(yaml.safe_dump_all(load_documents(demo_cluster_path())))
+    empty = readmission_cluster(tmp_path, "empty")
     again = mutate([*owners, *(stored(d) for d in first.docs if d.get("kind") == "Pod")],
                    "--policies", str(policies), cluster=empty)
     assert again.rc == 0, again.stderr

@@ -64,6 +64,11 @@ CLUSTERS: dict[str, list[dict[str, Any]]] = {
     "gpus-0-1-held": [_running(f"held-{i}", n, "0,1", []) for i, n in enumerate(NODES)],
     # the second node holds the port the plan derives from GPU 0 of the first
     "port-23456-held": [_running("exporter", NODES[1], None, [23456])],
+    # a gang of two 4-GPU workers spreads one per node
+    "gpus-0-3-held": [_running(f"held-{i}", n, "0,1,2,3", []) for i, n in enumerate(NODES)],
+    # what a gang placed on the empty cluster took is another pod's now
+    "first-node-0-3-held": [_running("other", NODES[0], "0,1,2,3", [])],
+    "first-node-full": [_running("other", NODES[0], "0,1,2,3,4,5,6,7", [])],
 }
 
 
@@ -121,6 +126,17 @@ def _tfjob_2x2(name: str) -> dict[str, Any]:
     return job
 
 
+def admit_policies(tmp_path: Path) -> Path:
+    """The shipped policies with ``whenFull: admit``: a gang takes a spread placement now
+    instead of waiting for a packed one."""
+    policies = tmp_path / "policies"
+    policies.mkdir(exist_ok=True)
+    for f in POLICIES.glob("*.yaml"):
+        (policies / f.name).write_text(f.read_text().replace("whenFull: wait",
+                                                             "whenFull: admit"))
+    return policies
+
+
 def _cluster(tmp_path: Path, name: str) -> Path:
     path = tmp_path / f"cluster-{name}.yaml"
     path.write_text(yaml.safe_dump_all([*load_documents(demo_cluster_path()),
@@ -165,9 +181,7 @@ def test_a_trainjob_readmitted_where_its_gpus_are_taken_moves_its_rendezvous_por
     first = mutate([*owners, *pods], cluster=_cluster(tmp_path, "empty"))
     out = [d for d in first.docs if d.get("kind") == "Pod"]
     assert [record(p)["gpus"] for p in out] == [[0, 1], [2, 3]]
-    taken = tmp_path / "taken.yaml"
-    taken.write_text(yaml.safe_dump_all([*load_documents(demo_cluster_path()),
-                                         _running("other", NODES[0], "0,1,2,3", [])]))
+    taken = _cluster(tmp_path, "first-node-0-3-held")
     again = mutate([*owners, *out], cluster=taken)
     assert again.rc == 0, again.stderr
     rank0, rank1 = [d for d in again.docs if d.get("kind") == "Pod"]
@@ -196,9 +210,7 @@ def test_a_gang_readmitted_where_its_node_is_full_moves_with_one_pin_and_the_use
     first = mutate([*owners, *pods], cluster=_cluster(tmp_path, "empty"))
     out = [d for d in first.docs if d.get("kind") == "Pod"]
     assert {record(p)["node"] for p in out} == {NODES[0]}
-    full = tmp_path / "full.yaml"
-    full.write_text(yaml.safe_dump_all([*load_documents(demo_cluster_path()),
-                                        _running("other", NODES[0], "0,1,2,3,4,5,6,7", [])]))
+    full = _cluster(tmp_path, "first-node-full")
     again = mutate([*owners, *out], cluster=full)
     assert again.rc == 0, again.stderr
     assert "already constrains" not in again.stderr
@@ -223,15 +235,8 @@ def test_sshd_workers_spread_then_packed_on_readmission_leave_the_host_network(
     would collide), not kept as though the user had asked for it."""
     job = make()
     owners, pods = _job_and_pods(job)
-    half = tmp_path / "half.yaml"
-    half.write_text(yaml.safe_dump_all([
-        *load_documents(demo_cluster_path()),
-        *(_running(f"held-{i}", n, "0,1,2,3", []) for i, n in enumerate(NODES))]))
-    policies = tmp_path / "policies"  # the shipped ones, taking the spread placement now
-    policies.mkdir()
-    for f in POLICIES.glob("*.yaml"):
-        (policies / f.name).write_text(f.read_text().replace("whenFull: wait",
-                                                             "whenFull: admit"))
+    half = _cluster(tmp_path, "gpus-0-3-held")
+    policies = admit_policies(tmp_path)
     first = mutate([*owners, *pods], "--policies", str(policies), cluster=half)
     out = [d for d in first.docs if d.get("kind") == "Pod"]
     workers = [p for p in out if (record(p) or {}).get("placed")]
@@ -268,9 +273,7 @@ def test_ports_move_with_the_gpus_when_a_readmitted_gang_is_placed_elsewhere(
     placed = [p for p in out if (record(p) or {}).get("placed")]
     assert sorted(g for p in placed for g in record(p)["gpus"]) == [0, 1, 2, 3]
     assert "23456" in json.dumps([p["spec"] for p in placed])
-    taken = tmp_path / "taken.yaml"
-    taken.write_text(yaml.safe_dump_all([*load_documents(demo_cluster_path()),
-                                         _running("other", NODES[0], "0,1,2,3", [])]))
+    taken = _cluster(tmp_path, "first-node-0-3-held")
     again = mutate([*owners, *out], cluster=taken)
     assert again.rc == 0, again.stderr
     moved = [p for p in again.docs if p.get("kind") == "Pod" and (record(p) or {}).get(
@@ -298,9 +301,7 @@ def test_a_users_own_pin_to_the_node_is_kept_on_readmission(mutate, tmp_path):
     first = mutate([*owners, *pods], cluster=_cluster(tmp_path, "empty"))
     out = [d for d in first.docs if d.get("kind") == "Pod"]
     assert {record(p)["node"] for p in out} == {NODES[0]}
-    full = tmp_path / "full.yaml"
-    full.write_text(yaml.safe_dump_all([*load_documents(demo_cluster_path()),
-                                        _running("other", NODES[0], "0,1,2,3,4,5,6,7", [])]))
+    full = _cluster(tmp_path, "first-node-full")
     again = mutate([*owners, *out], cluster=full)
     assert again.rc == 0, again.stderr
     for pod in (d for d in again.docs if d.get("kind") == "Pod"):
