@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from gputopo import names
 from gputopo.errors import InputError
 
 #: Namespace of the made-up uids (uuid5): stable across runs, so a dry run's output is.
@@ -98,6 +99,30 @@ def replicas(shape: JobShape, rtype: str, rs: Mapping[str, Any], default: int) -
         raise shape.error(f"replica type {rtype}: replicas must be a non-negative integer, "
                           f"got {raw!r}")
     return raw
+
+
+def counted_specs(shape: JobShape, field: str, known: tuple[str, ...], container: str
+                  ) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
+    """training-operator's replica specs (:meth:`JobShape.replica_specs`), each type's
+    replica count, and the check its validating webhook makes of every type: the template
+    holds the job kind's default ``container``."""
+    specs = shape.replica_specs(field, known)
+    counts = {rtype: replicas(shape, rtype, rs, 1) for rtype, rs in specs.items()}
+    for rtype, rs in specs.items():
+        if container_index(rs["template"]["spec"], container) is None:
+            raise shape.error(f"replica type {rtype}: no container named {container!r}")
+    return specs, counts
+
+
+def replica_labels(operator: str, job_label: str, rtype: str, index: int, *, master: bool
+                   ) -> dict[str, str]:
+    """The labels training-operator puts on every replica's pod (``rtype`` lower-case);
+    ``master``: the pod its job kind calls the master (``job-role: master``)."""
+    labels = {names.OPERATOR_NAME_LABEL: operator, names.JOB_NAME_LABEL: job_label,
+              names.REPLICA_TYPE_LABEL: rtype, names.REPLICA_INDEX_LABEL: str(index)}
+    if master:
+        labels[names.JOB_ROLE_LABEL] = "master"
+    return labels
 
 
 def restart_policy(rs: Mapping[str, Any], default: str) -> str:

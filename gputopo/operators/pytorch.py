@@ -14,13 +14,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gputopo import names
 from gputopo.operators.common import (
     JobShape,
     add_env,
+    counted_specs,
     default_port,
     named_port,
     new_pod,
+    replica_labels,
     replicas,
     restart_policy,
     template_of,
@@ -86,13 +87,7 @@ def _elastic_env(shape: JobShape, policy: Mapping[str, Any],
 def expand(job: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The pods of a PyTorchJob, Master first, each as the webhook receives it."""
     shape = JobShape(job)
-    specs = shape.replica_specs("pytorchReplicaSpecs", TYPES)
-    counts = {rtype: replicas(shape, rtype, rs, 1) for rtype, rs in specs.items()}
-    for rtype, rs in specs.items():
-        _, tspec = template_of(rs)
-        if not any(c.get("name") == CONTAINER for c in tspec["containers"]):
-            # training-operator's validating webhook refuses the job
-            raise shape.error(f"replica type {rtype}: no container named {CONTAINER!r}")
+    specs, counts = counted_specs(shape, "pytorchReplicaSpecs", TYPES, CONTAINER)
     if "Master" in specs and counts["Master"] != 1:
         raise shape.error("there must be exactly 1 Master replica")
     master_port: int | None = None
@@ -136,12 +131,8 @@ def expand(job: Mapping[str, Any]) -> list[dict[str, Any]]:
                 spec["initContainers"] = [*(spec.get("initContainers") or []),
                                           _init_container(master_addr)]
             spec["restartPolicy"] = restart_policy(rs, RESTART_POLICY)
-            labels = {names.OPERATOR_NAME_LABEL: OPERATOR_NAME,
-                      names.JOB_NAME_LABEL: job_label,
-                      names.REPLICA_TYPE_LABEL: rt,
-                      names.REPLICA_INDEX_LABEL: str(index)}
-            if rtype == "Master":
-                labels[names.JOB_ROLE_LABEL] = "master"
+            labels = replica_labels(OPERATOR_NAME, job_label, rt, index,
+                                    master=rtype == "Master")
             pods.append(new_pod(name=f"{job_label}-{rt}-{index}", namespace=shape.namespace,
                                 meta=meta, labels=labels, owner=shape.controller_ref(),
                                 spec=spec))

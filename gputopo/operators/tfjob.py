@@ -15,15 +15,15 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from gputopo import names
 from gputopo.operators.common import (
     JobShape,
     add_env,
     container_index,
+    counted_specs,
     default_port,
     named_port,
     new_pod,
-    replicas,
+    replica_labels,
     restart_policy,
     template_of,
 )
@@ -55,12 +55,7 @@ def _cluster_spec(shape: JobShape, specs: Mapping[str, dict[str, Any]],
 def expand(job: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The pods of a TFJob, Chief/Master first, then PS, Worker, Evaluator."""
     shape = JobShape(job)
-    specs = shape.replica_specs("tfReplicaSpecs", TYPES)
-    counts = {rtype: replicas(shape, rtype, rs, 1) for rtype, rs in specs.items()}
-    for rtype, rs in specs.items():
-        _, tspec = template_of(rs)
-        if container_index(tspec, CONTAINER) is None:
-            raise shape.error(f"replica type {rtype}: no container named {CONTAINER!r}")
+    specs, counts = counted_specs(shape, "tfReplicaSpecs", TYPES, CONTAINER)
     for single in ("Chief", "Master", "Evaluator"):
         if counts.get(single, 0) > 1:
             raise shape.error(f"replica type {single}: at most 1 replica")
@@ -82,14 +77,8 @@ def expand(job: Mapping[str, Any]) -> list[dict[str, Any]]:
                 target = spec["containers"][container_index(spec, CONTAINER) or 0]
                 add_env(target, ("TF_CONFIG", json.dumps(config, separators=(",", ":"))))
             spec["restartPolicy"] = restart_policy(rs, RESTART_POLICY)
-            labels = {names.OPERATOR_NAME_LABEL: OPERATOR_NAME,
-                      names.JOB_NAME_LABEL: job_label,
-                      names.REPLICA_TYPE_LABEL: rt,
-                      names.REPLICA_INDEX_LABEL: str(index)}
-            master = (rtype in ("Chief", "Master") if has_chief
-                      else rtype == "Worker" and index == 0)
-            if master:
-                labels[names.JOB_ROLE_LABEL] = "master"
+            labels = replica_labels(OPERATOR_NAME, job_label, rt, index, master=(
+                rtype in ("Chief", "Master") if has_chief else rtype == "Worker" and index == 0))
             pods.append(new_pod(name=f"{job_label}-{rt}-{index}", namespace=shape.namespace,
                                 meta=meta, labels=labels, owner=shape.controller_ref(),
                                 spec=spec))
