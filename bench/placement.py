@@ -470,7 +470,15 @@ def plot(results: dict[str, Any], out_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
+    written: list[Path] = []
+
+    def save(fig: Any, name: str) -> None:
+        fig.tight_layout()
+        path = out_dir / name
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+
     if "replay" in results:
         rows = results["replay"]
         names = [r["policy"] for r in rows]
@@ -487,11 +495,7 @@ def plot(results: dict[str, Any], out_dir: Path) -> list[Path]:
             ax.set_title(title, fontsize=9)
             ax.tick_params(axis="x", labelrotation=30, labelsize=8)
         fig.suptitle("Job stream replay, 64 nodes (DGX-1 V100, DGX A100, PCIe)", fontsize=10)
-        fig.tight_layout()
-        path = out_dir / "placement-replay.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        save(fig, "placement-replay.png")
     if "latency" in results:
         rows = results["latency"]
         fig, ax = plt.subplots(figsize=(7.5, 4))
@@ -507,22 +511,14 @@ def plot(results: dict[str, Any], out_dir: Path) -> list[Path]:
         ax.set_ylabel("solve time, ms")
         ax.set_title("gputopo solver latency (targets 50 ms / 500 ms dotted)", fontsize=10)
         ax.legend(fontsize=7, ncol=3)
-        fig.tight_layout()
-        path = out_dir / "placement-latency.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        save(fig, "placement-latency.png")
     if "seeds" in results:
         rows = results["seeds"]
         fig, ax = plt.subplots(figsize=(6, 3))
         ax.bar([r["policy"] for r in rows], [r["busBandwidthGBps"] for r in rows], color="#47a")
         ax.set_ylabel("predicted bus bandwidth, GB/s")
         ax.set_title("Seeds' scenario: 4 x 1-GPU job on two empty DGX-1 V100", fontsize=10)
-        fig.tight_layout()
-        path = out_dir / "placement-seeds.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+        save(fig, "placement-seeds.png")
     return written
 
 
