@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import gc
+import importlib
 import io
 import pstats
 import sys
@@ -167,7 +168,11 @@ def components(admitter: Any, bodies: list[bytes], kinds: list[str], gap_s: floa
             if hasattr(mod, name):
                 setattr(mod, name, timed(name, getattr(mod, name)))
     step.slot_node_problem = timed("slot_node_problem", step.slot_node_problem)
-    step.apply_slot = timed("apply_slot (mutations)", step.apply_slot)
+    # the slot is written by webhook.placement.outcome_writes (by the step itself in trees
+    # before that split; this script also profiles the other tree of a comparison)
+    writes = step if hasattr(step, "apply_slot") else importlib.import_module(
+        "webhook.placement.outcome_writes")
+    writes.apply_slot = timed("apply_slot (mutations)", writes.apply_slot)
     network.needs = timed("network.needs", network.needs)
     network_writes.apply = timed("network_writes.apply", network_writes.apply)
     network.job_facts = timed("network.job_facts", network.job_facts)

@@ -25,7 +25,7 @@ from gputopo.cluster.demo import demo_cluster_path
 from gputopo.cluster.reservations import GangKey
 from gputopo.placement.types import GangRequest
 from gputopo.yamlio import dump_documents, load_documents
-from webhook.placement.step import waiting_record
+from webhook.placement.records import waiting_record
 from webhook.policy.schema import PlacementSettings
 from webhook.queue.gangs import waiting_gangs
 
