@@ -287,8 +287,9 @@ def needs(job: Job, *, mode: str, pod_spec: Mapping[str, Any],
         return Needs("after-solve", "", fixed=fixed, warnings=tuple(warnings),
                      listeners=listeners)
     role, tasks, movable, pinned = _rewritable(job, pod_spec, warnings, written)
-    fixed = own_fixed(movable, frozenset({("TCP", trainer_network.PORT)})
-                      if role == trainer_network.ROLE else frozenset())
+    if user_host:  # every port of the user's claimed: those the plan moves are not fixed
+        fixed = own_fixed(movable, frozenset({("TCP", trainer_network.PORT)})
+                          if role == trainer_network.ROLE else frozenset())
     fixed |= {("TCP", port) for port in pinned.values()}
     if role == "tfjob" and not tasks:
         # a task of TF_CONFIG gets no mutation (no GPU): its TF_CONFIG cannot be rewritten
