@@ -13,14 +13,7 @@ TESTS = Path(__file__).resolve().parents[1]
 if str(TESTS) not in sys.path:  # the double is a package under tests/
     sys.path.insert(0, str(TESTS))
 
-from k8s_double import KubeApiDouble, api_client, running_double  # noqa: E402
-
-
-@pytest.fixture
-def kube() -> Iterator[KubeApiDouble]:
-    """A fresh API test double on a free loopback port, with the gputopo namespace."""
-    with running_double() as api:
-        yield api
+from k8s_double import KubeApiDouble, api_client  # noqa: E402
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ if str(TESTS) not in sys.path:  # the API double is a package under tests/
     sys.path.insert(0, str(TESTS))
 
 from fake_kubelet import FakeKubelet  # noqa: E402
-from k8s_double import KubeApiDouble, api_client, running_double  # noqa: E402
+from k8s_double import KubeApiDouble, api_client  # noqa: E402
 from plugin_kit import POD_RESOURCES, SEED, FixtureNvml, fixture_topology  # noqa: E402
 
 from gputopo.cli import main  # noqa: E402
@@ -31,11 +31,6 @@ def dgx1() -> Topology:
     """The DGX-1 as the plugin sees it: through (fake) NVML, from the fixture's wiring."""
     return topology_from_nvml(FixtureNvml(fixture_topology("dgx1-v100.txt")))
 
-
-@pytest.fixture
-def kube() -> Iterator[KubeApiDouble]:
-    with running_double() as api:
-        yield api
 
 
 @pytest.fixture

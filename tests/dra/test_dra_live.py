@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 TESTS = Path(__file__).resolve().parents[1]
 for folder in (TESTS, TESTS / "placement_step", TESTS / "queue"):
@@ -20,18 +17,12 @@ for folder in (TESTS, TESTS / "placement_step", TESTS / "queue"):
         sys.path.insert(0, str(folder))
 
 import dra_cluster as dc  # noqa: E402
-from k8s_double import KubeApiDouble, running_double  # noqa: E402
+from k8s_double import KubeApiDouble  # noqa: E402
 from queue_kit import admit_and_create, gated, wait_for  # noqa: E402
 from test_placement_live import live_admitter  # noqa: E402
 
 from gputopo.operators import expand  # noqa: E402
 from webhook.queue.placer import PlacementQueue  # noqa: E402
-
-
-@pytest.fixture
-def kube() -> Iterator[KubeApiDouble]:
-    with running_double() as api:
-        yield api
 
 
 def _cluster(kube: KubeApiDouble) -> None:

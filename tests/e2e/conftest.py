@@ -1,5 +1,6 @@
 """Fixtures of the end-to-end tests: the real Kubernetes programs (``../shared/k8s``), what
-``gputopo generate`` writes for a deployment, and a Kubernetes API TEST DOUBLE per test.
+``gputopo generate`` writes for a deployment (a Kubernetes API TEST DOUBLE per test:
+``kube``, from tests/conftest.py).
 
 Without the programs every test here is skipped with one line saying what to provide.
 """
@@ -7,7 +8,6 @@ Without the programs every test here is skipped with one line saying what to pro
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,6 @@ if str(TESTS) not in sys.path:  # k8s_double
     sys.path.insert(0, str(TESTS))
 
 from harness import Deployment, Programs, find_programs, make_deployment  # noqa: E402
-from k8s_double import KubeApiDouble, running_double  # noqa: E402
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -63,9 +62,3 @@ def deployments(tmp_path_factory: pytest.TempPathFactory, programs: Programs
     its own CA (``generate certs``)."""
     del programs  # only made when the programs exist (else skipped before any work)
     return _Deployments(tmp_path_factory.mktemp("deploy"))
-
-
-@pytest.fixture
-def kube() -> Iterator[KubeApiDouble]:
-    with running_double() as api:
-        yield api

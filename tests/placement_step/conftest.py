@@ -72,12 +72,3 @@ def mutate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Mutate:
 TESTS = Path(__file__).resolve().parents[1]
 if str(TESTS) not in sys.path:  # the Kubernetes API test double is a package under tests/
     sys.path.insert(0, str(TESTS))
-
-
-@pytest.fixture
-def kube():
-    """The Kubernetes API TEST DOUBLE on a free loopback port, with gputopo's namespace."""
-    from k8s_double import running_double
-
-    with running_double() as api:
-        yield api
