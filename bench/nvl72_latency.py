@@ -15,6 +15,7 @@ Run: ``python bench/nvl72_latency.py [--repeats 10] [--racks 16]``; docs/benchma
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import random
 import sys
@@ -59,6 +60,9 @@ def run(racks: int, repeats: int, seed: int) -> list[dict[str, object]]:
     for gang in GANGS:
         rng = random.Random(seed)
         nodes = cluster(racks, rng)
+        # as the webhook's server does with what it built before serving (webhook/server.py)
+        gc.collect()
+        gc.freeze()
         t0 = time.perf_counter()
         solve(nodes, gang)
         cold = (time.perf_counter() - t0) * 1000
@@ -86,6 +90,7 @@ def run(racks: int, repeats: int, seed: int) -> list[dict[str, object]]:
                      "p50Ms": percentile(plain, 0.5), "p99Ms": percentile(plain, 0.99),
                      "keptP50Ms": percentile(kept, 0.5), "keptP99Ms": percentile(kept, 0.99),
                      "spans": ",".join(sorted(spans))})
+        gc.unfreeze()
     return rows
 
 
