@@ -51,6 +51,7 @@ from gputopo.cluster.reservations import (
     ReservationUnavailable,
 )
 from gputopo.cluster.source import ClusterReader
+from gputopo.placement.fast_nodes import Waiting, no_gangs_waiting
 from gputopo.placement.types import ReplicaSlot
 from webhook import events, metrics
 from webhook.placement import dra_slot
@@ -139,12 +140,13 @@ class PlacementQueue:
         now = self._clock()
         result = serve_pass(gangs, now=now, starvation_seconds=self.starvation_seconds,
                             place=lambda g, need: self._place(
-                                g, now, good_share=need, fallback=need < g.rule.min_share),
+                                g, now, good_share=need, fallback=need < g.rule.min_share,
+                                waiting=_others(gangs, g)),
                             give_up=lambda g, why: self._deny(g, now, why),
                             may_act=self.is_leader, keep=self._kept(),
                             place_avoiding=lambda g, need, avoid: self._place(
                                 g, now, good_share=need, fallback=need < g.rule.min_share,
-                                avoid=avoid))
+                                avoid=avoid, waiting=_others(gangs, g)))
         if self.recorder is not None:
             for position, gang in enumerate(gangs, start=1):
                 why = result.waiting.get(str(gang.key))
@@ -167,10 +169,12 @@ class PlacementQueue:
         return kept
 
     def _place(self, gang: WaitingGang, now: float, *, good_share: float | None,
-               fallback: bool = False, avoid: frozenset[str] = frozenset()) -> str | None:
+               fallback: bool = False, avoid: frozenset[str] = frozenset(),
+               waiting: Waiting = no_gangs_waiting) -> str | None:
         """Place ``gang`` and release its pods; None when done, else why not. ``good_share``:
         the share of its best the placement needs (``fallback``: the lower bar of
-        ``afterMaxWait: takeBest``)."""
+        ``afterMaxWait: takeBest``); ``waiting``: the other waiting gangs' GPU counts (who
+        gets the fast nodes: gputopo.placement.fast_nodes)."""
         key = gang.key
         try:
             gone = self._job_gone(gang)
@@ -182,7 +186,8 @@ class PlacementQueue:
                                              key=key, gang=gang.request, good_share=good_share,
                                              net=settled_network(gang.pods[0].record),
                                              shares=gang.transport_share, typical=not fallback,
-                                             pack_share=gang.rule.min_share, avoid=avoid)
+                                             pack_share=gang.rule.min_share, avoid=avoid,
+                                             waiting=waiting)
                 if isinstance(made, Unplaced):
                     return made.reason
                 res = made[0]
@@ -351,6 +356,11 @@ class PlacementQueue:
         if self.after_write is not None:
             self.after_write(phase, wp.name)
         return True
+
+
+def _others(gangs: list[WaitingGang], gang: WaitingGang) -> Waiting:
+    """The GPU counts of the waiting ``gangs`` but ``gang`` (asked only when needed)."""
+    return lambda: [g.request.total_gpus for g in gangs if g is not gang]
 
 
 def _targets(gang: WaitingGang) -> list[events.Target | None]:
