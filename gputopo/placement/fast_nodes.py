@@ -34,10 +34,10 @@ Tuned on the cluster replays' seeds 1-5 (docs/benchmarks.md): ``IDLE_SHARE`` 0.4
 waiting gangs alone (no idle share) small jobs took the DGX A100s at load 0.9 and the
 homogeneous replay lost 3 % of its goodput.
 
-Cost: one pass over the solver's groups (kinds of node x used GPUs x network, a few
-hundred on a busy 1,000-node cluster, kept between gangs by ``GroupedNodes``) when the
-caller kept them, else over the nodes; the waiting gangs' sizes come from the view's
-waiting list (the queue's records) the starvation guard reads too.
+Cost: three counts the webhook's ``GroupedNodes`` keeps up to date node by node as
+reservations change (``gang_gpus``; a pass over a plain list of nodes otherwise); the
+waiting gangs' sizes come from the view's waiting list (the queue's records) the
+starvation guard reads too, asked only when the counts leave the answer open.
 """
 
 from __future__ import annotations
@@ -46,10 +46,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 from gputopo.placement.solver import GroupedNodes
 from gputopo.placement.types import GangRequest, NodeState
+from gputopo.topology.transport import GANG_TRANSPORTS
 
-#: Transports on which a gang over several nodes all-reduces well (no TCP stack on the
-#: path): the nodes an admin's Kueue lets multi-node gangs use (docs/benchmarks.md).
-GANG_TRANSPORTS = frozenset({"gdr", "rdma"})
 #: The fast nodes are free for a one-node job only while at least this share of the gang
 #: nodes' GPUs is on empty nodes (module docstring): at low load keeping them free buys
 #: nothing, at high load the next gang needs them.
@@ -62,28 +60,20 @@ SCARCE_FLOOR = 0.5
 
 
 def empty_gang_gpus(nodes: Sequence[NodeState]) -> tuple[int, int, int]:
-    """(GPUs of the empty gang nodes, GPUs of the largest node, whether any node is a gang
-    node) of ``nodes``: one pass over the solver's groups when the caller kept them."""
-    empty = biggest = gang_gpus = 0
+    """(GPUs of the empty gang nodes, GPUs of all gang nodes, GPUs of the largest node) of
+    ``nodes``: kept up to date between gangs by the webhook's ``GroupedNodes``
+    (``gang_gpus``), else one pass over the nodes."""
     if isinstance(nodes, GroupedNodes):
-        for grp in nodes.groups():
-            kind = grp.kind
-            if kind.size > biggest:
-                biggest = kind.size
-            if grp.nodes[0].network_transport in GANG_TRANSPORTS:
-                gang_gpus += kind.size * len(grp.nodes)
-                if kind.opened:
-                    empty += kind.size * len(grp.nodes)
-        return empty, biggest, gang_gpus
+        return nodes.gang_gpus()
+    empty = total = biggest = 0
     for n in nodes:
         size = len(n.topology.gpus)
-        if size > biggest:
-            biggest = size
+        biggest = max(biggest, size)
         if n.network_transport in GANG_TRANSPORTS:
-            gang_gpus += size
+            total += size
             if not n.used:
                 empty += size
-    return empty, biggest, gang_gpus
+    return empty, total, biggest
 
 
 #: The GPU counts of the waiting gangs, asked only when the rule applies
@@ -101,7 +91,7 @@ def fast_free(nodes: Sequence[NodeState], gang: GangRequest,
     does not apply (module docstring)."""
     if gang.per_node < gang.replicas:
         return None
-    empty, biggest, gang_gpus = empty_gang_gpus(nodes)
+    empty, gang_gpus, biggest = empty_gang_gpus(nodes)
     if not gang_gpus or gang.total_gpus > biggest:
         return None
     if empty < IDLE_SHARE * gang_gpus:

@@ -47,7 +47,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from gputopo.placement.fast_nodes import GANG_TRANSPORTS, SCARCE_FLOOR
+from gputopo.placement.fast_nodes import SCARCE_FLOOR
 from gputopo.placement.solver import GroupedNodes, solve
 from gputopo.placement.throughput import (
     Speed,
@@ -56,6 +56,7 @@ from gputopo.placement.throughput import (
 )
 from gputopo.placement.types import GangRequest, NodeState, Placement
 from gputopo.topology.gpus import FALLBACK, GpuModel, gpu_model_key
+from gputopo.topology.transport import GANG_TRANSPORTS
 
 Solver = Callable[[Sequence[NodeState], GangRequest], Placement]
 

@@ -95,3 +95,26 @@ def test_without_gpudirect_nodes_the_rule_does_not_apply(tmp_path, capsys):
     idle = place(capsys, cluster(tmp_path, gdr=False), 1, 2)
     busy = place(capsys, cluster(tmp_path, gated("big", 2, 8), gdr=False), 1, 2)
     assert nodes_of(idle) == nodes_of(busy) and nodes_of(idle) <= set(PCIE)
+
+
+def test_the_kept_grouping_counts_its_gang_nodes_as_a_fresh_one_does():
+    # the webhook's GroupedNodes keeps the counts the rule reads node by node
+    # (GroupedNodes.gang_gpus): after any sequence of changes they are a fresh count's
+    import random
+    from dataclasses import replace
+
+    from gputopo.cluster.snapshot import ClusterSnapshot
+    from gputopo.placement.solver import GroupedNodes
+
+    docs = [d for d in load_documents(str(MIXED)) if d]
+    base = list(ClusterSnapshot.from_objects(docs).node_states())
+    nodes = [replace(n, name=f"{n.name}-{i}") for i in range(4) for n in base]
+    rng = random.Random(5)
+    kept = GroupedNodes(nodes)
+    assert kept.gang_gpus() == (64, 64, 8)  # A100s and V100s on GPUDirect, all empty
+    for _ in range(60):
+        n = rng.choice(list(kept))
+        used = frozenset(rng.sample(list(n.topology.indices), rng.randint(0, 8)))
+        transport = rng.choice(("tcp", "gdr", n.network_transport))
+        kept = kept.replaced([replace(n, used=used, network_transport=transport)])
+        assert kept.gang_gpus() == GroupedNodes(list(kept)).gang_gpus()
