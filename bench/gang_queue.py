@@ -33,7 +33,6 @@ from typing import Any
 
 from gputopo.cluster.node_fit import NodeFacts
 from gputopo.cluster.reservations import GangKey, GangReservation, InMemoryReservationStore
-from gputopo.placement.fast_nodes import Waiting, no_gangs_waiting
 from gputopo.placement.starvation import Waiter, holding
 from gputopo.placement.types import GangRequest, NodeState, Placement
 from gputopo.placement.waiting import WaitingRule, against_typical
@@ -155,7 +154,7 @@ class GangQueue:
                              starvation_seconds=self.starvation_seconds):
                 avoid |= self._kept(w.request, w.rule)
         made = self._reserve(key, gang, self.rule.start_share(overdue=False), typical=True,
-                             avoid=avoid, waiting=self._waiting_gpus(None))
+                             avoid=avoid)
         if isinstance(made, GangReservation):
             return Started(key, now, made, "admission")
         self.waiting.append(WaitingGang(key, gang, now, self.max_wait_seconds,
@@ -172,8 +171,7 @@ class GangQueue:
 
         def place(g: WaitingGang, need: float) -> str | None:
             made = self._reserve(g.key, g.request, need,
-                                 typical=against_typical(g.rule, need),
-                                 waiting=self._waiting_gpus(g))
+                                 typical=against_typical(g.rule, need))
             if isinstance(made, Unplaced):
                 return made.reason
             out.append(Started(g.key, now, made,
@@ -183,8 +181,7 @@ class GangQueue:
         def place_avoiding(g: WaitingGang, need: float, avoid: frozenset[str]
                            ) -> str | None:
             made = self._reserve(g.key, g.request, need,
-                                 typical=against_typical(g.rule, need), avoid=avoid,
-                                 waiting=self._waiting_gpus(g))
+                                 typical=against_typical(g.rule, need), avoid=avoid)
             if isinstance(made, Unplaced):
                 return made.reason
             out.append(Started(g.key, now, made,
@@ -222,20 +219,13 @@ class GangQueue:
             return frozenset()
         return self.reserver.kept_for(self.nodes, gang, rule.min_share)
 
-    def _waiting_gpus(self, but: WaitingGang | None) -> Waiting:
-        """The GPU counts of the waiting gangs other than ``but``, as the product's
-        admission (the view's waiting list) and queue pass (its list) hand them to the
-        rule on who gets the fast nodes (gputopo.placement.fast_nodes)."""
-        return lambda: [w.request.total_gpus for w in self.waiting if w is not but]
-
     def _reserve(self, key: GangKey, gang: GangRequest, need: float, *, typical: bool,
-                 avoid: frozenset[str] = frozenset(),
-                 waiting: Waiting = no_gangs_waiting) -> GangReservation | Unplaced:
+                 avoid: frozenset[str] = frozenset()) -> GangReservation | Unplaced:
         self.reader.never, self.reader.blocked = (
             self.unfit(key) if self.unfit is not None else (frozenset(), frozenset()))
         made = self.reserver.reserve(cluster=self.reader, pod={}, key=key, gang=gang,
                                      good_share=need if self.wait_for_good else None,
                                      typical=typical,
                                      pack_share=self.rule.min_share if self.packs else None,
-                                     avoid=avoid, waiting=waiting)
+                                     avoid=avoid)
         return made if isinstance(made, Unplaced) else made[0]

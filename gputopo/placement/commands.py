@@ -25,7 +25,6 @@ from typing import Any
 from gputopo.errors import InputError
 from gputopo.operators import expand, is_training_job, with_identity
 from gputopo.operators.trainjob import is_runtime
-from gputopo.placement.fast_nodes import Waiting
 from gputopo.placement.generations import solve_models
 from gputopo.placement.job_needs import compute_share_of, with_needs
 from gputopo.placement.types import (
@@ -253,8 +252,7 @@ def _place(args: argparse.Namespace) -> int:
         if pod:
             placement = _judged(snapshot, pod, gang, shares)
         else:  # no pod: no constraints, volumes nor requests besides the GPUs
-            placement = solve_fitting(solve_models, nodes,
-                                      _with_bar(nodes, gang, _waiting(snapshot)), {})
+            placement = solve_fitting(solve_models, nodes, _with_bar(nodes, gang), {})
     except InputError as exc:
         raise InputError(exc.reason, file=snapshot.source) from exc
     if args.output == "json":
@@ -282,8 +280,7 @@ def _judged(snapshot: Any, pod: dict[str, Any], gang: GangRequest,
     reserver = GangReserver(InMemoryReservationStore())
     fit, free, excluded = reserver.fit_and_free(snapshot, pod, shares)
     judged = reserver.judge(fit, free, gang, pod_demand(pod), pod_volumes(snapshot, pod),
-                            good_share=DEFAULT_MIN_SHARE, pack_share=DEFAULT_MIN_SHARE,
-                            waiting=_waiting(snapshot))
+                            good_share=DEFAULT_MIN_SHARE, pack_share=DEFAULT_MIN_SHARE)
     placement = judged.placement
     if not placement.feasible:
         return replace(placement, reason=ruled_out(placement.reason, judged.nodes.bound,
@@ -294,28 +291,14 @@ def _judged(snapshot: Any, pod: dict[str, Any], gang: GangRequest,
     return placement
 
 
-def _with_bar(nodes: Sequence[NodeState], gang: GangRequest, waiting: Waiting
-              ) -> GangRequest:
-    """``gang`` as admission solves it (``GangReserver.placed_bar`` at the default
-    ``minShare``: its bar, and who gets the fast nodes with the gangs ``waiting``), so that
-    ``place --replicas`` answers what the webhook would choose (docs/placement.md, "Good
-    enough on one node", "Who gets the fast nodes")."""
+def _with_bar(nodes: Sequence[NodeState], gang: GangRequest) -> GangRequest:
+    """``gang`` with the bar admission solves it with (``GangReserver.good_bar`` at the
+    default ``minShare``), so that ``place --replicas`` answers what the webhook would
+    choose (docs/placement.md, "Good enough on one node")."""
     from gputopo.cluster.reservations import InMemoryReservationStore
     from webhook.placement.reserve import GangReserver
 
-    return GangReserver(InMemoryReservationStore()).placed_bar(
-        nodes, nodes, gang, DEFAULT_MIN_SHARE, waiting=waiting)
-
-
-def _waiting(snapshot: Any) -> Waiting:
-    """The GPU counts of the gangs waiting in the cluster file (its gated pods' waiting
-    records, one per gang, as the live view keeps them: gputopo.cluster.waiters)."""
-    from gputopo.cluster.waiters import by_gang, waiter_of
-
-    def gpus() -> list[int]:
-        found = (waiter_of(p) for p in snapshot.of_kind("Pod"))
-        return [w.gpus for w in by_gang(w for w in found if w is not None)]
-    return gpus
+    return GangReserver(InMemoryReservationStore()).good_bar(nodes, gang, DEFAULT_MIN_SHARE)
 
 
 def render(placement: Placement, node_count: int) -> str:

@@ -29,12 +29,6 @@ Subramanya et al., SOSP 2023, which weighs each job's speed-up per type):
    compute-bound job takes the faster model while it is free;
 3. with ``mixGpuModels`` the gang's best on all nodes together is a candidate too, rated
    by its slowest GPU; the record says when it was taken.
-4. when the fast nodes are scarce for a one-node gang (``GangRequest.fast_scarce``, set
-   by the caller: gputopo.placement.fast_nodes), an answer that opens an empty node of a
-   kind multi-node gangs run well on is passed over for the answers that do not, those
-   within :data:`~gputopo.placement.fast_nodes.SCARCE_FLOOR` of the best throughput (a
-   1-GPU job takes an L40S rather than open an empty A100 while gangs wait for it); with
-   none such, every answer as in 1-2.
 
 Memory: a gang with ``min_memory_mib`` never goes to a node whose GPUs have less, nor to
 one whose GPU memory is unknown (no GPU Feature Discovery label and no reporter figure:
@@ -47,7 +41,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from gputopo.placement.fast_nodes import SCARCE_FLOOR
 from gputopo.placement.solver import GroupedNodes, solve
 from gputopo.placement.throughput import (
     Speed,
@@ -56,7 +49,6 @@ from gputopo.placement.throughput import (
 )
 from gputopo.placement.types import GangRequest, NodeState, Placement
 from gputopo.topology.gpus import FALLBACK, GpuModel, gpu_model_key
-from gputopo.topology.transport import GANG_TRANSPORTS
 
 Solver = Callable[[Sequence[NodeState], GangRequest], Placement]
 
@@ -150,21 +142,18 @@ def solve_models(nodes: Sequence[NodeState], gang: GangRequest, *,
         return _noted(placement, ruled, note)
     answers: list[tuple[Placement, float, list[GpuModel | None]]] = []
     tried: list[tuple[GpuModel | None, Placement]] = []
-    opens: list[bool] = []  # per answer: it opens an empty gang node (fast_nodes)
     for part in parts:
         p = solver(part, gang)
         tried.append((part[0].gpu_model, p))
         if p.feasible:
             answers.append((p, tflops_of(part[0].gpu_model), [part[0].gpu_model]))
-            opens.append(gang.fast_scarce and _opens_gang_node(p, part))
     if gang.mix_models:
         p = solver(usable, gang)
         if p.feasible:
             answers.append(_paced(p, usable))
-            opens.append(False)
     if not answers:
         return _noted(_no_model_holds(usable, tried, gang, solver), ruled, note)
-    chosen = _choose(answers, gang, _sparing(answers, opens, gang))
+    chosen = _choose(answers, gang)
     placement, tflops, models = answers[chosen]
     rated = _rated(placement, gang, [a[0] for a in answers], tflops, models,
                    others=[(a[1], a[0].bus_bandwidth_gbps) for a in answers])
@@ -198,38 +187,12 @@ def _share(p: Placement, tflops: float, ref: Speed, gang: GangRequest) -> float:
     return step(Speed(tflops, p.bus_bandwidth_gbps), ref, c).share
 
 
-def _opens_gang_node(p: Placement, part: Sequence[NodeState]) -> bool:
-    """Whether ``p`` (an answer on the nodes ``part`` of one GPU model) opens an empty
-    node a multi-node gang runs well on (gputopo.placement.fast_nodes)."""
-    score = p.details.get("score") or {}
-    return bool(score.get("emptyNodesOpened")) and \
-        part[0].network_transport in GANG_TRANSPORTS
-
-
-def _sparing(answers: Sequence[tuple[Placement, float, Any]], opens: Sequence[bool],
-             gang: GangRequest) -> list[int] | None:
-    """When the fast nodes are scarce (``opens``: the answers that open an empty gang
-    node; all False otherwise): the indices of the answers that open none and give at least
-    :data:`~gputopo.placement.fast_nodes.SCARCE_FLOOR` of the best throughput (module
-    docstring, 4); None when no answer opens one or none is left: every answer."""
-    if not any(opens):
-        return None
+def _choose(answers: Sequence[tuple[Placement, float, Any]], gang: GangRequest) -> int:
+    """The index of the answer to take (module docstring, 2)."""
     ref = _ranking_ref(answers, gang)
     shares = [_share(p, t, ref, gang) for p, t, _ in answers]
-    floor = SCARCE_FLOOR * max(shares)
-    kept = [i for i, o in enumerate(opens) if not o and shares[i] >= floor - 1e-12]
-    return kept or None
-
-
-def _choose(answers: Sequence[tuple[Placement, float, Any]], gang: GangRequest,
-            among: Sequence[int] | None = None) -> int:
-    """The index of the answer to take (module docstring, 2), of those ``among`` (None:
-    all): the answers left when the fast nodes are scarce (module docstring, 4)."""
-    ref = _ranking_ref(answers, gang)
-    shares = [_share(p, t, ref, gang) for p, t, _ in answers]
-    pool = range(len(answers)) if among is None else among
-    best = max(shares[i] for i in pool)
-    tied = [i for i in pool if shares[i] >= best * (1 - TIE_BAND) - 1e-12]
+    best = max(shares)
+    tied = [i for i, s in enumerate(shares) if s >= best * (1 - TIE_BAND) - 1e-12]
 
     def packing(i: int) -> tuple[int, int, float, int]:
         score = answers[i][0].details.get("score") or {}

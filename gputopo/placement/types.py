@@ -180,10 +180,6 @@ class GangRequest:
     #: annotation ``gputopo.io/gpu-memory``): smaller GPUs, and GPUs of unknown memory, are
     #: ruled out (gputopo.placement.generations)
     min_memory_mib: int | None = None
-    #: the empty nodes multi-node gangs run well on are scarce (gputopo.placement.
-    #: fast_nodes, set by the caller for a one-node gang): across GPU models, an answer that
-    #: opens one comes after every answer that does not (gputopo.placement.generations)
-    fast_scarce: bool = False
 
     @property
     def total_gpus(self) -> int:

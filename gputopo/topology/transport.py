@@ -49,10 +49,6 @@ assert set(TRANSPORT_EFFICIENCY) == set(NETWORK_TRANSPORTS)
 #: a worse one (policy validation refuses it).
 TRANSPORT_ORDER = ("tcp", "rdma", "gdr")
 assert set(TRANSPORT_ORDER) == set(NETWORK_TRANSPORTS)
-#: Transports on which a gang over several nodes all-reduces well (RDMA: no TCP stack on
-#: the path): its nodes are the ones multi-node gangs want (gputopo.placement.fast_nodes;
-#: an admin's Kueue lets gangs over one node use only these, docs/benchmarks.md).
-GANG_TRANSPORTS = frozenset({"gdr", "rdma"})
 
 #: A policy's shares by transport as sorted (transport, share) pairs: hashable, so that it
 #: can key the reserver's memos.

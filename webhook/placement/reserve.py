@@ -44,7 +44,6 @@ from gputopo.cluster.reservations import (
 )
 from gputopo.cluster.reserved_requests import pending_limits
 from gputopo.cluster.source import ClusterReader
-from gputopo.placement.fast_nodes import Waiting, fast_free, no_gangs_waiting
 from gputopo.placement.generations import solve_models
 from gputopo.placement.objective import ROUND
 from gputopo.placement.solver import GroupedNodes
@@ -469,27 +468,11 @@ class GangReserver:
             well = self.ideal_bandwidth(nodes, base, demand) or None
         return replace(base, good_gbps=round(share * ideal, ROUND), well_gbps=well)
 
-    def placed_bar(self, reach: Sequence[NodeState], free: Sequence[NodeState],
-                   gang: GangRequest, share: float, demand: Mapping[str, int] | None = None,
-                   waiting: Waiting = no_gangs_waiting) -> GangRequest:
-        """``gang`` as the solver gets it: its bar (:meth:`good_bar` on ``reach``, the
-        nodes it is judged against), then the rule on who gets the fast nodes on ``free``
-        (its nodes with the GPUs in use or held marked used; ``waiting``: the waiting
-        gangs' GPU counts; :func:`~gputopo.placement.fast_nodes.fast_free`): a one-node
-        gang free to take the fastest placement drops the bar, one for which the fast
-        nodes are scarce is marked ``fast_scarce``."""
-        solved = self.good_bar(reach, gang, share, demand)
-        fast = fast_free(free, gang, waiting)
-        if fast:
-            return replace(solved, good_gbps=None) if solved.good_gbps else solved
-        return solved if fast is None else replace(solved, fast_scarce=True)
-
     def judge(self, fit: list[NodeState], free: Sequence[NodeState], gang: GangRequest,
               demand: Mapping[str, int], volumes: Volumes, *,
               net: network.GangNetwork | None = None,
               no_ports: Mapping[str, str] | None = None, good_share: float | None = None,
-              typical: bool = True, pack_share: float | None = None,
-              waiting: Waiting = no_gangs_waiting) -> Judged:
+              typical: bool = True, pack_share: float | None = None) -> Judged:
         """``gang`` solved and judged as :meth:`reserve` solves and judges it, without side
         effects: from the pod's fitting nodes ``fit`` and their held-marked copy ``free``
         (:meth:`fit_and_free`), the nodes it is judged against (:func:`gang_nodes`), its bar
@@ -503,15 +486,10 @@ class GangReserver:
         queue``'s WHY NOT NOW (webhook/queue/report.py) says from it what the queue's next
         pass would do. A report that solved its own way said "fits now" for gangs the pass
         leaves waiting (their volumes or host ports keep them off the nodes with room) and
-        quoted a reference made of nodes they cannot use.
-
-        ``waiting``: the GPU counts of the gangs waiting in the queue, for the rule on who
-        gets the fast nodes (:func:`~gputopo.placement.fast_nodes.fast_free`; with a
-        ``pack_share`` only): a one-node gang drops its bar (the fastest placement) while
-        the empty gang nodes hold the waiting gangs, else it is marked ``fast_scarce``."""
+        quoted a reference made of nodes they cannot use."""
         nodes = gang_nodes(fit, free, net, volumes, no_ports)
         solved = (gang if pack_share is None else
-                  self.placed_bar(nodes.reach, nodes.free, gang, pack_share, demand, waiting))
+                  self.good_bar(nodes.reach, gang, pack_share, demand))
         pending = self.reserved_limits(nodes.free, demand, gang)
         placement = solve_fitting(self.solver, nodes.free, solved, demand, self.caps,
                                   source=nodes.bound, pending=pending,
@@ -527,7 +505,7 @@ class GangReserver:
         gang: GangRequest, good_share: float | None = None,
         net: network.GangNetwork | None = None, shares: TransportShares | None = None,
         typical: bool = True, pack_share: float | None = None,
-        avoid: frozenset[str] = frozenset(), waiting: Waiting = no_gangs_waiting,
+        avoid: frozenset[str] = frozenset(),
     ) -> tuple[GangReservation, bool] | Unplaced:
         """Solve the whole gang and reserve it; re-solve on conflict, a bounded number of
         times. Returns the reservation and whether THIS call made it (False: a concurrent
@@ -563,8 +541,6 @@ class GangReserver:
 
         ``avoid``: nodes a starving gang could use well (:meth:`kept_for`): their GPUs are
         not taken (as if all were held), the gang is judged as ever.
-
-        ``waiting``: the waiting gangs' GPU counts (:meth:`judge`).
         """
         last = ""
         try:  # abandoned gangs free their GPUs before we look for free ones
@@ -580,7 +556,7 @@ class GangReserver:
                 free = kept_free(free, avoid)
             judged = self.judge(entry.fit, free, gang, demand, volumes, net=net,
                                 no_ports=no_ports, good_share=good_share, typical=typical,
-                                pack_share=pack_share, waiting=waiting)
+                                pack_share=pack_share)
             bound, free, placement = judged.nodes.bound, judged.nodes.free, judged.placement
             if not placement.feasible:
                 # After a conflict, or when GPUs claimed by a reservation still being written

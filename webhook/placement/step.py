@@ -56,7 +56,6 @@ from gputopo.cluster.reservations import (
 )
 from gputopo.cluster.source import node_state_named
 from gputopo.placement import starvation
-from gputopo.placement.fast_nodes import Waiting
 from gputopo.placement.job_needs import needs_annotations, with_needs
 from gputopo.placement.types import GangRequest, ReplicaSlot
 from gputopo.placement.waiting import after_max_wait_text
@@ -401,8 +400,7 @@ class PlacementStep:
         return self.reserver.reserve(cluster=ctx.cluster, pod=ctx.pod, key=key, gang=gang,
                                      good_share=self._min_share(ctx), net=net,
                                      shares=settings.transport_share,
-                                     pack_share=settings.waiting.min_share, avoid=avoid,
-                                     waiting=_waiting_gpus(ctx))
+                                     pack_share=settings.waiting.min_share, avoid=avoid)
 
     def _held_back(self, ctx: AdmissionContext, key: GangKey
                    ) -> tuple[str | None, frozenset[str]]:
@@ -458,8 +456,7 @@ class PlacementStep:
                 judged = self.reserver.judge(fit, free, gang, pod_demand(ctx.pod),
                                              pod_volumes(ctx.cluster, ctx.pod), net=net,
                                              good_share=self._min_share(ctx),
-                                             pack_share=settings.waiting.min_share,
-                                             waiting=_waiting_gpus(ctx))
+                                             pack_share=settings.waiting.min_share)
                 placement, fit = judged.placement, judged.nodes.bound
                 if not placement.feasible:
                     why = _ruled_out(placement.reason or "no feasible placement", fit,
@@ -621,16 +618,6 @@ class PlacementStep:
         )
         if not preview:
             metrics.PLACEMENTS.labels(result="unplaced").inc()
-
-
-def _waiting_gpus(ctx: AdmissionContext) -> Waiting:
-    """The GPU counts of the gangs waiting in the queue, from the view's waiting list (the
-    one the starvation guard reads; none where the reader keeps no such list), asked only
-    when the rule on who gets the fast nodes needs them (gputopo.placement.fast_nodes)."""
-    def gpus() -> list[int]:
-        waiting = getattr(ctx.cluster, "waiting_gangs", None)
-        return [w.gpus for w in waiting()] if waiting is not None else []
-    return gpus
 
 
 def store_deadline(store: object) -> AbstractContextManager[None]:

@@ -51,7 +51,6 @@ from gputopo.cluster.reservations import (
     ReservationUnavailable,
 )
 from gputopo.cluster.source import ClusterReader
-from gputopo.placement.fast_nodes import Waiting, no_gangs_waiting
 from gputopo.placement.types import ReplicaSlot
 from webhook import events, metrics
 from webhook.placement import dra_slot
@@ -140,13 +139,12 @@ class PlacementQueue:
         now = self._clock()
         result = serve_pass(gangs, now=now, starvation_seconds=self.starvation_seconds,
                             place=lambda g, need: self._place(
-                                g, now, good_share=need, fallback=need < g.rule.min_share,
-                                waiting=_others(gangs, g)),
+                                g, now, good_share=need, fallback=need < g.rule.min_share),
                             give_up=lambda g, why: self._deny(g, now, why),
                             may_act=self.is_leader, keep=self._kept(),
                             place_avoiding=lambda g, need, avoid: self._place(
                                 g, now, good_share=need, fallback=need < g.rule.min_share,
-                                avoid=avoid, waiting=_others(gangs, g)))
+                                avoid=avoid))
         if self.recorder is not None:
             for position, gang in enumerate(gangs, start=1):
                 why = result.waiting.get(str(gang.key))
@@ -169,12 +167,10 @@ class PlacementQueue:
         return kept
 
     def _place(self, gang: WaitingGang, now: float, *, good_share: float | None,
-               fallback: bool = False, avoid: frozenset[str] = frozenset(),
-               waiting: Waiting = no_gangs_waiting) -> str | None:
+               fallback: bool = False, avoid: frozenset[str] = frozenset()) -> str | None:
         """Place ``gang`` and release its pods; None when done, else why not. ``good_share``:
         the share of its best the placement needs (``fallback``: the lower bar of
-        ``afterMaxWait: takeBest``); ``waiting``: the other waiting gangs' GPU counts (who
-        gets the fast nodes: gputopo.placement.fast_nodes)."""
+        ``afterMaxWait: takeBest``)."""
         key = gang.key
         try:
             gone = self._job_gone(gang)
@@ -186,8 +182,7 @@ class PlacementQueue:
                                              key=key, gang=gang.request, good_share=good_share,
                                              net=settled_network(gang.pods[0].record),
                                              shares=gang.transport_share, typical=not fallback,
-                                             pack_share=gang.rule.min_share, avoid=avoid,
-                                             waiting=waiting)
+                                             pack_share=gang.rule.min_share, avoid=avoid)
                 if isinstance(made, Unplaced):
                     return made.reason
                 res = made[0]
@@ -356,11 +351,6 @@ class PlacementQueue:
         if self.after_write is not None:
             self.after_write(phase, wp.name)
         return True
-
-
-def _others(gangs: list[WaitingGang], gang: WaitingGang) -> Waiting:
-    """The GPU counts of the waiting ``gangs`` but ``gang`` (asked only when needed)."""
-    return lambda: [g.request.total_gpus for g in gangs if g is not gang]
 
 
 def _targets(gang: WaitingGang) -> list[events.Target | None]:

@@ -29,7 +29,6 @@ from gputopo.placement.solver.options import _Option
 from gputopo.placement.types import NodeState
 from gputopo.topology.gpus import gpu_model_key
 from gputopo.topology.model import Topology
-from gputopo.topology.transport import GANG_TRANSPORTS
 
 #: Per gang size: (best one-node key, the groups tied for it, their name order or None,
 #: the bucket keys touched since the ties were worked out)
@@ -61,29 +60,6 @@ def _reordered(order: _Order | None, tied: _Tied, gone: Iterable[object],
     return out
 
 
-def _gang_kept(gang: tuple[int, int, int] | None, nodes: list[NodeState],
-               where: dict[str, int], final: dict[str, NodeState]
-               ) -> tuple[int, int, int] | None:
-    """:meth:`GroupedNodes.gang_gpus` with the nodes of ``final`` replaced, or None (counted
-    again when asked) when none was counted or a node changed its GPU count."""
-    if gang is None:
-        return None
-    empty, total, biggest = gang
-    for name, node in final.items():
-        old = nodes[where[name]]
-        if old is node:
-            continue
-        size = len(node.topology.gpus)
-        if size != len(old.topology.gpus):
-            return None
-        for n, sign in ((old, -1), (node, 1)):
-            if n.network_transport in GANG_TRANSPORTS:
-                total += sign * size
-                if not n.used:
-                    empty += sign * size
-    return empty, total, biggest
-
-
 class GroupedNodes(Sequence[NodeState]):
     """A list of nodes with the solver's grouping pass done, kept up to date node by node.
 
@@ -101,8 +77,8 @@ class GroupedNodes(Sequence[NodeState]):
     Read-only: a change is a new GroupedNodes (:meth:`replaced`); the old one stays valid.
     """
 
-    __slots__ = ("_alike", "_buckets", "_domain_used", "_free", "_gang", "_groups", "_list",
-                 "_nodes", "_parts", "_single", "_tally", "_tops", "_twins", "_where")
+    __slots__ = ("_alike", "_buckets", "_domain_used", "_free", "_groups", "_list", "_nodes",
+                 "_parts", "_single", "_tally", "_tops", "_twins", "_where")
 
     def __init__(self, nodes: Iterable[NodeState]) -> None:
         self._nodes = list(nodes)
@@ -137,9 +113,6 @@ class GroupedNodes(Sequence[NodeState]):
         self._alike: tuple[bool, tuple[str, float] | None] | None = None
         #: per GPU model (key), its nodes as a GroupedNodes of their own; None until asked
         self._parts: dict[tuple[str, float] | None, GroupedNodes] | None = None
-        #: (GPUs on empty gang nodes, GPUs on gang nodes, GPUs of the largest node), None
-        #: until asked (:meth:`gang_gpus`)
-        self._gang: tuple[int, int, int] | None = None
 
     def one_model(self) -> bool:
         """Whether every node's GPU model is one (by ``gpu_model_key``; all unknown counts
@@ -151,25 +124,6 @@ class GroupedNodes(Sequence[NodeState]):
             key = gpu_model_key(self._nodes[0].gpu_model) if self._nodes else None
             self._alike = (all(gpu_model_key(n.gpu_model) == key for n in self._nodes), key)
         return self._alike[0]
-
-    def gang_gpus(self) -> tuple[int, int, int]:
-        """(GPUs of the empty gang nodes, GPUs of all gang nodes, GPUs of the largest node):
-        nodes on an RDMA network (``GANG_TRANSPORTS``) are the ones multi-node gangs want,
-        empty ones have no GPU in use. What the rule on who gets the fast nodes reads
-        (gputopo.placement.fast_nodes) for every one-node gang: counted once, then kept up
-        to date by :meth:`replaced` node by node (a pass over a busy 1,000-node cluster's
-        ~460 groups was 10 % of a new gang's admission, bench/admission_ab.py)."""
-        if self._gang is None:
-            empty = total = biggest = 0
-            for n in self._nodes:
-                size = len(n.topology.gpus)
-                biggest = max(biggest, size)
-                if n.network_transport in GANG_TRANSPORTS:
-                    total += size
-                    if not n.used:
-                        empty += size
-            self._gang = (empty, total, biggest)
-        return self._gang
 
     def by_model(self) -> list[GroupedNodes]:
         """The nodes per GPU model (``gpu_model_key``), each a GroupedNodes of its own, in
@@ -243,7 +197,6 @@ class GroupedNodes(Sequence[NodeState]):
                 gpu_model_key(n.gpu_model) == alike[1] for n in final.values())):
             new._alike = None  # worked out again when asked
         new._parts = self._replaced_parts(final) if self._parts is not None else None
-        new._gang = _gang_kept(self._gang, self._nodes, self._where, final)
         new._nodes = list(self._nodes)
         new._buckets = dict(self._buckets)
         new._groups = dict(self._groups)
