@@ -181,8 +181,8 @@ class Ideal:
     """Each gang shape's best bus bandwidth: gputopo's solve on the empty cluster (what the
     load is counted in), and the waiting rule's reference for a placement (what a job's
     share is counted against, for every policy alike: the least of gputopo's solves on the
-    empty nodes of each kind of the cluster alone,
-    :func:`gputopo.placement.waiting.reference_bandwidth`)."""
+    empty nodes of each kind of the cluster alone, whole nodes of one zone as the
+    product's, :func:`gputopo.placement.waiting.reference_bandwidth` and ``unracked``)."""
 
     def __init__(self, cluster: Sequence[NodeState]) -> None:
         self.cluster = list(cluster)

@@ -10,7 +10,8 @@ The measure is the gang's **share**: the predicted all-reduce bus bandwidth of t
 placement among the free GPUs, divided by a **reference**, the gang placed well on one kind
 of node it may use (:func:`node_kind`: GPU wiring and network as the all-reduce sees it;
 for every kind among the nodes its pod's constraints admit, the gang's best on the nodes of
-that kind alone with every GPU free, the nodes without their racks (:func:`unracked`);
+that kind alone with every GPU free, whole nodes of one zone rather than a rack of them
+(:func:`unracked`);
 kinds too small to hold it alone are skipped, and when none can, the best on all of them
 together counts, :func:`reference_bandwidth`). Two references, one per bar:
 
@@ -19,8 +20,9 @@ together counts, :func:`reference_bandwidth`). Two references, one per bar:
   a gang that **one node of the slowest kind holds** (:func:`one_node_holds`), measured
   against the slowest kind as well;
 - the floor of ``takeBest`` (after ``maxWaitSeconds``) against the **slowest** kind — for a
-  gang that spans nodes (one node of the slowest kind does not hold it), the slowest kind
-  whose network is not TCP sockets (:func:`over_tcp`) when one can hold it.
+  gang that spans nodes (one node of the slowest kind does not hold it) on GPUs of one
+  model, the slowest kind whose network is not TCP sockets (:func:`over_tcp`) when one can
+  hold it.
 
 A job's communication runs at that share; the whole step slows down at most as much
 (compute does not depend on the placement — on GPUs of one model).
@@ -85,7 +87,12 @@ on the slowest kind" there is a few per cent of the gang's speed on the GPUDirec
 beside them. The replay's fallback started 16- and 32-GPU gangs on 25 GbE TCP at 7-21 %
 of their speed (87 GPU-hours held for 8 of work); Kueue set up by an admin never does
 (gangs over 8 GPUs only on the GPUDirect flavors). Such a gang waits for GPUDirect nodes
-instead. On a cluster whose nodes all use TCP the floor is the slowest kind's, as before.
+instead. On a cluster whose nodes all use TCP the floor is the slowest kind's, as before;
+and where the kinds' GPU models differ too, the rule compares speeds, and servers of faster
+GPUs on TCP may train a gang faster than older GPUs on GPUDirect (the mixed-generation
+replay's L40S servers on 100 GbE beside DGX-1s: with the TCP kinds left out there, its
+gangs waited longer for GPUDirect nodes and the tuning seeds' p95 completion time rose
+against every baseline), so there the floor stays the slowest kind's.
 
 Why one reference per bar for the gang, whatever placement is asked about: measured
 against the best of the placement's own kinds, the rule was not monotone: a 2 x 8 gang
@@ -102,8 +109,8 @@ out are no part of either reference.
       starts on the best placement free if its share (of the slowest kind's reference;
       off TCP for a gang that spans nodes) is at least ``floorShare`` (default 0.5), else
       keeps waiting: the default never starts a gang below half its best speed on the
-      slowest hardware it may use, nor one that spans nodes over TCP while GPUDirect (or
-      RDMA) nodes it may use could hold it;
+      slowest hardware it may use, nor (on GPUs of one model) one that spans nodes over
+      TCP while GPUDirect (or RDMA) nodes it may use could hold it;
   ``keepWaiting``
       keeps waiting for ``minShare``: never starts below ``minShare``;
   ``deny``
@@ -265,6 +272,12 @@ def over_tcp(kind: Hashable) -> bool:
     return isinstance(kind, NodeKind) and kind.network_transport == "tcp"
 
 
+def one_model(kinds: Iterable[Hashable]) -> bool:
+    """Whether ``kinds`` (:class:`NodeKind`) all have GPUs of one model (or none says its
+    model)."""
+    return len({k.gpu_model if isinstance(k, NodeKind) else None for k in kinds}) <= 1
+
+
 def unracked(nodes: Iterable[NodeState]) -> list[NodeState]:
     """``nodes`` (of one kind) as the reference sees them: whole nodes of one zone, not a
     rack of them to itself (module docstring) — so in a zone where they fill several racks,
@@ -341,9 +354,9 @@ def reference_speed(kinds: Sequence[Hashable],
         alone = sorted(fits, key=lambda bi: (throughput_share(bi[0], top, c), bi[0].gbps,
                                              bi[1]))
         if alone and gpus is None and gang is not None and \
-                not one_node_holds(kinds[alone[0][1]], gang):
-            # the floor of a gang that spans nodes: the slowest kind off TCP sockets when
-            # one can hold it (module docstring)
+                not one_node_holds(kinds[alone[0][1]], gang) and one_model(kinds):
+            # the floor of a gang that spans nodes, on GPUs of one model: the slowest kind
+            # off TCP sockets when one can hold it (module docstring)
             off_tcp = next((b for b, i in alone if not over_tcp(kinds[i])), None)
             if off_tcp is not None:
                 return off_tcp

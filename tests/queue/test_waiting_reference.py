@@ -344,7 +344,8 @@ def test_the_slowest_kind_is_minshare_s_reference_for_a_gang_one_node_of_it_hold
     """Pure cases of :func:`reference_bandwidth` with the gang: the slowest kind's best for
     a gang one node of that kind holds (its GPUs are enough, its replicas may share a
     node); the typical kind's for one that would span nodes of it. The floor's: the
-    slowest kind's, for a gang that spans nodes the slowest kind off TCP sockets."""
+    slowest kind's, for a gang that spans nodes on GPUs of one model the slowest kind off
+    TCP sockets."""
     from gputopo.placement.waiting import NodeKind, one_node_holds
     from gputopo.topology.model import Topology
 
@@ -369,5 +370,10 @@ def test_the_slowest_kind_is_minshare_s_reference_for_a_gang_one_node_of_it_hold
     assert ref([slow, typical], bests.__getitem__, None, GangRequest(1, 4)) == 10.0
     assert ref([slow, typical], bests.__getitem__, None, GangRequest(2, 8)) == 80.0
     assert ref([slow, small], bests.__getitem__, None, GangRequest(2, 8)) == 10.0  # all TCP
+    # GPU models that differ: the rule compares speeds, the floor stays the slowest kind's
+    l40s, v100 = slow._replace(gpu_model=("L40S", 362.0)), typical._replace(
+        gpu_model=("V100", 125.0))
+    bests.update({frozenset({l40s}): 10.0, frozenset({v100}): 80.0})
+    assert ref([l40s, v100], bests.__getitem__, None, GangRequest(2, 8)) == 10.0
     assert one_node_holds(slow, GangRequest(1, 8)) and not one_node_holds("pcie",
                                                                           GangRequest(1, 2))
