@@ -83,6 +83,7 @@ from gputopo.placement.waiting import (  # noqa: E402
     node_kinds,
     reference_bandwidth,
     reference_nodes,
+    unracked,
 )
 from gputopo.topology.cost import step_time_s  # noqa: E402
 from webhook.placement.reserve import default_solver  # noqa: E402
@@ -180,13 +181,14 @@ class Ideal:
     """Each gang shape's best bus bandwidth: gputopo's solve on the empty cluster (what the
     load is counted in), and the waiting rule's reference for a placement (what a job's
     share is counted against, for every policy alike: the least of gputopo's solves on the
-    empty nodes of each kind of the cluster alone,
-    :func:`gputopo.placement.waiting.reference_bandwidth`)."""
+    empty nodes of each kind of the cluster alone, whole nodes of one zone as the
+    product's, :func:`gputopo.placement.waiting.reference_bandwidth` and ``unracked``)."""
 
     def __init__(self, cluster: Sequence[NodeState]) -> None:
         self.cluster = list(cluster)
         self.gpus = kind_gpus(self.cluster)
         self._bw: dict[tuple[GangRequest, frozenset[Any]], float] = {}
+        self._best: dict[GangRequest, float] = {}
 
     def bandwidth(self, gang: GangRequest, *, reference: bool = False,
                   typical: bool = True) -> float:
@@ -195,12 +197,15 @@ class Ideal:
 
         def best_on(kinds: frozenset[Any]) -> float:
             if (gang, kinds) not in self._bw:
-                p = solve(reference_nodes(self.cluster, kinds), gang)
+                p = solve(unracked(reference_nodes(self.cluster, kinds)), gang)
                 self._bw[(gang, kinds)] = p.bus_bandwidth_gbps if p.feasible else 0.0
             return self._bw[(gang, kinds)]
 
         if not reference:
-            return best_on(frozenset())
+            if gang not in self._best:
+                p = solve(self.cluster, gang)
+                self._best[gang] = p.bus_bandwidth_gbps if p.feasible else 0.0
+            return self._best[gang]
         return reference_bandwidth(node_kinds(self.cluster), best_on,
                                    self.gpus if typical else None, gang)
 

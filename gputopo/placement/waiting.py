@@ -10,15 +10,19 @@ The measure is the gang's **share**: the predicted all-reduce bus bandwidth of t
 placement among the free GPUs, divided by a **reference**, the gang placed well on one kind
 of node it may use (:func:`node_kind`: GPU wiring and network as the all-reduce sees it;
 for every kind among the nodes its pod's constraints admit, the gang's best on the nodes of
-that kind alone with every GPU free; kinds too small to hold it alone are skipped, and when
-none can, the best on all of them together counts, :func:`reference_bandwidth`). Two
-references, one per bar:
+that kind alone with every GPU free, whole nodes of one zone rather than a rack of them
+(:func:`unracked`);
+kinds too small to hold it alone are skipped, and when none can, the best on all of them
+together counts, :func:`reference_bandwidth`). Two references, one per bar:
 
 - ``minShare`` is measured against the **typical** kind: those bests in rising order, the
   one at which half of the kinds' GPUs is reached (the kind of the median GPU) — except for
   a gang that **one node of the slowest kind holds** (:func:`one_node_holds`), measured
   against the slowest kind as well;
-- the floor of ``takeBest`` (after ``maxWaitSeconds``) against the **slowest** kind.
+- the floor of ``takeBest`` (after ``maxWaitSeconds``) against the **slowest** kind — for a
+  gang that spans nodes (one node of the slowest kind does not hold it) on GPUs of one
+  model, the slowest kind whose network is not TCP sockets (:func:`over_tcp`) when one can
+  hold it.
 
 A job's communication runs at that share; the whole step slows down at most as much
 (compute does not depend on the placement — on GPUs of one model).
@@ -67,6 +71,30 @@ all. So once it waited its time, a gang placed well on any hardware it may use s
 one scattered (two DGX-1 pairs instead of a quad; eight GPUs over three PCIe servers on
 TCP) still falls below the gang placed well on the slowest hardware, and waits.
 
+Why no rack in the reference: a gang that spans nodes placed well is on whole nodes of a
+kind in one zone; a rack of them to itself is a bonus the solver still prefers (its
+locality term), not a bar to wait for. With the rack in the reference (a 2 x 8 gang on two
+DGX-1s of two racks: half the bandwidth of one rack, under ``minShare``), the cluster
+replay's 16-32-GPU gangs waited for a rack of whole nodes to drain while Kueue, set up by
+an admin with a flavor per node kind, started them on GPUDirect nodes in any rack; waiting
+gangs left GPUs idle, and the starvation guard kept nodes in one zone on which the gang
+then could not start (docs/benchmarks.md, "Cluster replay"). Zone and cluster spans still
+count: nodes of two zones are below the reference, and an NVLink domain stays one.
+
+Why not TCP for the floor of a gang that spans nodes: over NCCL's socket transport the
+all-reduce gets a quarter of a line rate itself a fraction of GPUDirect's; "half the best
+on the slowest kind" there is a few per cent of the gang's speed on the GPUDirect nodes
+beside them. The replay's fallback started 16- and 32-GPU gangs on 25 GbE TCP at 7-21 %
+of their speed (87 GPU-hours held for 8 of work); Kueue set up by an admin never does
+(gangs over 8 GPUs only on the GPUDirect flavors). Such a gang waits for GPUDirect nodes
+instead. On a cluster whose nodes all use TCP the floor is the slowest kind's, as before;
+and where the kinds' GPU models differ too, the rule compares speeds, and servers of faster
+GPUs on TCP may train a gang faster than older GPUs on GPUDirect (the mixed-generation
+replay's L40S servers on 100 GbE beside DGX-1s: with the TCP kinds left out there, its
+gangs waited longer for GPUDirect nodes and the tuning seeds' p95 completion time against
+Kueue's rose from 0.99x to 1.00x at load 0.7 and from 1.02x to 1.04x at 0.9), so there
+the floor stays the slowest kind's.
+
 Why one reference per bar for the gang, whatever placement is asked about: measured
 against the best of the placement's own kinds, the rule was not monotone: a 2 x 8 gang
 turned down two DGX-1s in different racks (short of two in one rack) and later started on
@@ -79,9 +107,11 @@ out are no part of either reference.
 - ``afterMaxWait`` — what a gang that waited ``maxWaitSeconds`` does:
 
   ``takeBest`` (default)
-      starts on the best placement free if its share (of the slowest kind's reference) is
-      at least ``floorShare`` (default 0.5), else keeps waiting: the default never starts a
-      gang below half its best speed on the slowest hardware it may use;
+      starts on the best placement free if its share (of the slowest kind's reference;
+      off TCP for a gang that spans nodes) is at least ``floorShare`` (default 0.5), else
+      keeps waiting: the default never starts a gang below half its best speed on the
+      slowest hardware it may use, nor (on GPUs of one model) one that spans nodes over
+      TCP while GPUDirect (or RDMA) nodes it may use could hold it;
   ``keepWaiting``
       keeps waiting for ``minShare``: never starts below ``minShare``;
   ``deny``
@@ -94,7 +124,7 @@ a placement writes, so an unpinned release would run the job without its GPUs.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, NamedTuple
 
 from gputopo.placement.throughput import (
@@ -237,6 +267,35 @@ def one_node_holds(kind: Hashable, gang: GangRequest) -> bool:
             and gang.total_gpus <= len(kind.topology.gpus))
 
 
+def over_tcp(kind: Hashable) -> bool:
+    """Whether ``kind`` (a :class:`NodeKind`) reaches other nodes over TCP sockets (NCCL's
+    socket transport: gputopo.topology.transport)."""
+    return isinstance(kind, NodeKind) and kind.network_transport == "tcp"
+
+
+def one_model(kinds: Iterable[Hashable]) -> bool:
+    """Whether ``kinds`` (:class:`NodeKind`) all have GPUs of one model (or none says its
+    model)."""
+    return len({k.gpu_model if isinstance(k, NodeKind) else None for k in kinds}) <= 1
+
+
+def unracked(nodes: Iterable[NodeState]) -> list[NodeState]:
+    """``nodes`` (of one kind) as the reference sees them: whole nodes of one zone, not a
+    rack of them to itself (module docstring) — so in a zone where they fill several racks,
+    without their racks; where one rack holds all of the zone's, that rack is the zone and
+    they keep it. Nodes without a rack come back as they are."""
+    nodes = list(nodes)
+    racks: dict[object, set[str]] = {}
+    for n in nodes:
+        if n.rack is not None:
+            racks.setdefault(n.zone, set()).add(n.rack)
+    several = {z for z, r in racks.items() if len(r) > 1}
+    if not several:
+        return nodes
+    return [replace(n, rack=None) if n.rack is not None and n.zone in several else n
+            for n in nodes]
+
+
 def node_kinds(nodes: Iterable[NodeState]) -> list[Hashable]:
     """The kinds of ``nodes``, each once, in order: what :func:`reference_bandwidth` takes."""
     return list(dict.fromkeys(node_kind(n) for n in nodes))
@@ -295,6 +354,13 @@ def reference_speed(kinds: Sequence[Hashable],
         c = share_or_default(None if gang is None else gang.compute_share, top.tflops)
         alone = sorted(fits, key=lambda bi: (throughput_share(bi[0], top, c), bi[0].gbps,
                                              bi[1]))
+        if alone and gpus is None and gang is not None and \
+                not one_node_holds(kinds[alone[0][1]], gang) and one_model(kinds):
+            # the floor of a gang that spans nodes, on GPUs of one model: the slowest kind
+            # off TCP sockets when one can hold it (module docstring)
+            off_tcp = next((b for b, i in alone if not over_tcp(kinds[i])), None)
+            if off_tcp is not None:
+                return off_tcp
         if alone and (gpus is None or (
                 gang is not None and one_node_holds(kinds[alone[0][1]], gang))):
             return alone[0][0]

@@ -61,6 +61,7 @@ from gputopo.placement.waiting import (
     node_kind,
     reference_speed,
     starts,
+    unracked,
 )
 from gputopo.topology.transport import TransportShares
 from webhook.placement import network
@@ -374,7 +375,8 @@ class GangReserver:
         ``demand``, one pod's non-GPU requests, still limits how many of the gang a node
         holds (two pods of 60 CPUs never share a node of 94, however empty).
         ``reference``: the waiting rule's reference instead (gputopo.placement.waiting
-        ``reference_speed`` over every kind of ``nodes``: one figure for the gang,
+        ``reference_speed`` over every kind of ``nodes``, each kind's best solved on its
+        nodes without their racks, ``waiting.unracked``: one figure for the gang,
         whatever the placement; cached per kind): the typical kind's, or with ``typical``
         False the slowest kind's (the floor of ``takeBest``: ``waiting.against_typical``).
 
@@ -399,13 +401,15 @@ class GangReserver:
         per_gang, kinds, gpus = last[1], last[2], last[3]
         asks = tuple(sorted(demand.items())) if demand else ()
 
-        def best_on(on: frozenset[Hashable]) -> Speed | None:
-            key = (gang, asks, on)
+        def best_on(on: frozenset[Hashable], rackless: bool = False) -> Speed | None:
+            key = (gang, asks, on, rackless)
             if key in per_gang:
                 return per_gang[key]
-            # the nodes of kinds ``on`` (all of them when no kind is asked for)
+            # the nodes of kinds ``on`` (all of them when no kind is asked for); for the
+            # reference without their racks (waiting.unracked)
             ref = [n for n in nodes if kinds[n.name] in on] if on else nodes
-            best = self.solver(empty_nodes(ref, demand or {}, gang), gang)
+            empty = empty_nodes(ref, demand or {}, gang)
+            best = self.solver(unracked(empty) if rackless else empty, gang)
             hit = per_gang[key] = (Speed(best.tflops, best.bus_bandwidth_gbps)
                                    if best.feasible else None)
             return hit
@@ -421,7 +425,8 @@ class GangReserver:
                 kinds.update((n.name, node_kind(n)) for n in nodes)
                 gpus.update(kind_gpus(nodes))
             per_gang[which] = reference_speed(
-                list(dict.fromkeys(kinds.values())), best_on, gpus if typical else None, gang)
+                list(dict.fromkeys(kinds.values())), lambda on: best_on(on, True),
+                gpus if typical else None, gang)
         return per_gang[which]
 
     def not_good(self, placement: Placement, nodes: Sequence[NodeState], gang: GangRequest,
