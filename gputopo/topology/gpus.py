@@ -23,8 +23,10 @@ Dynamic Resource Allocation device names (NVIDIA's DRA driver: attribute ``uuid`
 :class:`~gputopo.topology.model.Topology` value that 1,000 nodes of one model share.
 
 The table :data:`MODELS` lists the generations users run, each row with its public source
-(the vendor's data sheet). TFLOPS are *dense* (no structured sparsity) FP16/BF16 tensor
-figures for the SXM/board form named; memory bandwidth in GB/s (10^9 bytes/s); memory in
+(the vendor's data sheet; where that was not found, the row's ``source`` says what its
+figures rest on: China export variants, GH200, A30). TFLOPS are *dense* (no structured
+sparsity) FP16/BF16 tensor figures for the SXM/board form named (Pascal's P100 has no
+tensor cores: its FP16 peak); memory bandwidth in GB/s (10^9 bytes/s); memory in
 MiB as GPU Feature Discovery labels it (``nvidia.com/gpu.memory``: NVML's total, which is
 a little under the marketing GB on most boards; the table keeps the marketing size x 1024).
 """
@@ -134,9 +136,47 @@ _GB200 = ("NVIDIA GB200 NVL72 data sheet: FP16/BF16 tensor 360 PFLOPS with spars
           "GPUs (2,500 TFLOPS dense per GPU), 13.4 TB HBM3e (186 GB per GPU), 8 TB/s per GPU")
 _GB300 = ("NVIDIA GB300 NVL72 data sheet: FP16/BF16 tensor 360 PFLOPS with sparsity for 72 "
           "GPUs (2,500 TFLOPS dense per GPU), 20.7 TB HBM3e (288 GB per GPU), 8 TB/s per GPU")
+# The models real fleets run beside those (China export variants, Grace Hopper, older and
+# workstation-class boards). Where NVIDIA's own data sheet was not found the string says what
+# the figure rests on.
+_A800 = ("NVIDIA A800 (China export variant of the A100: A100 compute, NVLink cut to 400 GB/s): "
+         "BF16/FP16 tensor 312 TFLOPS dense (311.87; 623.74 with sparsity, hmc-tech.com's A800 "
+         "spec listing); memory bandwidth taken as the A100 data sheet's for the same memory and "
+         "form (80GB SXM 2,039, 80GB PCIe 1,935, 40GB 1,555 GB/s): NVIDIA's A800 data sheet "
+         "not found")
+_H800 = ("NVIDIA H800 (China export variant of the H100: same GH100 die and low-precision "
+         "compute, NVLink cut to 400 GB/s, FP64 cut): the H100 data sheet's figures, SXM 989 / "
+         "PCIe 756 TFLOPS BF16/FP16 dense, SXM 3.35 TB/s, PCIe 2.0 TB/s, 80 GB (philisun.com "
+         "H800-vs-H100 comparison): NVIDIA's H800 data sheet not found")
+_GH200 = ("NVIDIA GH200 Grace Hopper Superchip: an H100-class GPU, FP16/BF16 tensor 989 TFLOPS "
+          "dense (1,979 with sparsity, as the H100 SXM); 96 GB HBM3 at 4 TB/s (NVML name "
+          "'NVIDIA GH200 480GB' or '120GB': the Grace LPDDR5X size) or 144 GB HBM3e at 4.9 TB/s "
+          "('NVIDIA GH200 144G HBM3e'); the bandwidths are NVIDIA's GH200 product page figures "
+          "as recalled, its data sheet not found by search")
+_A30 = ("NVIDIA A30 data sheet figures as recalled (the data sheet not found by search): "
+        "BF16/FP16 tensor 165 TFLOPS dense (330 with sparsity), 24 GB HBM2, 933 GB/s")
+_A40 = ("NVIDIA A40 data sheet: BF16/FP16 tensor 149.7 TFLOPS dense (299.4 with sparsity), "
+        "48 GB GDDR6, 696 GB/s")
+_L20 = ("NVIDIA L20 (China export model): no NVIDIA data sheet found; as reported by Tom's "
+        "Hardware (2024, from a retailer's listing): FP16/BF16 tensor 119.5 TFLOPS dense, "
+        "48 GB GDDR6, 864 GB/s")
+_L40 = ("NVIDIA L40 data sheet: BF16/FP16 tensor 181.05 TFLOPS dense (362.1 with sparsity), "
+        "48 GB GDDR6, 864 GB/s")
+_P100 = ("NVIDIA Tesla P100 data sheet: Pascal has no tensor cores, so the figure is the FP16 "
+         "(half precision) peak: SXM2 (NVLink) 21.2, PCIe 18.7 TFLOPS; 16 GB HBM2 732 GB/s, "
+         "12 GB (PCIe) 549 GB/s")
+_RTX_A6000 = ("NVIDIA RTX A6000 data sheet: 48 GB GDDR6, 768 GB/s, tensor 309.7 TFLOPS with "
+              "sparsity (FP16/BF16 154.8 dense: Microway's Ampere comparison)")
+_RTX_6000_ADA = ("NVIDIA RTX 6000 Ada Generation data sheet: 48 GB GDDR6, 960 GB/s, tensor "
+                 "1,457 TFLOPS (FP8 with sparsity), so FP16/BF16 about 364 TFLOPS dense (a "
+                 "quarter: Ada runs FP16 at half its FP8 rate on workstation boards; NVIDIA's "
+                 "Ada whitepaper figure, 364.2, not found by search)")
 
 #: (family word, form "SXM"/"PCIE"/"NVL" or None for any, memory GB or 0 for any, model).
-#: Matched in order: the first row whose family, form and memory agree wins.
+#: A family is one word of the product name, matched whole ("L40" is not "L40S", "H20" not
+#: "H200", "GH200" not "H200"), or several words in a row ("RTX 6000 ADA": "Quadro RTX 6000"
+#: and "RTX PRO 6000" are other GPUs). Matched in order: the first row whose family, form
+#: and memory agree wins.
 _ROWS: tuple[tuple[str, str | None, int, GpuModel], ...] = tuple(_row(*r[:7], form=r[7]) for r in (
     ("V100-SXM2-32GB", "V100", 125, 32, 900, (7, 0), _V100, "SXM"),
     ("V100-SXM2-16GB", "V100", 125, 16, 900, (7, 0), _V100, "SXM"),
@@ -147,15 +187,31 @@ _ROWS: tuple[tuple[str, str | None, int, GpuModel], ...] = tuple(_row(*r[:7], fo
     ("A10", "A10", 125, 24, 600, (8, 6), _A10, None),
     ("L4", "L4", 121, 24, 300, (8, 9), _L4, None),
     ("L40S", "L40S", 362, 48, 864, (8, 9), _L40S, None),
+    ("L40", "L40", 181, 48, 864, (8, 9), _L40, None),
+    ("L20", "L20", 119.5, 48, 864, (8, 9), _L20, None),
+    ("RTX-6000-Ada", "RTX 6000 ADA", 364, 48, 960, (8, 9), _RTX_6000_ADA, None),
+    ("RTX-A6000", "A6000", 154.8, 48, 768, (8, 6), _RTX_A6000, None),
+    ("A40", "A40", 149.7, 48, 696, (8, 6), _A40, None),
+    ("A30", "A30", 165, 24, 933, (8, 0), _A30, None),
+    ("P100-SXM2-16GB", "P100", 21.2, 16, 732, (6, 0), _P100, "SXM"),
+    ("P100-PCIE-12GB", "P100", 18.7, 12, 549, (6, 0), _P100, "PCIE"),
+    ("P100-PCIE-16GB", "P100", 18.7, 16, 732, (6, 0), _P100, None),
     ("A100-PCIE-80GB", "A100", 312, 80, 1935, (8, 0), _A100, "PCIE"),
     ("A100-PCIE-40GB", "A100", 312, 40, 1555, (8, 0), _A100, "PCIE"),
     ("A100-SXM4-80GB", "A100", 312, 80, 2039, (8, 0), _A100, None),
     ("A100-SXM4-40GB", "A100", 312, 40, 1555, (8, 0), _A100, None),
+    ("A800-PCIE-80GB", "A800", 312, 80, 1935, (8, 0), _A800, "PCIE"),
+    ("A800-SXM4-80GB", "A800", 312, 80, 2039, (8, 0), _A800, None),
+    ("A800-40GB", "A800", 312, 40, 1555, (8, 0), _A800, None),
     ("H100-NVL", "H100", 835, 94, 3900, (9, 0), _H100, "NVL"),
     ("H100-PCIE", "H100", 756, 80, 2000, (9, 0), _H100, "PCIE"),
     ("H100-SXM5-80GB", "H100", 989, 80, 3350, (9, 0), _H100, None),
     ("H200", "H200", 989, 141, 4800, (9, 0), _H200, None),
     ("H20", "H20", 148, 96, 4000, (9, 0), _H20, None),
+    ("H800-PCIE", "H800", 756, 80, 2000, (9, 0), _H800, "PCIE"),
+    ("H800-SXM5-80GB", "H800", 989, 80, 3350, (9, 0), _H800, None),
+    ("GH200-96GB", "GH200", 989, 96, 4000, (9, 0), _GH200, None),
+    ("GH200-144GB", "GH200", 989, 144, 4900, (9, 0), _GH200, None),
     ("GB300", "GB300", 2500, 288, 8000, (10, 3), _GB300, None),
     ("GB200", "GB200", 2500, 186, 8000, (10, 0), _GB200, None),
     ("B200", "B200", 2250, 180, 8000, (10, 0), _B200, None),
@@ -175,12 +231,25 @@ for _m in MODELS.values():
             _SLOWEST_OF_MAJOR[_m.compute[0]] = _m
 FALLBACK = MODELS["T4"]
 
-_FAMILIES = {row[0] for row in _ROWS}
-_MEMORY_WORD = re.compile(r"^(\d+)GB$")
+_FAMILIES = {row[0] for row in _ROWS if " " not in row[0]}
+#: Families of several words, as word tuples ("RTX 6000 ADA" -> ("RTX", "6000", "ADA")).
+_PHRASES = tuple({tuple(row[0].split()) for row in _ROWS if " " in row[0]})
+#: A memory size word: "80GB", and NVML's "144G" ("NVIDIA GH200 144G HBM3e")
+_MEMORY_WORD = re.compile(r"^(\d+)GB?$")
 
 
 def _words(product: str) -> list[str]:
     return [w for w in re.split(r"[-_ ]+", product.strip().upper()) if w]
+
+
+def _family(words: list[str]) -> str | None:
+    """The table family a product's words name: a family phrase found in a row, else the
+    first whole word that is a family (module docstring of :data:`_ROWS`)."""
+    for phrase in _PHRASES:
+        n = len(phrase)
+        if any(tuple(words[i:i + n]) == phrase for i in range(len(words) - n + 1)):
+            return " ".join(phrase)
+    return next((w for w in words if w in _FAMILIES), None)
 
 
 @lru_cache(maxsize=1024)
@@ -195,7 +264,7 @@ def gpu_model(product: str | None, memory_mib: int | None = None,
     missing product gives an unknown model rated from ``compute``.
     """
     words = _words(product) if isinstance(product, str) else []
-    family = next((w for w in words if w in _FAMILIES), None)
+    family = _family(words)
     size = next((int(m.group(1)) for w in words if (m := _MEMORY_WORD.match(w))), None)
     if size is None and memory_mib:
         size = round(memory_mib / 1024)
@@ -209,8 +278,10 @@ def gpu_model(product: str | None, memory_mib: int | None = None,
         fits = [row for row in _ROWS if row[0] == family and (row[1] is None or row[1] == form)]
         # the row of the stated memory size, else the family's smallest-memory row
         exact = [row for row in fits if size is not None and abs(row[2] - size) <= 4]
-        # a row of the very form named before a row for any form, then the smallest memory
-        ranked = sorted(exact or fits, key=lambda r: (r[1] != form, r[2]))
+        # the closest memory (P100 PCIe: 12 and 16 GB), a row of the very form named before
+        # a row for any form, then the smallest memory
+        ranked = sorted(exact or fits, key=lambda r: (
+            abs(r[2] - size) if exact and size is not None else 0, r[1] != form, r[2]))
         chosen = ranked[0] if ranked else None
         if chosen is not None:
             model = chosen[3]
