@@ -149,10 +149,10 @@ _H800 = ("NVIDIA H800 (China export variant of the H100: same GH100 die and low-
          "PCIe 756 TFLOPS BF16/FP16 dense, SXM 3.35 TB/s, PCIe 2.0 TB/s, 80 GB (philisun.com "
          "H800-vs-H100 comparison): NVIDIA's H800 data sheet not found")
 _GH200 = ("NVIDIA GH200 Grace Hopper Superchip: an H100-class GPU, FP16/BF16 tensor 989 TFLOPS "
-          "dense (1,979 with sparsity, as the H100 SXM); 96 GB HBM3 at 4 TB/s (NVML name "
-          "'NVIDIA GH200 480GB' or '120GB': the Grace LPDDR5X size) or 144 GB HBM3e at 4.9 TB/s "
-          "('NVIDIA GH200 144G HBM3e'); the bandwidths are NVIDIA's GH200 product page figures "
-          "as recalled, its data sheet not found by search")
+          "dense (1,979 with sparsity, as the H100 SXM); 96 GB HBM3 at 4,000 GB/s (as reported "
+          "in Vellaisamy et al. 2025's GH200 study; NVML name 'NVIDIA GH200 480GB' or '120GB': "
+          "the Grace LPDDR5X size) or 144 GB HBM3e at 4.9 TB/s ('NVIDIA GH200 144G HBM3e': "
+          "NVIDIA's product page figure as recalled); NVIDIA's GH200 data sheet not found")
 _A30 = ("NVIDIA A30 data sheet figures as recalled (the data sheet not found by search): "
         "BF16/FP16 tensor 165 TFLOPS dense (330 with sparsity), 24 GB HBM2, 933 GB/s")
 _A40 = ("NVIDIA A40 data sheet: BF16/FP16 tensor 149.7 TFLOPS dense (299.4 with sparsity), "
