@@ -10,11 +10,11 @@ the search itself (search.py) only plans one scope at a time.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Container, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 from functools import lru_cache, partial, reduce
 from itertools import zip_longest
-from operator import or_
+from operator import itemgetter, or_
 
 from gputopo.placement.objective import ROUND, SPAN_RANK
 from gputopo.placement.solver.grouping import _NAME, _Group, _Kind, _Loc
@@ -79,12 +79,6 @@ class Scope:
         if self._held is None:
             self._held = self.listed()
         return self._held
-
-    def counts(self) -> Iterator[tuple[_Group, int]]:
-        """Each group with room with its count of nodes in the scope (a group once per
-        rack it has nodes in)."""
-        for held in self.held:
-            yield from held.items()
 
     def pieces(self) -> list[tuple[_Group, list[NodeState]]]:
         """Each group with room with its nodes in the scope."""
@@ -198,7 +192,7 @@ def scopes(groups: list[_Group], g: int, free: Container[str],
     was a third of a kept solve of a 16 x 1 gang.
     """
     if counts is None:
-        counts = of_groups(groups)
+        counts = of_groups(groups, g)
     size = counts.size
     room: dict[_Loc, dict[int, int]] = {}  # per rack with room for a replica
     rate: dict[_Loc, float] = {}
@@ -381,23 +375,28 @@ def bound(scope: Scope, gang: GangRequest, level: int) -> _Bound | None:
     bw = round(_f(n, m, -math.inf, scope.rate, SPAN_FACTOR[scope.span]), ROUND)
     if level == 0:
         return (bw, -m, _OPEN, _OPEN, _OPEN, _OPEN, _OPEN)
-    per_node = gang.per_node
+    per_node, free = gang.per_node, scope.free
     count: dict[tuple[_Kind, int], int] = {}  # nodes per (kind, GPU cap)
     stale: set[tuple[_Kind, int]] = set()  # rows with a node outside a free NVLink domain
     no_domain = False
-    for grp, k in scope.counts():
-        row = (grp.kind, grp.cap)
-        count[row] = count.get(row, 0) + k
-        no_domain = no_domain or grp.domain is None
-        if not _fresh(grp, scope.free):
-            stale.add(row)
+    for held in scope.held:  # (_fresh and cap in line: ~20 pieces a rack, ~100 racks)
+        for grp, k in held.items():
+            row = (grp.kind, grp.cap)
+            count[row] = count.get(row, 0) + k
+            dom = grp.domain
+            if dom is None:
+                no_domain = True
+                stale.add(row)
+            elif dom not in free:
+                stale.add(row)
     # the nodes a placement of m nodes can use: (kind, most replicas, nodes up to m)
     rows = []
     all_fresh = True  # every such node in an NVLink domain with no GPU in use
     for row, k in count.items():
-        j = cap(*row, per_node, g)
+        kind, gpu_cap = row
+        j = min(per_node, min(kind.free, gpu_cap) // g)
         if j >= jmin:
-            rows.append((row[0], j, min(k, m)))
+            rows.append((kind, j, min(k, m)))
             all_fresh = all_fresh and row not in stale
     # a scope's placements of its own span: one NVLink domain, else a rack or wider
     # (narrower ones are found in their own scope); at least one domain unless some
@@ -412,29 +411,50 @@ def bound(scope: Scope, gang: GangRequest, level: int) -> _Bound | None:
     # a placement that ties on the nodes term uses m nodes of jmin or more replicas, and its
     # slowest pair is at most its nodes' best: the m-th best of the scope's nodes. Only when
     # it ties on that do the later terms count, on nodes whose shares reach it
-    # (Kind.best_blocks).
-    rated = [(kind, j, k, kind.best_pair(g, jmin, j)) for kind, j, k in rows]
-    pairs = sorted((p for _, _, k, p in rated for _ in range(k)), reverse=True)
-    if len(pairs) < m:
+    # (Kind.best_blocks). Rows, not nodes: a row counts its nodes (up to m) at once.
+    rated = sorted([(kind.best_pair(g, jmin, j), kind, j, k) for kind, j, k in rows],
+                   key=_FIRST, reverse=True)
+    left, pair = m, None
+    for p, _, _, k in rated:
+        left -= k
+        if left <= 0:
+            pair = p
+            break
+    if pair is None:
         return None  # fewer than m nodes with room: no placement over several nodes here
-    pair = pairs[m - 1]
-    reach = [(kind, j) for kind, j, k, p in rated if p >= pair for _ in range(k)]
+    reach = [(kind, j, k) for p, kind, j, k in rated if p >= pair]
     return (bw, -m, pair, locality, domains, opened, _tail(reach, g, n, m, jmin, pair))
 
 
-def _tail(reach: list[tuple[_Kind, int]], g: int, n: int, m: int, jmin: int,
+_FIRST = itemgetter(0)
+
+
+def _tail(reach: list[tuple[_Kind, int, int]], g: int, n: int, m: int, jmin: int,
           pair: float) -> int:
     """The bound of the last three terms (blocks kept, empty nodes opened, GPUs left free:
-    options._value) of m of the nodes in ``reach`` ((kind, most replicas) per node, those
-    whose shares reach the ``pair``), each term on its own: the m best blocks deltas, the
-    empty nodes that m nodes open when fewer than m are in use, the GPUs the m fullest
-    leave (none at the least)."""
+    options._value) of m of the nodes in ``reach`` ((kind, most replicas, nodes) per row,
+    those whose shares reach the ``pair``), each term on its own: the m best blocks
+    deltas, the empty nodes that m nodes open when fewer than m are in use, the GPUs the
+    m fullest leave (none at the least)."""
     # (never None: every node here has a share of jmin..j replicas that reaches the pair)
-    healths = sorted((kind.best_blocks(g, jmin, j, pair) or 0 for kind, j in reach),
+    healths = sorted([(kind.best_blocks(g, jmin, j, pair) or 0, k) for kind, j, k in reach],
                      reverse=True)
-    in_use = sum(not kind.opened for kind, _ in reach)
-    frees = sorted(kind.free for kind, _ in reach)
-    return _value(sum(healths[:m]), max(0, m - in_use), max(0, sum(frees[:m]) - n))
+    in_use = sum(k for kind, _, k in reach if not kind.opened)
+    frees = sorted([(kind.free, k) for kind, _, k in reach])
+    return _value(_top(healths, m), max(0, m - in_use), max(0, _top(frees, m) - n))
+
+
+def _top(values: list[tuple[int, int]], m: int) -> int:
+    """The sum of the first ``m`` of ``values`` ((value, times): the value that many
+    times over), in their order."""
+    total = 0
+    for v, k in values:
+        take = k if k < m else m
+        total += v * take
+        m -= take
+        if not m:
+            break
+    return total
 
 
 def _tight(rows: list[tuple[_Kind, int, int]], g: int, r: int, m: int,
