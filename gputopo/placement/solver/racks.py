@@ -20,20 +20,23 @@ from dataclasses import dataclass
 from gputopo.placement.solver.grouping import _Group, _Loc
 from gputopo.placement.types import NodeState
 
-#: (GPUs of the gang one node may take: its group's ``free``, network Gbit/s)
-Offer = tuple[int, float]
+#: (rack, GPUs of the gang one node may take: its group's ``free``, network Gbit/s)
+Offer = tuple[_Loc, int, float]
 
 
 @dataclass(eq=False)
 class RackCounts:
-    """Per (zone, rack): its nodes, its nodes per :data:`Offer`, and its nodes per group
-    key (``pieces``; a key is the group itself, or a bucket key of ``groups``). Read-only
-    once built: a kept grouping's copy shares the racks a change did not touch. Counted
-    for one gang (:func:`of_groups`), ``offers`` and ``pieces`` may leave out what has no
-    room for its replicas."""
+    """Per (zone, rack): its nodes (``size``), its nodes per free GPUs and network
+    (``offers``, one table for every rack), and its nodes per group key (``pieces``; a
+    key is the group itself, or a bucket key of ``groups``). Read-only once built: a kept
+    grouping's copy shares the racks a change did not touch. Counted for one gang
+    (:func:`of_groups`), ``offers`` and ``pieces`` may leave out what has no room for its
+    replicas. Why one table of offers and not one per rack: a kept grouping's copy would
+    copy ~150 of them per change, each one more object for the garbage collector's
+    passes to walk."""
 
     size: dict[_Loc, int]
-    offers: dict[_Loc, dict[Offer, int]]
+    offers: dict[Offer, int]
     pieces: dict[_Loc, dict[Hashable, int]]
     groups: Mapping[Hashable, _Group] | None = None  # key -> group; None: keys are groups
 
@@ -57,7 +60,7 @@ def of_groups(groups: Iterable[_Group], g: int) -> RackCounts:
     groups, and a dict of racks per group for the others was ~6 ms of a plain solve at
     10,000 nodes."""
     size: dict[_Loc, int] = {}
-    offers: dict[_Loc, dict[Offer, int]] = {}
+    offers: dict[Offer, int] = {}
     pieces: dict[_Loc, dict[Hashable, int]] = {}
     for grp in groups:
         if grp.free < g:
@@ -65,16 +68,16 @@ def of_groups(groups: Iterable[_Group], g: int) -> RackCounts:
                 loc = (node.zone, node.rack)
                 size[loc] = size.get(loc, 0) + 1
             continue
-        offer = (grp.free, grp.network_gbps)
+        free, net = grp.free, grp.network_gbps
         for loc, k in grp.racks().items():
             size[loc] = size.get(loc, 0) + k
+            offer = (loc, free, net)
+            offers[offer] = offers.get(offer, 0) + k
             here = pieces.get(loc)
             if here is None:
-                offers[loc], pieces[loc] = {offer: k}, {grp: k}
-                continue
-            here[grp] = k
-            at = offers[loc]
-            at[offer] = at.get(offer, 0) + k
+                pieces[loc] = {grp: k}
+            else:
+                here[grp] = k
     return RackCounts(size, offers, pieces)
 
 
@@ -85,9 +88,8 @@ def of_buckets(buckets: Mapping[Hashable, Iterable[NodeState]],
     counts = RackCounts({}, {}, {}, groups)
     for key, members in buckets.items():
         grp = groups[key]
-        offer = (grp.free, grp.network_gbps)
         for node in members:
-            _add(counts, (node.zone, node.rack), key, offer, 1)
+            _add(counts, (node.zone, node.rack), key, grp, 1)
     return counts
 
 
@@ -97,8 +99,9 @@ def moved(counts: RackCounts, groups: Mapping[Hashable, _Group],
     """A copy of ``counts`` with each change (old node, its bucket key, its group before
     the change, new node, its bucket key) counted: one node out of its old key's rack,
     one into its new key's; ``groups`` is the copy's key -> group. The racks no change
-    touches are shared with ``counts``. Why node by node: a change of 200 nodes touches
-    most groups (each rebuilt), but each node moves one count in two racks."""
+    touches share their ``pieces`` with ``counts``. Why node by node: a change of 200
+    nodes touches most groups (each rebuilt), but each node moves one count in two
+    racks."""
     new = RackCounts(dict(counts.size), dict(counts.offers), dict(counts.pieces), groups)
     copied: set[_Loc] = set()
     for old, old_key, was, node, key in changes:
@@ -107,26 +110,25 @@ def moved(counts: RackCounts, groups: Mapping[Hashable, _Group],
             if loc not in copied:
                 copied.add(loc)
                 if loc in new.pieces:
-                    new.offers[loc] = dict(new.offers[loc])
                     new.pieces[loc] = dict(new.pieces[loc])
-            _add(new, loc, k, (grp.free, grp.network_gbps), sign)
+            _add(new, loc, k, grp, sign)
     return new
 
 
-def _add(counts: RackCounts, loc: _Loc, key: Hashable, offer: Offer, sign: int) -> None:
-    """Count one node of ``key`` and ``offer`` into (``sign`` 1) or out of (-1) rack
+def _add(counts: RackCounts, loc: _Loc, key: Hashable, grp: _Group, sign: int) -> None:
+    """Count one node of ``key`` (of group ``grp``) into (``sign`` 1) or out of (-1) rack
     ``loc``; an entry left at zero is dropped (a rack with no node too)."""
+    _bump(counts.offers, (loc, grp.free, grp.network_gbps), sign)
     pieces = counts.pieces.get(loc)
     if pieces is None:
-        counts.size[loc], counts.offers[loc], counts.pieces[loc] = 1, {offer: 1}, {key: 1}
+        counts.size[loc], counts.pieces[loc] = 1, {key: 1}
         return
     left = counts.size[loc] + sign
     if not left:
-        del counts.size[loc], counts.offers[loc], counts.pieces[loc]
+        del counts.size[loc], counts.pieces[loc]
         return
     counts.size[loc] = left
     _bump(pieces, key, sign)
-    _bump(counts.offers[loc], offer, sign)
 
 
 def _bump(table: dict, key: Hashable, sign: int) -> None:
