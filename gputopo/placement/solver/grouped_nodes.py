@@ -223,21 +223,23 @@ class GroupedNodes(Sequence[NodeState]):
         # the touched buckets, each with its group before this change (None: new bucket)
         touched: dict[_BucketKey, _Group | None] = {}
         came: dict[_BucketKey, list[NodeState]] = {}  # the nodes each bucket gained
-        moves: list[tuple[NodeState, NodeState]] = []  # (old, new) of each changed node
+        #: (old node, its bucket key, new node, its bucket key) per changed node
+        moves: list[tuple[NodeState, _BucketKey, NodeState, _BucketKey]] = []
         for name, node in final.items():
             at = self._where[name]
             old = self._nodes[at]
             if old is node:
                 continue
             new._nodes[at] = node
-            moves.append((old, node))
             if old.nvlink_domain is not None or node.nvlink_domain is not None:
                 if new._domain_used is self._domain_used:
                     new._domain_used, new._free = dict(self._domain_used), None
                 for n, sign in ((old, -1), (node, 1)):
                     if n.nvlink_domain is not None:
                         _count_in(new._domain_used, n, sign)
-            for key, add in ((_bucket_key(old), False), (_bucket_key(node), True)):
+            old_key, new_key = _bucket_key(old), _bucket_key(node)
+            moves.append((old, old_key, node, new_key))
+            for key, add in ((old_key, False), (new_key, True)):
                 members = new._buckets.get(key)
                 if key not in touched:
                     touched[key] = new._groups.get(key)
@@ -269,8 +271,8 @@ class GroupedNodes(Sequence[NodeState]):
                 grp.carry_first(was, final, came.get(key, ()))
         if self._racks is not None:
             new._racks = moved(self._racks, new._groups, (
-                (old, old_key, self._groups[old_key], node, _bucket_key(node))
-                for old, node in moves for old_key in (_bucket_key(old),)))
+                (old, old_key, self._groups[old_key], node, key)
+                for old, old_key, node, key in moves))
         if any(key[0] not in self._tops for key in touched):
             new._tops = {}  # a topology object not seen yet: look for twins again
         # The best one-node key per gang size is brought up to date when that size is

@@ -103,15 +103,32 @@ def moved(counts: RackCounts, groups: Mapping[Hashable, _Group],
     nodes touches most groups (each rebuilt), but each node moves one count in two
     racks."""
     new = RackCounts(dict(counts.size), dict(counts.offers), dict(counts.pieces), groups)
-    copied: set[_Loc] = set()
+    offers, pieces = new.offers, new.pieces
+    copied: set[_Loc] = set()  # the racks whose pieces are this copy's own
     for old, old_key, was, node, key in changes:
-        for n, k, grp, sign in ((old, old_key, was, -1), (node, key, groups[key], 1)):
-            loc = (n.zone, n.rack)
-            if loc not in copied:
-                copied.add(loc)
-                if loc in new.pieces:
-                    new.pieces[loc] = dict(new.pieces[loc])
-            _add(new, loc, k, grp, sign)
+        grp = groups[key]
+        old_loc, loc = (old.zone, old.rack), (node.zone, node.rack)
+        if old_loc != loc:  # moved to another rack (rare): out of one, into the other
+            for at, k, of, sign in ((old_loc, old_key, was, -1), (loc, key, grp, 1)):
+                if at not in copied:
+                    copied.add(at)
+                    if at in pieces:
+                        pieces[at] = dict(pieces[at])
+                _add(new, at, k, of, sign)
+            continue
+        if old_key == key:
+            continue  # the same bucket (and so the same offer) in the same rack
+        # the same rack (the common case: GPUs taken or freed): its size stays
+        here = pieces[loc]
+        if loc not in copied:
+            copied.add(loc)
+            here = pieces[loc] = dict(here)
+        _bump(here, old_key, -1)
+        here[key] = here.get(key, 0) + 1
+        gone, came = (loc, was.free, was.network_gbps), (loc, grp.free, grp.network_gbps)
+        if gone != came:
+            _bump(offers, gone, -1)
+            offers[came] = offers.get(came, 0) + 1
     return new
 
 
