@@ -189,7 +189,7 @@ def scopes(groups: list[_Group], g: int, free: Container[str],
     on a busy cluster; zones and the cluster are unions of racks. Why not from the (group,
     rack) pieces: a busy 10,000-node cluster has ~5,800 of them and ~400 scopes, of which
     the search reads the groups of a few dozen (:attr:`Scope.held`); walking every piece
-    was a third of a kept solve of a 16 x 1 gang.
+    was ~40 % of a kept solve of a 16 x 1 gang.
     """
     if counts is None:
         counts = of_groups(groups, g)
