@@ -102,13 +102,16 @@ def moved(counts: RackCounts, groups: Mapping[Hashable, _Group],
     touches share their ``pieces`` with ``counts``. Why node by node: a change of 200
     nodes touches most groups (each rebuilt), but each node moves one count in two
     racks."""
-    new = RackCounts(dict(counts.size), dict(counts.offers), dict(counts.pieces), groups)
+    # the sizes are shared until a node changes rack (rare)
+    new = RackCounts(counts.size, dict(counts.offers), dict(counts.pieces), groups)
     offers, pieces = new.offers, new.pieces
     copied: set[_Loc] = set()  # the racks whose pieces are this copy's own
     for old, old_key, was, node, key in changes:
         grp = groups[key]
         old_loc, loc = (old.zone, old.rack), (node.zone, node.rack)
         if old_loc != loc:  # moved to another rack (rare): out of one, into the other
+            if new.size is counts.size:
+                new.size = dict(counts.size)
             for at, k, of, sign in ((old_loc, old_key, was, -1), (loc, key, grp, 1)):
                 if at not in copied:
                     copied.add(at)
