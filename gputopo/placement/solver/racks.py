@@ -20,23 +20,23 @@ from dataclasses import dataclass
 from gputopo.placement.solver.grouping import _Group, _Loc
 from gputopo.placement.types import NodeState
 
-#: (rack, GPUs of the gang one node may take: its group's ``free``, network Gbit/s)
-Offer = tuple[_Loc, int, float]
+#: (GPUs of the gang one node may take: its group's ``free``, network Gbit/s)
+Offer = tuple[int, float]
 
 
 @dataclass(eq=False)
 class RackCounts:
-    """Per (zone, rack): its nodes (``size``), its nodes per free GPUs and network
-    (``offers``, one table for every rack), and its nodes per group key (``pieces``; a
-    key is the group itself, or a bucket key of ``groups``). Read-only once built: a kept
-    grouping's copy shares the racks a change did not touch. Counted for one gang
-    (:func:`of_groups`), ``offers`` and ``pieces`` may leave out what has no room for its
-    replicas. Why one table of offers and not one per rack: a kept grouping's copy would
-    copy ~150 of them per change, each one more object for the garbage collector's
-    passes to walk."""
+    """Per (zone, rack): its nodes (``size``), its nodes per :data:`Offer` (``offers``),
+    and its nodes per group key (``pieces``; a key is the group itself, or a bucket key
+    of ``groups``). Read-only once built: a kept grouping's copy shares the racks a change
+    did not touch. Counted for one gang (:func:`of_groups`), ``offers`` and ``pieces``
+    may leave out what has no room for its replicas. Why a table of offers per rack and
+    not one keyed by (rack, offer): a plain list's count then made a key per (group,
+    rack) piece (~5,800 at 10,000 nodes), ~1 ms and a garbage collection more per solve,
+    and a kept grouping's copy of one node's change copied all ~2,100 entries."""
 
     size: dict[_Loc, int]
-    offers: dict[Offer, int]
+    offers: dict[_Loc, dict[Offer, int]]
     pieces: dict[_Loc, dict[Hashable, int]]
     groups: Mapping[Hashable, _Group] | None = None  # key -> group; None: keys are groups
 
@@ -60,7 +60,7 @@ def of_groups(groups: Iterable[_Group], g: int) -> RackCounts:
     groups, and a dict of racks per group for the others was ~6 ms of a plain solve at
     10,000 nodes."""
     size: dict[_Loc, int] = {}
-    offers: dict[Offer, int] = {}
+    offers: dict[_Loc, dict[Offer, int]] = {}
     pieces: dict[_Loc, dict[Hashable, int]] = {}
     for grp in groups:
         if grp.free < g:
@@ -68,16 +68,16 @@ def of_groups(groups: Iterable[_Group], g: int) -> RackCounts:
                 loc = (node.zone, node.rack)
                 size[loc] = size.get(loc, 0) + 1
             continue
-        free, net = grp.free, grp.network_gbps
+        offer = (grp.free, grp.network_gbps)
         for loc, k in grp.racks().items():
             size[loc] = size.get(loc, 0) + k
-            offer = (loc, free, net)
-            offers[offer] = offers.get(offer, 0) + k
             here = pieces.get(loc)
             if here is None:
-                pieces[loc] = {grp: k}
-            else:
-                here[grp] = k
+                pieces[loc], offers[loc] = {grp: k}, {offer: k}
+                continue
+            here[grp] = k
+            at = offers[loc]
+            at[offer] = at.get(offer, 0) + k
     return RackCounts(size, offers, pieces)
 
 
@@ -105,7 +105,7 @@ def moved(counts: RackCounts, groups: Mapping[Hashable, _Group],
     # the sizes are shared until a node changes rack (rare)
     new = RackCounts(counts.size, dict(counts.offers), dict(counts.pieces), groups)
     offers, pieces = new.offers, new.pieces
-    copied: set[_Loc] = set()  # the racks whose pieces are this copy's own
+    copied: set[_Loc] = set()  # the racks whose pieces and offers are this copy's own
     for old, old_key, was, node, key in changes:
         grp = groups[key]
         old_loc, loc = (old.zone, old.rack), (node.zone, node.rack)
@@ -116,39 +116,40 @@ def moved(counts: RackCounts, groups: Mapping[Hashable, _Group],
                 if at not in copied:
                     copied.add(at)
                     if at in pieces:
-                        pieces[at] = dict(pieces[at])
+                        pieces[at], offers[at] = dict(pieces[at]), dict(offers[at])
                 _add(new, at, k, of, sign)
             continue
         if old_key == key:
             continue  # the same bucket (and so the same offer) in the same rack
         # the same rack (the common case: GPUs taken or freed): its size stays
-        here = pieces[loc]
+        here, at = pieces[loc], offers[loc]
         if loc not in copied:
             copied.add(loc)
-            here = pieces[loc] = dict(here)
+            here, at = pieces[loc], offers[loc] = dict(here), dict(at)
         _bump(here, old_key, -1)
         here[key] = here.get(key, 0) + 1
-        gone, came = (loc, was.free, was.network_gbps), (loc, grp.free, grp.network_gbps)
+        gone, came = (was.free, was.network_gbps), (grp.free, grp.network_gbps)
         if gone != came:
-            _bump(offers, gone, -1)
-            offers[came] = offers.get(came, 0) + 1
+            _bump(at, gone, -1)
+            at[came] = at.get(came, 0) + 1
     return new
 
 
 def _add(counts: RackCounts, loc: _Loc, key: Hashable, grp: _Group, sign: int) -> None:
     """Count one node of ``key`` (of group ``grp``) into (``sign`` 1) or out of (-1) rack
     ``loc``; an entry left at zero is dropped (a rack with no node too)."""
-    _bump(counts.offers, (loc, grp.free, grp.network_gbps), sign)
+    offer = (grp.free, grp.network_gbps)
     pieces = counts.pieces.get(loc)
     if pieces is None:
-        counts.size[loc], counts.pieces[loc] = 1, {key: 1}
+        counts.size[loc], counts.pieces[loc], counts.offers[loc] = 1, {key: 1}, {offer: 1}
         return
     left = counts.size[loc] + sign
     if not left:
-        del counts.size[loc], counts.pieces[loc]
+        del counts.size[loc], counts.pieces[loc], counts.offers[loc]
         return
     counts.size[loc] = left
     _bump(pieces, key, sign)
+    _bump(counts.offers[loc], offer, sign)
 
 
 def _bump(table: dict, key: Hashable, sign: int) -> None:

@@ -196,16 +196,17 @@ def scopes(groups: list[_Group], g: int, free: Container[str],
     size = counts.size
     room: dict[_Loc, dict[int, int]] = {}  # per rack with room for a replica
     rate: dict[_Loc, float] = {}
-    for (loc, grp_free, net), k in counts.offers.items():
-        if grp_free >= g:
-            j = min(per_node, grp_free // g)
-            here = room.get(loc)
-            if here is None:
-                room[loc], rate[loc] = {j: k}, net
-                continue
-            here[j] = here.get(j, 0) + k
-            if net > rate[loc]:
-                rate[loc] = net
+    for loc, offers in counts.offers.items():
+        here: dict[int, int] = {}
+        fastest = -math.inf
+        for (grp_free, net), k in offers.items():
+            if grp_free >= g:
+                j = min(per_node, grp_free // g)
+                here[j] = here.get(j, 0) + k
+                if net > fastest:
+                    fastest = net
+        if here:
+            room[loc], rate[loc] = here, fastest
     # NVLink domains: their groups with room (a group is of one domain), every node's
     # count, and which (zone, rack) places they cover (a rack that is exactly one
     # domain is searched once, as the domain)
