@@ -238,7 +238,8 @@ class GroupedNodes(Sequence[NodeState]):
                     if n.nvlink_domain is not None:
                         _count_in(new._domain_used, n, sign)
             old_key, new_key = _bucket_key(old), _bucket_key(node)
-            moves.append((old, old_key, node, new_key))
+            if self._racks is not None:
+                moves.append((old, old_key, node, new_key))
             for key, add in ((old_key, False), (new_key, True)):
                 members = new._buckets.get(key)
                 if key not in touched:
