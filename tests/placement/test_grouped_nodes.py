@@ -38,11 +38,13 @@ def twin(topology: Topology) -> Topology:
 
 
 @st.composite
-def scenarios(draw: st.DrawFn) -> tuple[list[NodeState], list[tuple[int, dict]]]:
+def scenarios(draw: st.DrawFn, twins: bool = True, most: int = 12
+              ) -> tuple[list[NodeState], list[tuple[int, dict]]]:
     tops = [fixture_topology(name) for name in
             draw(st.lists(st.sampled_from(TOPOLOGY_NAMES), min_size=1, max_size=2, unique=True))]
-    tops += [twin(t) for t in tops]  # equal topologies as other objects
-    count = draw(st.integers(2, 12))
+    if twins:
+        tops += [twin(t) for t in tops]  # equal topologies as other objects
+    count = draw(st.integers(2, most))
     nodes = []
     for i in range(count):
         topo = draw(st.sampled_from(tops))
@@ -109,6 +111,29 @@ def test_replacements_not_solved_in_between_solve_as_the_plain_list(
             assert solve(grouped, gang) == solve(nodes, gang), (gang, at, change)
     for gang in GANGS:
         assert solve(grouped, gang) == solve(nodes, gang), gang
+
+
+@settings(max_examples=80, deadline=None)
+@given(scenarios(twins=False, most=24))
+def test_the_racks_counts_kept_node_by_node_solve_as_the_plain_list(
+        scenario: tuple[list[NodeState], list[tuple[int, dict]]]) -> None:
+    """Without twin topologies a kept grouping's multi-node search reads its racks' counts
+    (racks.RackCounts), kept up to date node by node by :meth:`GroupedNodes.replaced` from
+    the first multi-node solve on, through changes of used GPUs, network and rack: each
+    copy, and the copy it was made from, must answer as its plain list."""
+    nodes, changes = scenario
+    multi = [gang for gang in GANGS if gang.replicas > 1]
+    grouped = GroupedNodes(nodes)
+    for gang in multi:
+        assert solve(grouped, gang) == solve(nodes, gang)
+    for at, change in changes:
+        old, old_nodes = grouped, nodes
+        nodes = list(nodes)
+        nodes[at] = dataclasses.replace(nodes[at], **change)
+        grouped = grouped.replaced([nodes[at]])
+        for gang in multi:
+            assert solve(grouped, gang) == solve(nodes, gang), (gang, at, change)
+            assert solve(old, gang) == solve(old_nodes, gang), (gang, at, change)
 
 
 def test_the_copy_it_was_made_from_keeps_answering_for_its_own_nodes() -> None:

@@ -13,9 +13,11 @@ feasibility reasons, the one-node search and the scopes' classes all work on gro
 webhook solves the whole cluster for every new gang, so it keeps the grouping between
 solves (:class:`GroupedNodes`: only the nodes a reservation changed are regrouped, and the
 tallies and the best one-node share carry over). Only a multi-node search that gets past
-its first bound walks the nodes again, once, to count each group's nodes per rack (a
-group keeps its counts, so a kept grouping counts only the groups a change rebuilt; the
-nodes of a rack are listed only for the scopes planned).
+its first bound walks the nodes of a plain list again, once, to count each group's nodes
+per rack; a kept grouping keeps its racks' counts (per rack, nodes per free GPUs and
+network, and per group: solver/racks.py) and brings them up to date node by node. A
+scope's groups are listed only for the scopes bounded past their first level, and the
+nodes of a rack only for the scopes planned.
 
 The search, for ``R`` replicas of ``G`` GPUs (``n = R*G``):
 

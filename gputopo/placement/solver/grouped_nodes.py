@@ -26,6 +26,7 @@ from gputopo.placement.solver.grouping import (
 )
 from gputopo.placement.solver.one_node import _best_single, _Order, _Tied
 from gputopo.placement.solver.options import _Option
+from gputopo.placement.solver.racks import RackCounts, moved, of_buckets
 from gputopo.placement.types import NodeState
 from gputopo.topology.gpus import gpu_model_key
 from gputopo.topology.model import Topology
@@ -78,7 +79,7 @@ class GroupedNodes(Sequence[NodeState]):
     """
 
     __slots__ = ("_alike", "_buckets", "_domain_used", "_free", "_groups", "_list", "_nodes",
-                 "_parts", "_single", "_tally", "_tops", "_twins", "_where")
+                 "_parts", "_racks", "_single", "_tally", "_tops", "_twins", "_where")
 
     def __init__(self, nodes: Iterable[NodeState]) -> None:
         self._nodes = list(nodes)
@@ -113,6 +114,23 @@ class GroupedNodes(Sequence[NodeState]):
         self._alike: tuple[bool, tuple[str, float] | None] | None = None
         #: per GPU model (key), its nodes as a GroupedNodes of their own; None until asked
         self._parts: dict[tuple[str, float] | None, GroupedNodes] | None = None
+        #: the racks' counts of nodes (racks.RackCounts, by bucket key), None until asked
+        self._racks: RackCounts | None = None
+
+    def rack_counts(self) -> RackCounts | None:
+        """Per rack, its nodes per offer and per group (:mod:`racks`): what the multi-node
+        search's scopes are built from. Counted when first asked, then kept up to date by
+        :meth:`replaced` node by node. Why kept: counting each rebuilt group's nodes per
+        rack, and walking every (group, rack) piece, was a third of a kept solve of a
+        multi-node gang at 10,000 nodes. None when :meth:`groups` merged twin topologies
+        (the bucket keys are not the solver's groups then: counted from the groups)."""
+        self.groups()
+        if self._twins:
+            return None
+        if self._racks is None:
+            self._racks = of_buckets({k: m.values() for k, m in self._buckets.items()},
+                                     self._groups)
+        return self._racks
 
     def one_model(self) -> bool:
         """Whether every node's GPU model is one (by ``gpu_model_key``; all unknown counts
@@ -205,6 +223,8 @@ class GroupedNodes(Sequence[NodeState]):
         # the touched buckets, each with its group before this change (None: new bucket)
         touched: dict[_BucketKey, _Group | None] = {}
         came: dict[_BucketKey, list[NodeState]] = {}  # the nodes each bucket gained
+        #: (old node, its bucket key, new node, its bucket key) per changed node
+        moves: list[tuple[NodeState, _BucketKey, NodeState, _BucketKey]] = []
         for name, node in final.items():
             at = self._where[name]
             old = self._nodes[at]
@@ -217,7 +237,10 @@ class GroupedNodes(Sequence[NodeState]):
                 for n, sign in ((old, -1), (node, 1)):
                     if n.nvlink_domain is not None:
                         _count_in(new._domain_used, n, sign)
-            for key, add in ((_bucket_key(old), False), (_bucket_key(node), True)):
+            old_key, new_key = _bucket_key(old), _bucket_key(node)
+            if self._racks is not None:
+                moves.append((old, old_key, node, new_key))
+            for key, add in ((old_key, False), (new_key, True)):
                 members = new._buckets.get(key)
                 if key not in touched:
                     touched[key] = new._groups.get(key)
@@ -247,6 +270,10 @@ class GroupedNodes(Sequence[NodeState]):
                 new._tally.add(grp, change)
             if was is not None:
                 grp.carry_first(was, final, came.get(key, ()))
+        if self._racks is not None:
+            new._racks = moved(self._racks, new._groups, (
+                (old, old_key, self._groups[old_key], node, key)
+                for old, old_key, node, key in moves))
         if any(key[0] not in self._tops for key in touched):
             new._tops = {}  # a topology object not seen yet: look for twins again
         # The best one-node key per gang size is brought up to date when that size is

@@ -192,14 +192,10 @@ class _Group:
         self.free = min(self.kind.free, self.cap)  # GPUs the gang may take on one node
 
     def racks(self) -> dict[_Loc, int]:
-        """Its count of nodes per (zone, rack), in the order of its nodes: the multi-node
-        search's scopes are racks and unions of racks, and their bounds read these counts.
-        Counted once, when first asked, and kept with the group: a :class:`GroupedNodes`
-        keeps its groups between solves, so a solve of a kept grouping counts only the
-        groups a change rebuilt. Counts, not lists of nodes: a busy 10,000-node cluster
-        has ~5,700 (group, rack) pieces, of which a search looks at the nodes of a few
-        (:meth:`within`), and lists alive through the solve were most of what the garbage
-        collector's full passes met."""
+        """Its count of nodes per (zone, rack): the multi-node search's scopes are racks and
+        unions of racks (racks.of_groups counts a plain list's racks from these). Counted
+        once, when first asked, and kept with the group. Counts, not lists of nodes: a
+        search looks at the nodes of a few racks (:meth:`within`)."""
         if self._racks is None:
             counts: dict[_Loc, int] = {}
             for node in self.nodes:
@@ -207,20 +203,6 @@ class _Group:
                 counts[loc] = counts.get(loc, 0) + 1
             self._racks = counts
         return self._racks
-
-    def count_into(self, size: dict[_Loc, int]) -> None:
-        """Add its count of nodes per rack to ``size``: from :meth:`racks` when counted,
-        else straight from its nodes. Why: a group with no room for the gang's replicas is
-        read only for the racks' sizes (an 8 x 8 gang: most groups), and counting it apart
-        first cost a dict per group and a second loop (~2 ms a plain solve at 10,000
-        nodes)."""
-        if self._racks is not None:
-            for loc, k in self._racks.items():
-                size[loc] = size.get(loc, 0) + k
-            return
-        for node in self.nodes:
-            loc = (node.zone, node.rack)
-            size[loc] = size.get(loc, 0) + 1
 
     def within(self, locs: Container[_Loc]) -> list[NodeState]:
         """Its nodes in the racks ``locs`` ((zone, rack) each), in their order."""

@@ -10,15 +10,16 @@ the search itself (search.py) only plans one scope at a time.
 from __future__ import annotations
 
 import math
-from collections.abc import Container, Iterable, Iterator
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
-from functools import lru_cache, reduce
+from functools import lru_cache, partial, reduce
 from itertools import zip_longest
-from operator import or_
+from operator import itemgetter, or_
 
 from gputopo.placement.objective import ROUND, SPAN_RANK
 from gputopo.placement.solver.grouping import _NAME, _Group, _Kind, _Loc
 from gputopo.placement.solver.options import _value
+from gputopo.placement.solver.racks import RackCounts, of_groups
 from gputopo.placement.types import UNCAPPED, GangRequest, NodeState
 from gputopo.topology.cost import SPAN_FACTOR, domain_gbps
 from gputopo.topology.model import Topology
@@ -53,13 +54,14 @@ class _Class:
 @dataclass(eq=False)
 class Scope:
     """One scope of the multi-node search: its span and its groups, each with its count of
-    nodes inside the scope (``held``: one dict per rack, or one for a scope of whole
-    groups, ``locs`` None). Its nodes (:meth:`pieces`) and classes are looked up only when
-    the search needs them: most scopes of a busy cluster are ruled out by their
-    :func:`bound` first, which reads the counts."""
+    nodes inside the scope (:attr:`held`: one dict per rack, or one for a scope of whole
+    groups, ``locs`` None). Its groups are listed (``listed``), and its nodes
+    (:meth:`pieces`) and classes looked up, only when the search needs them: most scopes
+    of a busy cluster are ruled out by their first :func:`bound`, which reads only
+    :attr:`room` and :attr:`rate`."""
 
     span: str
-    held: list[dict[_Group, int]]
+    listed: Callable[[], list[dict[_Group, int]]]  # makes :attr:`held`
     locs: list[_Loc] | None  # the rack of each of ``held``; None: whole groups
     free: Container[str]  # the NVLink domains with no GPU in use
     room: dict[int, int]  # nodes per count of the gang's replicas they can hold
@@ -68,12 +70,15 @@ class Scope:
 
     def __post_init__(self) -> None:
         self._classes: list[_Class] | None = None
+        self._held: list[dict[_Group, int]] | None = None
 
-    def counts(self) -> Iterator[tuple[_Group, int]]:
-        """Each group with room with its count of nodes in the scope (a group once per
-        rack it has nodes in)."""
-        for held in self.held:
-            yield from held.items()
+    @property
+    def held(self) -> list[dict[_Group, int]]:
+        """Its groups with room for a replica, each with its count of nodes in the scope:
+        one dict per rack of ``locs``, or one of whole groups."""
+        if self._held is None:
+            self._held = self.listed()
+        return self._held
 
     def pieces(self) -> list[tuple[_Group, list[NodeState]]]:
         """Each group with room with its nodes in the scope."""
@@ -170,27 +175,39 @@ def _merged(rooms: Iterable[dict[int, int]]) -> dict[int, int]:
 
 
 def scopes(groups: list[_Group], g: int, free: Container[str],
-           per_node: int = UNCAPPED) -> list[Scope]:
+           per_node: int = UNCAPPED, counts: RackCounts | None = None) -> list[Scope]:
     """Every NVLink domain, rack, zone and the whole cluster that can hold a multi-node
-    gang of replicas of ``g`` GPUs, at most ``per_node`` on a node, each with its groups
-    that have room for a replica (their count of nodes there) and its count of nodes per
-    replicas held (what :func:`bound` reads first).
+    gang of replicas of ``g`` GPUs, at most ``per_node`` on a node, each with its count of
+    nodes per replicas held and its rate (what :func:`bound` reads first), and its groups
+    that have room for a replica (their count of nodes there), listed when first read.
 
     A scope counts every node for its size (two nodes or more), as the span does; a
     zone that is exactly one rack, and a cluster that is exactly one rack or zone, are
-    searched once, in the narrower scope. Each group's nodes are counted per (zone, rack)
-    (:meth:`_Group.racks`, once per group: a kept grouping keeps the counts); zones and
-    the cluster are unions of those pieces. Why counts and not the pieces' nodes: a busy
-    10,000-node cluster has ~5,700 (group, rack) pieces and ~400 scopes, of which the
-    search looks at the nodes of a hundred at most (:meth:`Scope.pieces`); collecting
-    every piece's nodes for every scope was a third of a 16 x 1 solve.
+    searched once, in the narrower scope. ``counts``: the racks' counts of these groups'
+    nodes (:mod:`racks`; a :class:`GroupedNodes` keeps them between solves), else counted
+    here. A rack's room and rate come from its nodes per (free GPUs, network), ~7 numbers
+    on a busy cluster; zones and the cluster are unions of racks. Why not from the (group,
+    rack) pieces: a busy 10,000-node cluster has ~5,800 of them and ~400 scopes, of which
+    the search reads the groups of a few dozen (:attr:`Scope.held`); walking every piece
+    was ~40 % of a kept solve of a 16 x 1 gang.
     """
-    size: dict[_Loc, int] = {}
-    held: dict[_Loc, dict[_Group, int]] = {}  # per rack, its groups with room: nodes there
-    room: dict[_Loc, dict[int, int]] = {}
+    if counts is None:
+        counts = of_groups(groups, g)
+    size = counts.size
+    room: dict[_Loc, dict[int, int]] = {}  # per rack with room for a replica
     rate: dict[_Loc, float] = {}
-    eligible: dict[_Group, int] = {}
-    # NVLink domains: their eligible groups (a group is of one domain), every node's
+    for loc, offers in counts.offers.items():
+        here: dict[int, int] = {}
+        fastest = -math.inf
+        for (grp_free, net), k in offers.items():
+            if grp_free >= g:
+                j = min(per_node, grp_free // g)
+                here[j] = here.get(j, 0) + k
+                if net > fastest:
+                    fastest = net
+        if here:
+            room[loc], rate[loc] = here, fastest
+    # NVLink domains: their groups with room (a group is of one domain), every node's
     # count, and which (zone, rack) places they cover (a rack that is exactly one
     # domain is searched once, as the domain)
     domains: dict[str, dict[_Group, int]] = {}
@@ -198,35 +215,17 @@ def scopes(groups: list[_Group], g: int, free: Container[str],
     loc_domains: dict[_Loc, set[str | None]] = {}
     domain_locs: dict[str, set[_Loc]] = {}
     any_domain = any(grp.domain is not None for grp in groups)
-    for grp in groups:
-        dom = grp.domain
-        if dom is not None:
-            domain_size[dom] = domain_size.get(dom, 0) + len(grp.nodes)
-        if any_domain:
+    if any_domain:
+        for grp in groups:
+            dom = grp.domain
+            if dom is not None:
+                domain_size[dom] = domain_size.get(dom, 0) + len(grp.nodes)
+                if grp.free >= g:
+                    domains.setdefault(dom, {})[grp] = len(grp.nodes)
             for loc in grp.racks():
                 loc_domains.setdefault(loc, set()).add(dom)
                 if dom is not None:
                     domain_locs.setdefault(dom, set()).add(loc)
-        if grp.free < g:  # no room for a replica: only the racks' sizes count it
-            grp.count_into(size)
-            continue
-        places = grp.racks()
-        eligible[grp] = len(grp.nodes)
-        j = cap(grp.kind, grp.cap, per_node, g)
-        if dom is not None:
-            domains.setdefault(dom, {})[grp] = len(grp.nodes)
-        net = grp.network_gbps
-        for loc, k in places.items():
-            size[loc] = size.get(loc, 0) + k
-            here = held.get(loc)
-            if here is None:
-                held[loc], room[loc], rate[loc] = {grp: k}, {j: k}, net
-                continue
-            here[grp] = k
-            at = room[loc]
-            at[j] = at.get(j, 0) + k
-            if net > rate[loc]:
-                rate[loc] = net
 
     zone_size: dict[str, int] = {}
     zone_locs: dict[str, list[_Loc]] = {}
@@ -243,7 +242,7 @@ def scopes(groups: list[_Group], g: int, free: Container[str],
         if domain_size[dom] >= 2:
             ours = domains[dom]
             scopes.append(Scope(
-                "nvlink-domain", [ours], None, free,
+                "nvlink-domain", partial(_whole, ours), None, free,
                 _merged({cap(grp.kind, grp.cap, per_node, g): len(grp.nodes)} for grp in ours),
                 max(_rate(grp, True) for grp in ours), fabric=True))
 
@@ -258,23 +257,39 @@ def scopes(groups: list[_Group], g: int, free: Container[str],
     for loc in sorted(racks, key=lambda k: (k[0] or "", k[1])):
         if any_domain and one_domain(loc):
             continue  # the rack is exactly one NVLink domain, searched as that
-        if loc in held:
-            scopes.append(Scope("rack", [held[loc]], [loc], free, room[loc], rate[loc]))
+        if loc in room:
+            scopes.append(Scope("rack", partial(_listed, counts, [loc], g), [loc], free,
+                                room[loc], rate[loc]))
         else:
-            scopes.append(Scope("rack", [], [], free, {}, 0.0))
+            scopes.append(Scope("rack", list, [], free, {}, 0.0))
     for zone in sorted(zone_size):
         locs = zone_locs[zone]
         if zone_size[zone] >= 2 and not one_rack(locs):
-            ours = [loc for loc in locs if loc in held]
-            scopes.append(Scope("zone", [held[loc] for loc in ours], ours, free,
+            ours = [loc for loc in locs if loc in room]
+            scopes.append(Scope("zone", partial(_listed, counts, ours, g), ours, free,
                                 _merged(room[loc] for loc in ours),
                                 max((rate[loc] for loc in ours), default=0.0)))
     node_count = sum(size.values())
     everyone_one_zone = len(zone_size) == 1 and next(iter(zone_size.values())) == node_count
     if node_count >= 2 and not everyone_one_zone and not one_rack(list(size)):
-        scopes.append(Scope("cluster", [eligible], None, free,
+        scopes.append(Scope("cluster", partial(_eligible, groups, g), None, free,
                             _merged(room.values()), max(rate.values(), default=0.0)))
     return scopes
+
+
+def _listed(counts: RackCounts, locs: list[_Loc], g: int) -> list[dict[_Group, int]]:
+    """A scope's :attr:`Scope.held` of racks ``locs``: per rack, its groups with room."""
+    return [counts.held(loc, g) for loc in locs]
+
+
+def _eligible(groups: list[_Group], g: int) -> list[dict[_Group, int]]:
+    """The cluster's :attr:`Scope.held`: every group with room, whole."""
+    return [{grp: len(grp.nodes) for grp in groups if grp.free >= g}]
+
+
+def _whole(groups: dict[_Group, int]) -> list[dict[_Group, int]]:
+    """A scope's :attr:`Scope.held` of whole groups."""
+    return [groups]
 
 
 def cap(kind: _Kind, gpu_cap: int, per_node: int, g: int) -> int:
@@ -360,23 +375,28 @@ def bound(scope: Scope, gang: GangRequest, level: int) -> _Bound | None:
     bw = round(_f(n, m, -math.inf, scope.rate, SPAN_FACTOR[scope.span]), ROUND)
     if level == 0:
         return (bw, -m, _OPEN, _OPEN, _OPEN, _OPEN, _OPEN)
-    per_node = gang.per_node
+    per_node, free = gang.per_node, scope.free
     count: dict[tuple[_Kind, int], int] = {}  # nodes per (kind, GPU cap)
     stale: set[tuple[_Kind, int]] = set()  # rows with a node outside a free NVLink domain
     no_domain = False
-    for grp, k in scope.counts():
-        row = (grp.kind, grp.cap)
-        count[row] = count.get(row, 0) + k
-        no_domain = no_domain or grp.domain is None
-        if not _fresh(grp, scope.free):
-            stale.add(row)
+    for held in scope.held:  # (_fresh and cap in line: ~20 pieces a rack, ~100 racks)
+        for grp, k in held.items():
+            row = (grp.kind, grp.cap)
+            count[row] = count.get(row, 0) + k
+            dom = grp.domain
+            if dom is None:
+                no_domain = True
+                stale.add(row)
+            elif dom not in free:
+                stale.add(row)
     # the nodes a placement of m nodes can use: (kind, most replicas, nodes up to m)
     rows = []
     all_fresh = True  # every such node in an NVLink domain with no GPU in use
     for row, k in count.items():
-        j = cap(*row, per_node, g)
+        kind, gpu_cap = row
+        j = min(per_node, min(kind.free, gpu_cap) // g)
         if j >= jmin:
-            rows.append((row[0], j, min(k, m)))
+            rows.append((kind, j, min(k, m)))
             all_fresh = all_fresh and row not in stale
     # a scope's placements of its own span: one NVLink domain, else a rack or wider
     # (narrower ones are found in their own scope); at least one domain unless some
@@ -391,29 +411,50 @@ def bound(scope: Scope, gang: GangRequest, level: int) -> _Bound | None:
     # a placement that ties on the nodes term uses m nodes of jmin or more replicas, and its
     # slowest pair is at most its nodes' best: the m-th best of the scope's nodes. Only when
     # it ties on that do the later terms count, on nodes whose shares reach it
-    # (Kind.best_blocks).
-    rated = [(kind, j, k, kind.best_pair(g, jmin, j)) for kind, j, k in rows]
-    pairs = sorted((p for _, _, k, p in rated for _ in range(k)), reverse=True)
-    if len(pairs) < m:
+    # (Kind.best_blocks). Rows, not nodes: a row counts its nodes (up to m) at once.
+    rated = sorted([(kind.best_pair(g, jmin, j), kind, j, k) for kind, j, k in rows],
+                   key=_FIRST, reverse=True)
+    left, pair = m, None
+    for p, _, _, k in rated:
+        left -= k
+        if left <= 0:
+            pair = p
+            break
+    if pair is None:
         return None  # fewer than m nodes with room: no placement over several nodes here
-    pair = pairs[m - 1]
-    reach = [(kind, j) for kind, j, k, p in rated if p >= pair for _ in range(k)]
+    reach = [(kind, j, k) for p, kind, j, k in rated if p >= pair]
     return (bw, -m, pair, locality, domains, opened, _tail(reach, g, n, m, jmin, pair))
 
 
-def _tail(reach: list[tuple[_Kind, int]], g: int, n: int, m: int, jmin: int,
+_FIRST = itemgetter(0)
+
+
+def _tail(reach: list[tuple[_Kind, int, int]], g: int, n: int, m: int, jmin: int,
           pair: float) -> int:
     """The bound of the last three terms (blocks kept, empty nodes opened, GPUs left free:
-    options._value) of m of the nodes in ``reach`` ((kind, most replicas) per node, those
-    whose shares reach the ``pair``), each term on its own: the m best blocks deltas, the
-    empty nodes that m nodes open when fewer than m are in use, the GPUs the m fullest
-    leave (none at the least)."""
+    options._value) of m of the nodes in ``reach`` ((kind, most replicas, nodes) per row,
+    those whose shares reach the ``pair``), each term on its own: the m best blocks
+    deltas, the empty nodes that m nodes open when fewer than m are in use, the GPUs the
+    m fullest leave (none at the least)."""
     # (never None: every node here has a share of jmin..j replicas that reaches the pair)
-    healths = sorted((kind.best_blocks(g, jmin, j, pair) or 0 for kind, j in reach),
+    healths = sorted([(kind.best_blocks(g, jmin, j, pair) or 0, k) for kind, j, k in reach],
                      reverse=True)
-    in_use = sum(not kind.opened for kind, _ in reach)
-    frees = sorted(kind.free for kind, _ in reach)
-    return _value(sum(healths[:m]), max(0, m - in_use), max(0, sum(frees[:m]) - n))
+    in_use = sum(k for kind, _, k in reach if not kind.opened)
+    frees = sorted([(kind.free, k) for kind, _, k in reach])
+    return _value(_top(healths, m), max(0, m - in_use), max(0, _top(frees, m) - n))
+
+
+def _top(values: list[tuple[int, int]], m: int) -> int:
+    """The sum of the first ``m`` of ``values`` ((value, times): the value that many
+    times over), in their order."""
+    total = 0
+    for v, k in values:
+        take = k if k < m else m
+        total += v * take
+        m -= take
+        if not m:
+            break
+    return total
 
 
 def _tight(rows: list[tuple[_Kind, int, int]], g: int, r: int, m: int,

@@ -124,7 +124,9 @@ class _Search:
         # best can still win the tie-break by node names, unless its first name comes after
         # the best's first.
         heap: list[tuple[tuple[float | int, ...], int, int, int, Scope]] = []
-        for seq, scope in enumerate(scopes(self.groups, self.g, self.free, self.per_node)):
+        counts = self.grouped.rack_counts() if self.grouped is not None else None
+        for seq, scope in enumerate(scopes(self.groups, self.g, self.free, self.per_node,
+                                           counts)):
             bound = scope_bound(scope, self.gang, 0)
             if bound is not None:
                 heapq.heappush(heap, (_negated(bound), SPAN_RANK[scope.span], seq, 0, scope))
