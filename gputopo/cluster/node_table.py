@@ -183,7 +183,7 @@ def node_rows(states: Iterable[NodeState], gangs: Mapping[str, set[str]]) -> lis
             cpu=resource_cell(s, CPU), memory=resource_cell(s, MEMORY),
             gpu_model=s.gpu_model.name if s.gpu_model is not None else "-",
             gpu_model_known=s.gpu_model.known if s.gpu_model is not None else None,
-            gpu_memory_mib=s.gpu_model.memory_mib if s.gpu_model is not None else None,
+            gpu_memory_mib=s.gpu_model.memory_mib or None if s.gpu_model is not None else None,
             handout=s.gpu_handout,
         ))
     return rows

@@ -58,8 +58,10 @@ class GpuModel:
     model the table does not know (then ``known`` is False and the figures are the
     conservative ones of its compute capability, :func:`gpu_model`). ``tflops``: dense
     FP16/BF16 tensor throughput per GPU; ``memory_mib``: per GPU (the node's label wins
-    over the table where given); ``memory_gbps``: HBM/GDDR bandwidth; ``compute``: CUDA
-    compute capability (major, minor); ``source``: where the figures come from.
+    over the table where given; 0 when nothing says it: a product the table does not know
+    and no memory figure, never a guess a memory need could be met by); ``memory_gbps``:
+    HBM/GDDR bandwidth; ``compute``: CUDA compute capability (major, minor); ``source``:
+    where the figures come from.
     """
 
     name: str
@@ -85,7 +87,7 @@ class GpuModel:
     def to_json(self) -> dict[str, Any]:
         """The model as the placement record and ``gputopo nodes -o json`` show it."""
         out: dict[str, Any] = {"model": self.name, "tflops": self.tflops,
-                               "memoryMiB": self.memory_mib}
+                               "memoryMiB": self.memory_mib or None}
         if not self.known:
             out["unknownModel"] = True
         return out
@@ -296,7 +298,7 @@ def gpu_model(product: str | None, memory_mib: int | None = None,
     base = base or FALLBACK
     name = product.strip() if isinstance(product, str) and product.strip() else "unknown"
     return GpuModel(name=name, tflops=base.tflops,
-                    memory_mib=memory_mib or base.memory_mib, memory_gbps=base.memory_gbps,
+                    memory_mib=memory_mib or 0, memory_gbps=base.memory_gbps,
                     compute=compute, known=False, source=f"not in the table: {why}")
 
 

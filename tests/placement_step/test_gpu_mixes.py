@@ -141,10 +141,11 @@ def test_no_gang_spans_models_even_when_two_would_fit_together(tmp_path, capsys)
 def test_a_node_without_gfd_labels_is_its_own_unknown_model(tmp_path, capsys):
     source = MIXES / "mixed-unlabelled.yaml"
     assert main(["nodes", "--cluster", str(source), "-o", "json"]) == 0
-    listed = json.loads(capsys.readouterr().out)
-    rows = listed if isinstance(listed, list) else listed.get("nodes", listed)
-    bare = next(r for r in rows if r.get("name") == "bare-0")
-    assert not bare.get("gpuModel")
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    # no model at all ("-"): not one of the known ones, no memory figure
+    assert rows["bare-0"]["gpu_model_known"] is None
+    assert rows["bare-0"]["gpu_memory_mib"] is None
+    assert rows["h100-0"]["gpu_model"] == "H100-SXM5-80GB"
     # idle: the labelled H100s, not the unknown node
     for replicas, gpus in SHAPES:
         code, doc = place(capsys, source, replicas, gpus)
@@ -244,3 +245,28 @@ def test_gfd_labels_outrank_the_resourceslice(tmp_path, capsys):
     path.write_text(yaml.safe_dump_all(docs), encoding="utf-8")
     code, doc = place(capsys, path, 1, 4, "--gpu-memory", "60Gi")
     assert code == 0 and doc["throughput"]["gpuModel"] == "A100-SXM4-80GB"
+
+
+def test_a_memory_need_is_not_met_by_a_guessed_memory(tmp_path, capsys):
+    """A node labelled with its compute capability only (no product, no memory: hand
+    labels, or a DRA driver that publishes ``cudaComputeCapability`` alone) is rated as the
+    slowest known model of 9.x for speed, but its GPU memory is unknown: ``nodes`` does not
+    show that model's memory as the node's, and a 60 GB need is not placed there."""
+    docs = [d for d in yaml.safe_load_all((MIXES / "mixed-unlabelled.yaml").read_text(
+        encoding="utf-8")) if d]
+    for d in docs:
+        if d["metadata"]["name"] == "bare-0":
+            d["metadata"]["labels"].update({names.GPU_COMPUTE_MAJOR_LABEL: "9",
+                                            names.GPU_COMPUTE_MINOR_LABEL: "0"})
+    source = tmp_path / "compute-only.yaml"
+    source.write_text(yaml.safe_dump_all(docs), encoding="utf-8")
+    assert main(["nodes", "--cluster", str(source), "-o", "json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert rows["bare-0"]["gpu_model_known"] is False
+    assert rows["bare-0"]["gpu_memory_mib"] is None
+    path = cluster(tmp_path, source, busy("h100-0"), busy("h100-1"))
+    code, doc = place(capsys, path, 1, 8)
+    assert code == 0 and nodes_of(doc) == {"bare-0"}
+    code, doc = place(capsys, path, 1, 8, "--gpu-memory", "60Gi")
+    assert code == 1 and doc["ruledOutByGpuMemory"] == ["bare-0"]
+    assert "GPU memory unknown" in doc["reason"]
