@@ -270,3 +270,37 @@ def test_a_memory_need_is_not_met_by_a_guessed_memory(tmp_path, capsys):
     code, doc = place(capsys, path, 1, 8, "--gpu-memory", "60Gi")
     assert code == 1 and doc["ruledOutByGpuMemory"] == ["bare-0"]
     assert "GPU memory unknown" in doc["reason"]
+
+
+def _memory_need(job: dict[str, Any], how: str) -> dict[str, Any]:
+    if how == "annotation":
+        job["metadata"]["annotations"] = {names.GPU_MEMORY_ANNOTATION: "60Gi"}
+        return job
+    for spec in job["spec"]["pytorchReplicaSpecs"].values():
+        spec["template"]["spec"]["affinity"] = {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": names.GPU_MEMORY_LABEL, "operator": "Gt",
+                                       "values": ["60000"]}]}]}}}
+    return job
+
+
+@pytest.mark.parametrize("how", ["annotation", "node affinity"])
+def test_operator_pods_with_a_memory_need_wait_rather_than_take_the_40gb(tmp_path, capsys,
+                                                                         how):
+    """A100 80 GB servers full, 40 GB ones idle: a PyTorchJob that needs 60 GB per GPU (the
+    job's gputopo.io/gpu-memory, or a required node affinity on nvidia.com/gpu.memory) is
+    gated, not pinned to the 40 GB servers; with one 80 GB server free it goes there."""
+    source = MIXES / "mixed-a100-40-80.yaml"
+    job = _memory_need(pytorchjob("big", 1, 4), how)
+    jobfile = tmp_path / "job.yaml"
+    jobfile.write_text(yaml.safe_dump(job), encoding="utf-8")
+    full = cluster(tmp_path, source, busy("a100-80-0"), busy("a100-80-1"))
+    assert main(["mutate", "--cluster", str(full), str(jobfile)]) == 0
+    pods = [d for d in yaml.safe_load_all(capsys.readouterr().out)
+            if d and d.get("kind") == "Pod"]
+    assert len(pods) == 2
+    for pod in pods:
+        assert {"name": names.PLACEMENT_GATE} in pod["spec"].get("schedulingGates", [])
+        assert "a100-40" not in json.dumps(pod["spec"].get("affinity"))
+    pinned = mutate(capsys, tmp_path, cluster(tmp_path, source, busy("a100-80-0")), job)
+    assert set(pinned.values()) == {"a100-80-1"}
