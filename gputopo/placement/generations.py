@@ -253,7 +253,10 @@ def _no_model_holds(nodes: Sequence[NodeState],
                     gang: GangRequest, solver: Solver) -> Placement:
     """Why no partition holds the gang (``tried``: each partition's model and answer);
     whether all models together would."""
-    each = [f"{m.name if m is not None else 'unknown model'}: {p.reason}" for m, p in tried]
+    # each reason speaks of one model's nodes, not the whole cluster the user knows
+    each = [f"{m.name if m is not None else 'unknown model'}: "
+            f"{p.reason.replace('the whole cluster has only', 'its nodes have only')}"
+            for m, p in tried]
     reason = f"no one GPU model can hold the gang ({'; '.join(each)})"
     if not gang.mix_models and solver(nodes, gang).feasible:
         reason += ("; it would fit across GPU models, paced by the slowest: "

@@ -136,6 +136,14 @@ def test_no_gang_spans_models_even_when_two_would_fit_together(tmp_path, capsys)
     assert code == 0 and nodes_of(doc) == {"b200-1", "a10g-1"}
     assert doc["throughput"]["mixedGpuModels"] is True
     assert doc["throughput"]["gpuModel"] == ["B200", "A10G"]
+    # too big for either model's nodes: each is said of that model, not of the cluster
+    # (32 GPUs on 4 nodes)
+    code, doc = place(capsys, MIXES / "mixed-b200-a10g.yaml", 3, 8)
+    assert code == 1
+    assert "B200: the gang needs 24 GPUs (3 x 8 GPUs) but its nodes have only 16" in \
+        doc["reason"]
+    assert "whole cluster" not in doc["reason"]
+    assert "mixGpuModels: true allows that" in doc["reason"]
 
 
 def test_a_node_without_gfd_labels_is_its_own_unknown_model(tmp_path, capsys):
