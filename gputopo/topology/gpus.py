@@ -129,7 +129,8 @@ _A100 = ("NVIDIA A100 data sheet (2021): BF16/FP16 tensor 312 TFLOPS dense; 40GB
 _H100 = ("NVIDIA H100 data sheet: BF16/FP16 tensor SXM 1,979 / PCIe 1,513 TFLOPS with sparsity "
          "(dense: half); SXM 3.35 TB/s, PCIe 2.0 TB/s, NVL 94 GB 3.9 TB/s (NVL 1,671 sparse)")
 _H200 = ("NVIDIA H200 data sheet: BF16/FP16 tensor 1,979 TFLOPS with sparsity (989 dense), "
-         "141 GB, 4.8 TB/s")
+         "141 GB, 4.8 TB/s; H200 NVL (PCIe card) 1,671 with sparsity (835 dense), 141 GB, "
+         "4.8 TB/s")
 _H20 = ("NVIDIA H20 (China export model) product brief as reported publicly: FP16/BF16 tensor "
         "148 TFLOPS dense, 96 GB HBM3, 4.0 TB/s")
 _B200 = ("NVIDIA HGX B200 data sheet: FP16/BF16 tensor 36 PFLOPS with sparsity for 8 GPUs "
@@ -208,6 +209,7 @@ _ROWS: tuple[tuple[str, str | None, int, GpuModel], ...] = tuple(_row(*r[:7], fo
     ("H100-NVL", "H100", 835, 94, 3900, (9, 0), _H100, "NVL"),
     ("H100-PCIE", "H100", 756, 80, 2000, (9, 0), _H100, "PCIE"),
     ("H100-SXM5-80GB", "H100", 989, 80, 3350, (9, 0), _H100, None),
+    ("H200-NVL", "H200", 835, 141, 4800, (9, 0), _H200, "NVL"),
     ("H200", "H200", 989, 141, 4800, (9, 0), _H200, None),
     ("H20", "H20", 148, 96, 4000, (9, 0), _H20, None),
     ("H800-PCIE", "H800", 756, 80, 2000, (9, 0), _H800, "PCIE"),
