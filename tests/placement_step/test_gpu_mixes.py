@@ -312,3 +312,27 @@ def test_operator_pods_with_a_memory_need_wait_rather_than_take_the_40gb(tmp_pat
         assert "a100-40" not in json.dumps(pod["spec"].get("affinity"))
     pinned = mutate(capsys, tmp_path, cluster(tmp_path, source, busy("a100-80-0")), job)
     assert set(pinned.values()) == {"a100-80-1"}
+
+
+def test_dra_only_nodes_of_two_models_are_never_mixed(tmp_path, capsys):
+    """examples/dra-cluster.yaml with dgx-b's slice saying A100 80GB (its driver's
+    ``productName`` and capacity ``memory``; still no GFD label): one-node shapes go to
+    dgx-b, and 2 x 8, which needs both nodes, is refused unless mixing is allowed."""
+    docs = [d for d in yaml.safe_load_all((EXAMPLES / "dra-cluster.yaml").read_text(
+        encoding="utf-8")) if d]
+    for d in docs:
+        if d.get("kind") == "ResourceSlice" and d["spec"]["nodeName"] == "dgx-b":
+            for dev in d["spec"]["devices"]:
+                dev["attributes"]["productName"] = {"string": "NVIDIA A100-SXM4-80GB"}
+                dev["attributes"]["cudaComputeCapability"] = {"version": "8.0.0"}
+                dev["capacity"]["memory"] = {"value": "81920Mi"}
+    path = tmp_path / "dra-two-models.yaml"
+    path.write_text(yaml.safe_dump_all(docs), encoding="utf-8")
+    for replicas, gpus in [(1, 8), (1, 4), (2, 4), (4, 1)]:
+        code, doc = place(capsys, path, replicas, gpus)
+        assert code == 0 and nodes_of(doc) == {"dgx-b"}
+        assert doc["throughput"]["gpuModel"] == "A100-SXM4-80GB"
+    code, doc = place(capsys, path, 2, 8)
+    assert code == 1 and "mixGpuModels" in doc["reason"]
+    code, doc = place(capsys, path, 2, 8, "--mix-gpu-models")
+    assert code == 0 and doc["throughput"]["mixedGpuModels"] is True
