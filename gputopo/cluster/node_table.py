@@ -54,7 +54,8 @@ class NodeRow:
     handout: str = "device-plugin"  # how its GPUs are handed out: device-plugin or dra
 
     def cells(self) -> list[str]:
-        model = self.gpu_model + (" (unknown)" if self.gpu_model_known is False else "")
+        model = self.gpu_model + (" (unknown)" if self.gpu_model_known is False
+                                  and self.gpu_model != "unknown" else "")
         memory = f"{self.gpu_memory_mib}Mi" if self.gpu_memory_mib is not None else "-"
         return [self.name, self.kind, model, memory, self.handout, f"{self.used}/{self.gpus}",
                 str(self.gpus - self.used),

@@ -272,6 +272,10 @@ def test_a_memory_need_is_not_met_by_a_guessed_memory(tmp_path, capsys):
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["bare-0"]["gpu_model_known"] is False
     assert rows["bare-0"]["gpu_memory_mib"] is None
+    assert main(["nodes", "--cluster", str(source)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines()
+               if line.startswith("bare-0"))
+    assert row.split()[3:5] == ["unknown", "-"], row  # GPU MODEL, GPU MEMORY
     path = cluster(tmp_path, source, busy("h100-0"), busy("h100-1"))
     code, doc = place(capsys, path, 1, 8)
     assert code == 0 and nodes_of(doc) == {"bare-0"}
