@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gputopo import names
+from gputopo.quantity import parse_quantity
 from gputopo.topology.gpus import GpuIdentity, normal_bus_id
 
 RESOURCE_API = "resource.k8s.io/v1"
@@ -261,6 +262,44 @@ class DraNode:
     devices: Mapping[int, DraDevice]
     used: frozenset[int] = frozenset()
     unmatched: int = 0
+    #: what the driver publishes of the node's GPUs (its first whole GPU tied to an
+    #: index): ``productName``, capacity ``memory`` in MiB, ``cudaComputeCapability``; the
+    #: last source of a node's GPU model (gputopo.cluster.gpu_facts)
+    published: PublishedGpu | None = None
+
+
+@dataclass(frozen=True)
+class PublishedGpu:
+    """A GPU's model as its DRA driver publishes it (FACTS.md, NVIDIA's ``deviceinfo.go``)."""
+
+    product: str | None
+    memory_mib: int | None
+    compute: tuple[int, int] | None
+
+
+def _published(device: Mapping[str, Any], driver: str) -> PublishedGpu | None:
+    """``productName``, capacity ``memory`` and ``cudaComputeCapability`` of one device;
+    None when it carries none of them."""
+    product = _attr(device, "productName", driver)
+    memory = None
+    raw = _map(_map(device, "capacity"), "memory").get("value")
+    if raw is None:
+        raw = _map(_map(device, "capacity"), f"{driver}/memory").get("value")
+    if raw is not None:
+        try:
+            memory = int(parse_quantity(raw) / (1 << 20)) or None
+        except ValueError:
+            memory = None
+    attrs = _map(device, "attributes")
+    cc = attrs.get("cudaComputeCapability") or attrs.get(f"{driver}/cudaComputeCapability")
+    version = cc.get("version") or cc.get("string") if isinstance(cc, Mapping) else None
+    compute = None
+    if isinstance(version, str):
+        m = re.match(r"^\s*(\d+)\.(\d+)", version)
+        compute = (int(m.group(1)), int(m.group(2))) if m else None
+    if product is None and memory is None and compute is None:
+        return None
+    return PublishedGpu(product, memory, compute)
 
 
 def _attr(device: Mapping[str, Any], name: str, driver: str) -> str | None:
@@ -328,6 +367,7 @@ def gpu_inventory(slices: Iterable[Mapping[str, Any]], claims: Iterable[Mapping[
     devices: dict[str, dict[int, DraDevice]] = {}
     used: dict[str, set[int]] = {}
     unmatched: dict[str, int] = {}
+    published: dict[str, PublishedGpu] = {}
     where: dict[tuple[str, str, str], tuple[str, int]] = {}
     by_uuid: dict[str, tuple[str, int]] = {}
     for s in _current_slices(slices, wanted):
@@ -361,6 +401,10 @@ def gpu_inventory(slices: Iterable[Mapping[str, Any]], claims: Iterable[Mapping[
                 unmatched[node] = unmatched.get(node, 0) + 1
                 continue
             mine[index] = DraDevice(driver, pool, d["name"], uuid)
+            if node not in published:
+                found = _published(d, driver)
+                if found is not None:
+                    published[node] = found
             where[(driver, pool, d["name"])] = (node, index)
             if uuid:
                 by_uuid[uuid] = (node, index)
@@ -380,7 +424,8 @@ def gpu_inventory(slices: Iterable[Mapping[str, Any]], claims: Iterable[Mapping[
             hit = by_uuid.get(uuid)
             if hit is not None:
                 used.setdefault(hit[0], set()).add(hit[1])
-    return {node: DraNode(devs, frozenset(used.get(node, ())), unmatched.get(node, 0))
+    return {node: DraNode(devs, frozenset(used.get(node, ())), unmatched.get(node, 0),
+                          published.get(node))
             for node, devs in devices.items() if devs or unmatched.get(node)}
 
 

@@ -8,9 +8,14 @@ read a node's GPU model the same way. Sources, in the order they are trusted:
    in MiB, ``nvidia.com/gpu.compute.major`` / ``.minor``): what NVIDIA's own node agent
    read off NVML, and what users already select on;
 2. the topology annotation's per-GPU ``name`` and ``memoryMiB``, which gputopo's reporter
-   writes from NVML where GFD does not run.
+   writes from NVML where GFD does not run;
+3. what a DRA driver publishes in the node's ResourceSlice (NVIDIA's ``productName``,
+   capacity ``memory``, ``cudaComputeCapability``; :class:`gputopo.cluster.dra.
+   PublishedGpu`): a node whose GPUs DRA hands out runs no device plugin and so often no
+   GFD; last because the slice is read apart from the Node and only for the GPUs the
+   reporter's identities tie it to.
 
-A node with neither has no model (``None``): it is rated by its wiring alone, as before
+A node with none of them has no model (``None``): it is rated by its wiring alone, as before
 GPU generations were known, and ``gputopo nodes`` says so. A product the table does not
 know is rated conservatively from its compute capability (gputopo.topology.gpus).
 """
@@ -22,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gputopo import names
+from gputopo.cluster.dra import PublishedGpu
 from gputopo.topology.gpus import GpuIdentity, GpuModel, gpu_model, identities_from_annotation
 
 
@@ -49,8 +55,10 @@ def _annotation(node: Mapping[str, Any]) -> Mapping[str, Any]:
     return raw if isinstance(raw, Mapping) else {}
 
 
-def gpu_model_of(node: Mapping[str, Any]) -> GpuModel | None:
-    """The node's GPU model (module docstring), None when nothing names one."""
+def gpu_model_of(node: Mapping[str, Any], published: PublishedGpu | None = None
+                 ) -> GpuModel | None:
+    """The node's GPU model (module docstring), None when nothing names one;
+    ``published``: what its DRA driver's ResourceSlice says of its GPUs."""
     lab = _meta_map(node, "labels")
     product = lab.get(names.GPU_PRODUCT_LABEL)
     memory = _int(lab.get(names.GPU_MEMORY_LABEL))
@@ -63,10 +71,15 @@ def gpu_model_of(node: Mapping[str, Any]) -> GpuModel | None:
         if isinstance(first, Mapping) and isinstance(first.get("name"), str):
             product = first["name"]
             memory = memory or _int(first.get("memoryMiB"))
-        elif memory is None and compute is None:
+        elif published is not None and published.product:
+            product = published.product
+        elif memory is None and compute is None and published is None:
             return None
         else:
             product = None
+    if published is not None:
+        memory = memory or published.memory_mib
+        compute = compute or published.compute
     return gpu_model(product, memory, compute)
 
 

@@ -54,7 +54,8 @@ class NodeRow:
     handout: str = "device-plugin"  # how its GPUs are handed out: device-plugin or dra
 
     def cells(self) -> list[str]:
-        model = self.gpu_model + (" (unknown)" if self.gpu_model_known is False else "")
+        model = self.gpu_model + (" (unknown)" if self.gpu_model_known is False
+                                  and self.gpu_model != "unknown" else "")
         memory = f"{self.gpu_memory_mib}Mi" if self.gpu_memory_mib is not None else "-"
         return [self.name, self.kind, model, memory, self.handout, f"{self.used}/{self.gpus}",
                 str(self.gpus - self.used),
@@ -183,7 +184,7 @@ def node_rows(states: Iterable[NodeState], gangs: Mapping[str, set[str]]) -> lis
             cpu=resource_cell(s, CPU), memory=resource_cell(s, MEMORY),
             gpu_model=s.gpu_model.name if s.gpu_model is not None else "-",
             gpu_model_known=s.gpu_model.known if s.gpu_model is not None else None,
-            gpu_memory_mib=s.gpu_model.memory_mib if s.gpu_model is not None else None,
+            gpu_memory_mib=s.gpu_model.memory_mib or None if s.gpu_model is not None else None,
             handout=s.gpu_handout,
         ))
     return rows

@@ -342,7 +342,7 @@ def node_state(
         host_ports=frozenset(host_ports),
         nvlink_domain=usable_domain(topo, nvlink_domain_of(node)),
         resources=node_resources(node, requested, skip=GPU_RESOURCES),
-        gpu_model=gpu_model_of(node),
+        gpu_model=gpu_model_of(node, dra.published if dra is not None else None),
         gpu_ids=gpu_identities_of(node),
         gpu_handout=DRA if dra is not None else DEVICE_PLUGIN,
         dra_devices=dra.devices if dra is not None else None,

@@ -525,7 +525,7 @@ class ClusterView:
         """One node of :meth:`node_states` by name (a dict lookup, not a pass over every
         node: the placement step checks a slot's node for every pod it admits)."""
         with self._lock:
-            if self._states is None:
+            if self._states is None or self._dra.dirty:  # a DRA change not yet applied
                 self.node_states()
             return self._by_name.get(name)
 

@@ -31,8 +31,9 @@ Subramanya et al., SOSP 2023, which weighs each job's speed-up per type):
    by its slowest GPU; the record says when it was taken.
 
 Memory: a gang with ``min_memory_mib`` never goes to a node whose GPUs have less, nor to
-one whose GPU memory is unknown (no GPU Feature Discovery label and no reporter figure:
-a hard limit cannot be met by a guess); the reason names the nodes ruled out.
+one whose GPU memory is unknown (no GPU Feature Discovery label, no reporter or DRA figure
+and a product the table does not know, ``GpuModel.memory_mib`` 0: a hard limit cannot be
+met by a guess); the reason names the nodes ruled out.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def memory_note(nodes: Sequence[NodeState], ruled: Sequence[str], need_mib: int)
     groups: dict[str, list[str]] = {}
     for name in ruled:
         m = by_name[name].gpu_model
-        what = (f"{m.name} {m.memory_mib} MiB" if m is not None else
+        what = (f"{m.name} {m.memory_mib} MiB" if m is not None and m.memory_mib else
                 "GPU memory unknown (no nvidia.com/gpu.memory label)")
         groups.setdefault(what, []).append(name)
     parts = "; ".join(f"{what}: {_names(names)}" for what, names in groups.items())
@@ -252,7 +253,10 @@ def _no_model_holds(nodes: Sequence[NodeState],
                     gang: GangRequest, solver: Solver) -> Placement:
     """Why no partition holds the gang (``tried``: each partition's model and answer);
     whether all models together would."""
-    each = [f"{m.name if m is not None else 'unknown model'}: {p.reason}" for m, p in tried]
+    # each reason speaks of one model's nodes, not the whole cluster the user knows
+    each = [f"{m.name if m is not None else 'unknown model'}: "
+            f"{p.reason.replace('the whole cluster has only', 'its nodes have only')}"
+            for m, p in tried]
     reason = f"no one GPU model can hold the gang ({'; '.join(each)})"
     if not gang.mix_models and solver(nodes, gang).feasible:
         reason += ("; it would fit across GPU models, paced by the slowest: "

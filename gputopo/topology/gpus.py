@@ -58,8 +58,10 @@ class GpuModel:
     model the table does not know (then ``known`` is False and the figures are the
     conservative ones of its compute capability, :func:`gpu_model`). ``tflops``: dense
     FP16/BF16 tensor throughput per GPU; ``memory_mib``: per GPU (the node's label wins
-    over the table where given); ``memory_gbps``: HBM/GDDR bandwidth; ``compute``: CUDA
-    compute capability (major, minor); ``source``: where the figures come from.
+    over the table where given; 0 when nothing says it: a product the table does not know
+    and no memory figure, never a guess a memory need could be met by); ``memory_gbps``:
+    HBM/GDDR bandwidth; ``compute``: CUDA compute capability (major, minor); ``source``:
+    where the figures come from.
     """
 
     name: str
@@ -85,7 +87,7 @@ class GpuModel:
     def to_json(self) -> dict[str, Any]:
         """The model as the placement record and ``gputopo nodes -o json`` show it."""
         out: dict[str, Any] = {"model": self.name, "tflops": self.tflops,
-                               "memoryMiB": self.memory_mib}
+                               "memoryMiB": self.memory_mib or None}
         if not self.known:
             out["unknownModel"] = True
         return out
@@ -127,7 +129,8 @@ _A100 = ("NVIDIA A100 data sheet (2021): BF16/FP16 tensor 312 TFLOPS dense; 40GB
 _H100 = ("NVIDIA H100 data sheet: BF16/FP16 tensor SXM 1,979 / PCIe 1,513 TFLOPS with sparsity "
          "(dense: half); SXM 3.35 TB/s, PCIe 2.0 TB/s, NVL 94 GB 3.9 TB/s (NVL 1,671 sparse)")
 _H200 = ("NVIDIA H200 data sheet: BF16/FP16 tensor 1,979 TFLOPS with sparsity (989 dense), "
-         "141 GB, 4.8 TB/s")
+         "141 GB, 4.8 TB/s; H200 NVL (PCIe card) 1,671 with sparsity (835 dense), 141 GB, "
+         "4.8 TB/s")
 _H20 = ("NVIDIA H20 (China export model) product brief as reported publicly: FP16/BF16 tensor "
         "148 TFLOPS dense, 96 GB HBM3, 4.0 TB/s")
 _B200 = ("NVIDIA HGX B200 data sheet: FP16/BF16 tensor 36 PFLOPS with sparsity for 8 GPUs "
@@ -206,6 +209,7 @@ _ROWS: tuple[tuple[str, str | None, int, GpuModel], ...] = tuple(_row(*r[:7], fo
     ("H100-NVL", "H100", 835, 94, 3900, (9, 0), _H100, "NVL"),
     ("H100-PCIE", "H100", 756, 80, 2000, (9, 0), _H100, "PCIE"),
     ("H100-SXM5-80GB", "H100", 989, 80, 3350, (9, 0), _H100, None),
+    ("H200-NVL", "H200", 835, 141, 4800, (9, 0), _H200, "NVL"),
     ("H200", "H200", 989, 141, 4800, (9, 0), _H200, None),
     ("H20", "H20", 148, 96, 4000, (9, 0), _H20, None),
     ("H800-PCIE", "H800", 756, 80, 2000, (9, 0), _H800, "PCIE"),
@@ -296,7 +300,7 @@ def gpu_model(product: str | None, memory_mib: int | None = None,
     base = base or FALLBACK
     name = product.strip() if isinstance(product, str) and product.strip() else "unknown"
     return GpuModel(name=name, tflops=base.tflops,
-                    memory_mib=memory_mib or base.memory_mib, memory_gbps=base.memory_gbps,
+                    memory_mib=memory_mib or 0, memory_gbps=base.memory_gbps,
                     compute=compute, known=False, source=f"not in the table: {why}")
 
 

@@ -152,3 +152,32 @@ def test_a_claim_of_that_name_owned_by_another_job_is_never_taken_over(
         assert "other devices" in moved
     finally:
         api.close()
+
+
+def test_the_live_view_knows_the_gpu_model_from_the_resourceslice(kube: KubeApiDouble
+                                                                    ) -> None:
+    """Nodes with no GFD labels and no GPU name in their topology annotation: the model and
+    memory come from the slice's ``productName`` and capacity ``memory``; the driver's
+    next generation of the slice saying another product changes it."""
+    _cluster(kube)
+    with live_admitter(kube) as (_admitter, view):
+        assert wait_for(lambda: all(n.gpu_handout == "dra" for n in view.node_states()))
+        models = {n.name: n.gpu_model for n in view.node_states()}
+        assert {m.name if m else None for m in models.values()} == {"V100-SXM2-16GB"}
+        assert {m.memory_mib for m in models.values() if m} == {16384}
+        newer = dc.resource_slice("dgx-b")
+        newer["spec"]["pool"]["generation"] = newer["spec"]["pool"].get("generation", 1) + 1
+        for d in newer["spec"]["devices"]:
+            d["attributes"]["productName"] = {"string": "Tesla V100-SXM2-32GB"}
+            d["capacity"]["memory"] = {"value": "32Gi"}
+        kube.apply(newer)
+
+        def relabelled() -> bool:
+            # one node by name, as the placement step reads a slot's node: the slice's
+            # change is applied there too, not only in the whole list
+            state = view.node_state("dgx-b")
+            return (state is not None and state.gpu_model is not None
+                    and state.gpu_model.name == "V100-SXM2-32GB")
+        assert wait_for(relabelled)
+        assert [n.gpu_model.name for n in view.node_states() if n.gpu_model] == [
+            "V100-SXM2-16GB", "V100-SXM2-32GB"]

@@ -31,6 +31,8 @@ from gputopo.topology.gpus import MODELS, GpuIdentity, gpu_model, normal_bus_id
     ("NVIDIA-H100-PCIe", "H100-PCIE"),
     ("NVIDIA-H100-NVL", "H100-NVL"),
     ("NVIDIA-H200", "H200"),
+    ("NVIDIA-H200-NVL", "H200-NVL"),  # the PCIe card: 835 dense TFLOPS, not the SXM's 989
+    ("NVIDIA H200 NVL", "H200-NVL"),
     ("NVIDIA-H20", "H20"),
     ("NVIDIA-B200", "B200"),
     ("NVIDIA-GB200", "GB200"),
