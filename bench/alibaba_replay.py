@@ -46,6 +46,9 @@ size on its node (gputopo.placement.objective).
 
 Run: ``python bench/alibaba_replay.py [--data DIR] [--modes fill,compressed]
 [--policies gputopo,best-fit,...]``; about three minutes for every mode and policy.
+``--modes multi --seeds 1-10``: a row per seed and policy (gputopo's about nine CPU
+minutes a seed, the baselines' about one); each row also says how many pods of 1, 2, 4
+and 8 GPUs waited.
 The data is not in the repository: ``--data`` defaults to ../shared/data/alibaba-gpu-2023.
 """
 
@@ -390,11 +393,16 @@ def over_time(trace: Trace, policy: str, factor: float) -> dict[str, Any]:
         now_s, now_s8 = c.stranded(), c.stranded(8)
     span = window[1] - window[0]
     waits = [start[i] - trace.pods[i].created / factor for i in start]
+    by_size: dict[int, int] = {}
+    for i in start:
+        if start[i] > trace.pods[i].created / factor:
+            by_size[trace.pods[i].gpus] = by_size.get(trace.pods[i].gpus, 0) + 1
     waits8 = [start[i] - trace.pods[i].created / factor for i in start
               if trace.pods[i].gpus == 8]
     return {"policy": policy, "pods": len(trace.pods), "started": len(start),
             "neverStarted": len(trace.pods) - len(start),
             "waited": sum(w > 0 for w in waits),
+            "waitedBySize": " / ".join(str(by_size.get(g, 0)) for g in (1, 2, 4, 8)),
             "belowMin": hows.get("fallback", 0),
             "waitP50S": percentile(waits, 0.5), "waitP95S": percentile(waits, 0.95),
             "waitMaxS": max(waits, default=0.0), "wait8P95S": percentile(waits8, 0.95),
@@ -407,6 +415,17 @@ def over_time(trace: Trace, policy: str, factor: float) -> dict[str, Any]:
 
 def _fmt(v: Any, spec: str) -> str:
     return "-" if v is None else format(v, spec)
+
+
+def _seeds(text: str) -> list[int]:
+    """``1-10`` or ``1,4,7`` (or both: ``1-3,7``) as a list of seeds; ValueError if not."""
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.strip().partition("-")
+        out += range(int(lo), int(hi or lo) + 1)
+    if not out:
+        raise ValueError(text)
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -422,8 +441,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--multi-share", type=float, default=0.5,
                     help="share of pods with 2+ GPUs in the multi mode's mix")
     ap.add_argument("--seed", type=int, default=1, help="the multi mode's draw")
+    ap.add_argument("--seeds", default=None,
+                    help="the multi mode's draws, e.g. 1-10 or 1,4,7: a row per seed and "
+                         "policy (overrides --seed)")
     args = ap.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    try:
+        seeds = _seeds(args.seeds) if args.seeds is not None else [args.seed]
+    except ValueError:
+        ap.error(f"--seeds {args.seeds!r}: want seeds like 1-10 or 1,4,7")
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     for what, got, known in (("mode", modes, MODES), ("policy", policies, POLICIES)):
         bad = [x for x in got if x not in known]
@@ -455,12 +481,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ("bestSet", "multi-GPU pods on best set", ".0%")])
         else:
             factor = args.factor if mode in ("compressed", "multi") else 1.0
-            mix = multi_heavy(trace, args.multi_share, args.seed) if mode == "multi" else trace
-            rows = [over_time(mix, p, factor) for p in policies]
+            rows = []
+            for seed in (seeds if mode == "multi" else [None]):
+                mix = trace if seed is None else multi_heavy(trace, args.multi_share, seed)
+                rows += [{**over_time(mix, p, factor), "seed": _fmt(seed, "d")}
+                         for p in policies]
             table = md_table([{**r, "first8Waited": _fmt(r["first8Waited"], "d")}
                               for r in rows], [
+                *([("seed", "seed", "")] if mode == "multi" else []),
                 ("policy", "policy", ""), ("neverStarted", "pods never started", "d"),
                 ("waited", "pods that waited", "d"),
+                ("waitedBySize", "waited (1 / 2 / 4 / 8 GPUs)", ""),
                 ("belowMin", "started below minShare", "d"),
                 ("waitP50S", "wait p50 s", ".0f"), ("waitP95S", "wait p95 s", ".0f"),
                 ("waitMaxS", "wait max s", ".0f"), ("wait8P95S", "8-GPU wait p95 s", ".0f"),
@@ -471,7 +502,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ("bestSet", "multi-GPU pods on best set", ".0%")])
         took = time.perf_counter() - t0
         what = (f"arrivals / {args.factor:g}" if mode == "compressed" else
-                f"pods of 2+ GPUs {args.multi_share:.0%} (seed {args.seed}), arrivals / "
+                f"pods of 2+ GPUs {args.multi_share:.0%} (seeds "
+                f"{', '.join(map(str, seeds))}), arrivals / "
                 f"{args.factor:g}" if mode == "multi" else
                 "recorded times" if mode == "recorded" else "creation order, no departures")
         print(f"### {mode} ({what}; {took:.0f} s, load average {os.getloadavg()[0]:.1f})\n")

@@ -255,3 +255,13 @@ def test_alibaba_replay_multi_mode_swaps_in_the_traces_own_multi_gpu_pods(tmp_pa
     assert alibaba_replay.main(["--data", str(tmp_path), "--modes", "multi",
                                 "--policies", "gputopo,best-fit"]) == 0
     assert "pods that waited" in capsys.readouterr().out
+    # a row per seed and policy, and the waits by pod size
+    assert alibaba_replay.main(["--data", str(tmp_path), "--modes", "multi", "--seeds",
+                                "1-2", "--policies", "gputopo,best-fit"]) == 0
+    out = capsys.readouterr().out
+    assert "waited (1 / 2 / 4 / 8 GPUs)" in out
+    for row in ("| 1 | gputopo |", "| 1 | best-fit |", "| 2 | gputopo |", "| 2 | best-fit |"):
+        assert row in out
+    with pytest.raises(SystemExit) as bad:
+        alibaba_replay.main(["--data", str(tmp_path), "--modes", "multi", "--seeds", "1-x"])
+    assert bad.value.code == 2 and "--seeds '1-x'" in capsys.readouterr().err
