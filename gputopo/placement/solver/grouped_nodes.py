@@ -69,8 +69,9 @@ class GroupedNodes(Sequence[NodeState]):
     half of a one-node solve, and the loops over a few hundred groups that follow it (the
     feasibility reasons, the best one-node share) most of the rest (`git show
     5b1c38e:docs/benchmarks.md`, "Solver state kept across gangs"). :meth:`replaced`
-    redoes the groups of the changed nodes only and carries the tallies and the best one-node key per gang size over (with
-    the tied groups in name order, brought up to date when the size is asked);
+    redoes the groups of the changed nodes only and carries the tallies and the best
+    one-node key per gang size over (with the tied groups in name order, brought up to
+    date when the size is asked);
     :func:`solve` given a GroupedNodes starts from them. Answers are the same as for the
     plain list (the search never depends on the order of groups or of their nodes;
     tests/placement/test_grouped_nodes.py, test_grouped_nodes_upkeep.py).
