@@ -242,10 +242,16 @@ def _rated(placement: Placement, gang: GangRequest, answers: Sequence[Placement]
 
 
 def _noted(placement: Placement, ruled: Sequence[str], note: str) -> Placement:
+    """``placement`` with the nodes the memory need ruled out named. An infeasible one's
+    reason speaks of the nodes left ("cluster full: all 16 GPUs are in use" on a 32-GPU
+    cluster whose other 16 are too small), so it says which nodes it speaks of."""
     if not ruled:
         return placement
     details = {**placement.details, "ruledOutByGpuMemory": list(ruled)}
-    return replace(placement, reason=f"{placement.reason}; {note}", details=details)
+    reason = placement.reason
+    if not placement.feasible and reason:
+        reason = f"on the nodes with enough GPU memory, {reason}"
+    return replace(placement, reason=f"{reason}; {note}", details=details)
 
 
 def _no_model_holds(nodes: Sequence[NodeState],

@@ -111,6 +111,9 @@ def test_60gb_per_gpu_keeps_off_the_a100_40gb(tmp_path, capsys, replicas, gpus):
     assert code == 1 and not doc["feasible"]
     assert "a100-40-0" in doc["reason"] and "a100-40-1" in doc["reason"]
     assert "GPU memory" in doc["reason"]
+    # the reason's "all 16 GPUs are in use" is of the 80 GB servers, and says so (the
+    # cluster has 32)
+    assert doc["reason"].startswith("on the nodes with enough GPU memory, ")
 
 
 def test_40gb_per_gpu_never_on_the_l4s(tmp_path, capsys):
