@@ -68,7 +68,7 @@ def of_groups(groups: Iterable[_Group], g: int) -> RackCounts:
                 loc = (node.zone, node.rack)
                 size[loc] = size.get(loc, 0) + 1
             continue
-        offer = (grp.free, grp.network_gbps)
+        offer = _offer(grp)
         for loc, k in grp.racks().items():
             size[loc] = size.get(loc, 0) + k
             here = pieces.get(loc)
@@ -127,18 +127,18 @@ def moved(counts: RackCounts, groups: Mapping[Hashable, _Group],
             copied.add(loc)
             here, at = pieces[loc], offers[loc] = dict(here), dict(at)
         _bump(here, old_key, -1)
-        here[key] = here.get(key, 0) + 1
-        gone, came = (was.free, was.network_gbps), (grp.free, grp.network_gbps)
+        _bump(here, key, 1)
+        gone, came = _offer(was), _offer(grp)
         if gone != came:
             _bump(at, gone, -1)
-            at[came] = at.get(came, 0) + 1
+            _bump(at, came, 1)
     return new
 
 
 def _add(counts: RackCounts, loc: _Loc, key: Hashable, grp: _Group, sign: int) -> None:
     """Count one node of ``key`` (of group ``grp``) into (``sign`` 1) or out of (-1) rack
     ``loc``; an entry left at zero is dropped (a rack with no node too)."""
-    offer = (grp.free, grp.network_gbps)
+    offer = _offer(grp)
     pieces = counts.pieces.get(loc)
     if pieces is None:
         counts.size[loc], counts.pieces[loc], counts.offers[loc] = 1, {key: 1}, {offer: 1}
@@ -150,6 +150,11 @@ def _add(counts: RackCounts, loc: _Loc, key: Hashable, grp: _Group, sign: int) -
     counts.size[loc] = left
     _bump(pieces, key, sign)
     _bump(counts.offers[loc], offer, sign)
+
+
+def _offer(grp: _Group) -> Offer:
+    """What a node of ``grp`` offers a replica: its free GPUs for the gang and its network."""
+    return (grp.free, grp.network_gbps)
 
 
 def _bump(table: dict, key: Hashable, sign: int) -> None:
